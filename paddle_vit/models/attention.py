@@ -1,0 +1,80 @@
+"""Multi-head self-attention (paper Eq. 2, Appendix A).
+
+Two kernels compute the same numbers:
+- the walkthrough's explicit path: q @ k^T * head_dim^-0.5, softmax, @ v. Readable, and the only
+  one that can hand back the attention weights;
+- Paddle's fused ``scaled_dot_product_attention`` (flash attention on GPU in fp16/bf16), used
+  when ``fused=True`` and no weights are asked for. Asking for weights falls back to the
+  explicit path, so visualisation works whichever kernel the model runs with.
+"""
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from ..errors import ConfigError
+
+
+class Attention(nn.Layer):
+    """Multi-head self-attention, [B, N, D] -> [B, N, D].
+
+    Args:
+        embed_dim: D, the token width.
+        num_heads: H; each head works on D / H channels.
+        qkv_bias: whether the fused q/k/v projection has a bias (True in ViT).
+        dropout: dropout after the output projection.
+        attention_dropout: dropout on the attention weights.
+        fused: use Paddle's fused scaled_dot_product_attention when weights are not requested.
+    """
+
+    def __init__(self, embed_dim, num_heads, qkv_bias=True, dropout=0.0, attention_dropout=0.0, fused=False):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ConfigError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}: "
+                              f"choose num_heads among the divisors of {embed_dim}")
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.all_head_dim = self.head_dim * num_heads
+        self.scales = self.head_dim ** -0.5
+        self.fused = fused
+        self.attention_dropout_rate = attention_dropout
+        # walkthrough bug fixed: its `bias_attr=False if qkv_bias is True else None` dropped the bias when asked for
+        self.qkv = nn.Linear(embed_dim, self.all_head_dim * 3, bias_attr=None if qkv_bias else False)
+        self.proj = nn.Linear(self.all_head_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_dropout = nn.Dropout(attention_dropout)
+        self.softmax = nn.Softmax(axis=-1)
+
+    def transpose_multihead(self, x):
+        # [B, N, H * d] -> [B, N, H, d] -> [B, H, N, d]
+        x = x.reshape([0, 0, self.num_heads, self.head_dim])
+        return x.transpose([0, 2, 1, 3])
+
+    def forward(self, x, return_attention=False):
+        """x: [B, N, D]. Returns out [B, N, D], and the weights [B, H, N, N] when asked."""
+        if self.fused and not return_attention:
+            return self._forward_fused(x)
+        batch_size, num_tokens, _ = x.shape
+        qkv = self.qkv(x).chunk(3, axis=-1)  # 3 x [B, N, H * d]
+        q, k, v = map(self.transpose_multihead, qkv)  # 3 x [B, H, N, d]
+        attention = paddle.matmul(q, k, transpose_y=True)  # [B, H, N, N]
+        attention = attention * self.scales
+        attention = self.softmax(attention)
+        weights = attention
+        attention = self.attention_dropout(attention)
+        out = paddle.matmul(attention, v)  # [B, H, N, d]
+        out = out.transpose([0, 2, 1, 3])  # [B, N, H, d]
+        out = out.reshape([0, 0, self.all_head_dim])  # [B, N, H * d]
+        out = self.proj(out)  # [B, N, D]
+        out = self.dropout(out)
+        return (out, weights) if return_attention else out
+
+    def _forward_fused(self, x):
+        # [B, N, 3 * H * d] -> [B, N, 3, H, d]: Paddle's fused kernel takes [B, N, H, d], so no transpose
+        qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])
+        q, k, v = qkv.unbind(axis=2)  # 3 x [B, N, H, d]
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.attention_dropout_rate if self.training else 0.0,
+            training=self.training)  # [B, N, H, d]
+        out = out.reshape([0, 0, self.all_head_dim])  # [B, N, H * d]
+        out = self.proj(out)  # [B, N, D]
+        return self.dropout(out)

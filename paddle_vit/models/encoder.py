@@ -1,0 +1,107 @@
+"""The Transformer encoder (paper Eq. 2-4): Mlp, pre-norm EncoderLayer, the Encoder stack."""
+import paddle
+import paddle.nn as nn
+
+from .attention import Attention
+
+LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
+
+
+class Mlp(nn.Layer):
+    """Two Linear layers with a GELU between (paper Eq. 3), [B, N, D] -> [B, N, D]."""
+
+    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0):
+        super().__init__()
+        hidden_dim = int(embed_dim * mlp_ratio)
+        self.fc1 = nn.Linear(embed_dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = self.fc1(x)  # [B, N, D] -> [B, N, mlp_ratio * D]
+        x = self.act(x)
+        x = self.dropout(x)
+        x = self.fc2(x)  # [B, N, mlp_ratio * D] -> [B, N, D]
+        x = self.dropout(x)
+        return x
+
+
+class DropPath(nn.Layer):
+    """Stochastic depth: in training, skip a residual branch for a random subset of samples.
+
+    Each sample's branch output is kept with probability 1 - drop_prob and scaled by
+    1 / (1 - drop_prob), so its expectation is unchanged; in eval mode it is the identity.
+    """
+
+    def __init__(self, drop_prob=0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep_prob = 1.0 - self.drop_prob
+        mask_shape = [x.shape[0]] + [1] * (x.ndim - 1)  # [B, 1, 1]: one coin per sample
+        mask = paddle.bernoulli(paddle.full(mask_shape, keep_prob, dtype=x.dtype))
+        return x / keep_prob * mask
+
+    def extra_repr(self):
+        return f"drop_prob={self.drop_prob}"
+
+
+class EncoderLayer(nn.Layer):
+    """Pre-norm Transformer block, [B, N, D] -> [B, N, D]:
+    x = x + attn(norm1(x)); x = x + mlp(norm2(x)) (paper Eq. 2 and 3)."""
+
+    def __init__(self, embed_dim=768, num_heads=12, qkv_bias=True, mlp_ratio=4.0, dropout=0.0,
+                 attention_dropout=0.0, drop_path=0.0, fused_attention=False):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON)
+        self.attn = Attention(embed_dim, num_heads, qkv_bias=qkv_bias, dropout=dropout,
+                              attention_dropout=attention_dropout, fused=fused_attention)
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON)
+        self.mlp = Mlp(embed_dim, mlp_ratio, dropout)
+
+    def forward(self, x, return_attention=False):
+        """x: [B, N, D]. Returns [B, N, D], and the attention weights [B, H, N, N] when asked."""
+        attended = self.attn(self.norm1(x), return_attention=return_attention)
+        if return_attention:
+            attended, weights = attended
+        x = x + self.drop_path(attended)  # [B, N, D]
+        x = x + self.drop_path(self.mlp(self.norm2(x)))  # [B, N, D]
+        return (x, weights) if return_attention else x
+
+
+class Encoder(nn.Layer):
+    """`depth` EncoderLayers and a final LayerNorm (paper Eq. 4), [B, N, D] -> [B, N, D].
+
+    Args:
+        final_norm: False when the head normalises after pooling instead (timm's `fc_norm`
+            for average pooling), so that those checkpoints load one to one.
+        drop_path: the stochastic-depth rate of the last layer; it rises linearly from 0.
+        Other arguments as in `EncoderLayer`.
+    """
+
+    def __init__(self, embed_dim=768, depth=12, num_heads=12, qkv_bias=True, mlp_ratio=4.0, dropout=0.0,
+                 attention_dropout=0.0, drop_path=0.0, fused_attention=False, final_norm=True):
+        super().__init__()
+        drop_path_rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
+        self.layers = nn.LayerList([
+            EncoderLayer(embed_dim, num_heads, qkv_bias, mlp_ratio, dropout, attention_dropout, rate,
+                         fused_attention)
+            for rate in drop_path_rates])
+        self.norm = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON) if final_norm else nn.Identity()
+
+    def forward(self, x, return_attention=False):
+        """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked."""
+        attentions = []
+        for layer in self.layers:
+            if return_attention:
+                x, weights = layer(x, return_attention=True)
+                attentions.append(weights)
+            else:
+                x = layer(x)
+        x = self.norm(x)
+        return (x, attentions) if return_attention else x

@@ -1,0 +1,140 @@
+"""Patch embedding: image -> sequence of patch tokens, class token, position embedding.
+
+The walkthrough's `PatchEmbedding` (paper Section 3.1, Eq. 1): a Conv2D whose stride equals its
+kernel cuts the image into non-overlapping P x P patches and projects each to D numbers, which is
+the same as flattening every patch and applying one shared Linear. A learnable class token is
+prepended and a position embedding added.
+
+Position embedding kinds (paper Appendix D.4, Table 8):
+- ``learned``: one learnable vector per token, class token included (the paper's default, 1-D).
+- ``learned_2d``: a learnable row embedding and column embedding of D/2 each, concatenated per
+  patch; the class token gets a learnable vector of its own.
+- ``sincos_2d``: fixed 2-D sine-cosine embedding (not learned); zeros for the class token.
+- ``none``: no position information at all.
+"""
+import numpy as np
+import paddle
+import paddle.nn as nn
+
+from ..errors import ConfigError
+
+POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
+
+
+def grid_size(image_size, patch_size):
+    """(rows, cols) of the patch grid; an image size the patch does not divide is an error."""
+    sizes = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    for size in sizes:
+        if size % patch_size != 0:
+            raise ConfigError(
+                f"image_size {size} is not divisible by patch_size {patch_size}: "
+                f"use a multiple of {patch_size} such as {max(patch_size, size // patch_size * patch_size)}")
+    return sizes[0] // patch_size, sizes[1] // patch_size
+
+
+def sincos_2d_embedding(grid_rows, grid_cols, embed_dim, temperature=10000.0):
+    """Fixed 2-D sine-cosine position embedding, [rows * cols, D] float32 numpy.
+
+    A quarter of the channels each for sin(row), cos(row), sin(col), cos(col), at geometrically
+    spaced frequencies (as in "Attention Is All You Need", applied per axis).
+    """
+    if embed_dim % 4 != 0:
+        raise ConfigError(f"position_embedding 'sincos_2d' needs embed_dim divisible by 4, got {embed_dim}")
+    quarter = embed_dim // 4
+    omega = 1.0 / temperature ** (np.arange(quarter, dtype=np.float64) / quarter)  # [D/4]
+    rows, cols = np.meshgrid(np.arange(grid_rows), np.arange(grid_cols), indexing="ij")
+    row_angles = rows.reshape(-1, 1) * omega  # [N, D/4]
+    col_angles = cols.reshape(-1, 1) * omega  # [N, D/4]
+    table = np.concatenate([np.sin(row_angles), np.cos(row_angles),
+                            np.sin(col_angles), np.cos(col_angles)], axis=1)  # [N, D]
+    return table.astype("float32")
+
+
+class PatchEmbedding(nn.Layer):
+    """[B, C, H, W] image -> [B, 1 + N, D] tokens (class token first), N = (H/P) * (W/P).
+
+    Args:
+        image_size: input side (int) or (H, W); the model only accepts this size.
+        patch_size: P, the side of a square patch (kernel and stride of the Conv2D).
+        in_channels: C of the input image.
+        embed_dim: D, the width of every token.
+        dropout: dropout applied after the position embedding is added.
+        position_embedding: one of ``POSITION_EMBEDDINGS``.
+    """
+
+    def __init__(self, image_size=224, patch_size=16, in_channels=3, embed_dim=768, dropout=0.0,
+                 position_embedding="learned"):
+        super().__init__()
+        if position_embedding not in POSITION_EMBEDDINGS:
+            raise ConfigError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                              f"got {position_embedding!r}")
+        self.embed_dim = embed_dim
+        self.patch_size = patch_size
+        self.grid_size = grid_size(image_size, patch_size)
+        self.image_size = (self.grid_size[0] * patch_size, self.grid_size[1] * patch_size)
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.position_embedding_kind = position_embedding
+        self.patch_embedding = nn.Conv2D(in_channels=in_channels,
+                                         out_channels=embed_dim,
+                                         kernel_size=patch_size,
+                                         stride=patch_size)
+        self.dropout = nn.Dropout(dropout)
+        self.class_token = self.create_parameter(
+            shape=[1, 1, embed_dim], default_initializer=nn.initializer.Constant(0.0))
+        self._create_position_embedding(position_embedding)
+
+    def _create_position_embedding(self, kind):
+        rows, cols = self.grid_size
+        trunc_normal = nn.initializer.TruncatedNormal(std=0.02)
+        if kind == "learned":
+            self.position_embedding = self.create_parameter(
+                shape=[1, self.num_patches + 1, self.embed_dim], default_initializer=trunc_normal)
+        elif kind == "learned_2d":
+            if self.embed_dim % 2 != 0:
+                raise ConfigError(f"position_embedding 'learned_2d' needs an even embed_dim, got {self.embed_dim}")
+            half = self.embed_dim // 2
+            self.row_embedding = self.create_parameter(shape=[1, rows, half], default_initializer=trunc_normal)
+            self.column_embedding = self.create_parameter(shape=[1, cols, half], default_initializer=trunc_normal)
+            self.class_position_embedding = self.create_parameter(
+                shape=[1, 1, self.embed_dim], default_initializer=trunc_normal)
+        elif kind == "sincos_2d":
+            table = np.concatenate([np.zeros([1, self.embed_dim], "float32"),
+                                    sincos_2d_embedding(rows, cols, self.embed_dim)])  # [1 + N, D]
+            self.register_buffer("position_embedding", paddle.to_tensor(table[None]), persistable=False)
+
+    def full_position_embedding(self):
+        """The position embedding of every token, [1, 1 + N, D], or None for kind ``none``."""
+        kind = self.position_embedding_kind
+        if kind in ("learned", "sincos_2d"):
+            return self.position_embedding
+        if kind == "learned_2d":
+            rows, cols = self.grid_size
+            half = self.embed_dim // 2
+            row_part = self.row_embedding.unsqueeze(2).expand([1, rows, cols, half])  # [1, R, C, D/2]
+            col_part = self.column_embedding.unsqueeze(1).expand([1, rows, cols, half])  # [1, R, C, D/2]
+            grid = paddle.concat([row_part, col_part], axis=-1).reshape([1, rows * cols, self.embed_dim])
+            return paddle.concat([self.class_position_embedding, grid], axis=1)  # [1, 1 + N, D]
+        return None
+
+    def check_input_size(self, x):
+        height, width = x.shape[2], x.shape[3]
+        if height > 0 and width > 0 and (height, width) != self.image_size:  # -1 while tracing to_static
+            raise ConfigError(
+                f"input is {height}x{width} but the model was built for {self.image_size[0]}x{self.image_size[1]}: "
+                f"resize the images, or build the model with image_size={height} and load the weights "
+                f"with paddle_vit.load_pretrained, which resamples the position embedding")
+
+    def forward(self, x):
+        self.check_input_size(x)
+        # [B, C, H, W] -> [B, D, H/P, W/P]: the stride=kernel Conv2D cuts and projects the patches
+        x = self.patch_embedding(x)
+        x = x.flatten(2)  # [B, D, N]
+        x = x.transpose([0, 2, 1])  # [B, N, D]
+        class_token = self.class_token.astype(x.dtype).expand([x.shape[0], 1, self.embed_dim])  # [B, 1, D]
+        x = paddle.concat([class_token, x], axis=1)  # [B, 1 + N, D]
+        position_embedding = self.full_position_embedding()
+        if position_embedding is not None:
+            x = x + position_embedding.astype(x.dtype)  # [B, 1 + N, D]
+        # the walkthrough builds self.dropout but never calls it; the paper applies it here
+        x = self.dropout(x)
+        return x

@@ -1,0 +1,253 @@
+"""The Vision Transformer: patch embedding, encoder, pooling and classification head."""
+import dataclasses
+import math
+from typing import Optional
+
+import paddle
+import paddle.nn as nn
+
+from ..errors import ConfigError, close_matches
+from .encoder import LAYER_NORM_EPSILON, Encoder
+from .patch_embed import POSITION_EMBEDDINGS, PatchEmbedding, grid_size
+
+POOLS = ("cls", "mean", "walkthrough")
+INITS = ("timm", "jax")
+
+
+@dataclasses.dataclass
+class ViTConfig:
+    """Every architectural choice of a ViT, in one object passed down to the modules.
+
+    Attributes:
+        image_size: input side in pixels; must be a multiple of patch_size.
+        patch_size: side P of the square patches (paper: 14, 16 or 32).
+        in_channels: image channels.
+        num_classes: size of the classification head; 0 leaves the head out.
+        embed_dim: token width D ("Hidden size D", paper Table 1).
+        depth: number of encoder layers ("Layers").
+        num_heads: attention heads ("Heads").
+        mlp_ratio: MLP hidden width / D ("MLP size" = 4 D).
+        qkv_bias: bias in the q/k/v projection.
+        dropout: dropout after the embeddings, in the MLP and after the attention projection.
+        attention_dropout: dropout on the attention weights.
+        drop_path: stochastic depth rate of the last layer (linearly rising from 0).
+        pool: "cls" reads the class token (the paper); "mean" averages the patch tokens and
+            normalises after pooling (timm's global_pool="avg" with fc_norm); "walkthrough"
+            averages every token, class token included, with AdaptiveAvgPool1D.
+        representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
+            pre-training head, or None for none.
+        position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
+        fused_attention: use Paddle's fused scaled_dot_product_attention kernel.
+        init: "timm" (truncated normal 0.02) or "jax" (xavier uniform, zero head).
+    """
+    image_size: int = 224
+    patch_size: int = 16
+    in_channels: int = 3
+    num_classes: int = 1000
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    drop_path: float = 0.0
+    pool: str = "cls"
+    representation_size: Optional[int] = None
+    position_embedding: str = "learned"
+    fused_attention: bool = False
+    init: str = "timm"
+
+    @classmethod
+    def field_names(cls):
+        return [field.name for field in dataclasses.fields(cls)]
+
+    def replace(self, **overrides):
+        """A copy with `overrides` applied; an unknown name is a ConfigError naming close ones."""
+        for name in overrides:
+            if name not in self.field_names():
+                raise ConfigError(f"unknown model argument {name!r}{close_matches(name, self.field_names())}")
+        return dataclasses.replace(self, **overrides)
+
+    def validate(self):
+        """Raise ConfigError for a model that cannot be built."""
+        for name in ("image_size", "patch_size", "in_channels", "embed_dim", "depth", "num_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise ConfigError(f"model.num_classes must be an integer >= 0, got {self.num_classes!r}")
+        for name in ("dropout", "attention_dropout", "drop_path"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {value!r}")
+        if self.mlp_ratio <= 0:
+            raise ConfigError(f"model.mlp_ratio must be > 0, got {self.mlp_ratio!r}")
+        if self.pool not in POOLS:
+            raise ConfigError(f"model.pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.init not in INITS:
+            raise ConfigError(f"model.init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ConfigError(f"model.position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                              f"got {self.position_embedding!r}")
+        if self.representation_size is not None and self.representation_size <= 0:
+            raise ConfigError(f"model.representation_size must be a positive integer or null, "
+                              f"got {self.representation_size!r}")
+        if self.embed_dim % self.num_heads != 0:
+            raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
+                              f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
+        grid_size(self.image_size, self.patch_size)
+        return self
+
+    @property
+    def num_patches(self):
+        rows, cols = grid_size(self.image_size, self.patch_size)
+        return rows * cols
+
+    def count_macs(self):
+        """Multiply-accumulates of one forward pass of one image, counted analytically."""
+        tokens = self.num_patches + 1
+        width, hidden = self.embed_dim, int(self.embed_dim * self.mlp_ratio)
+        patch_embed = self.num_patches * width * self.in_channels * self.patch_size ** 2
+        per_layer = (tokens * width * 3 * width  # qkv
+                     + 2 * tokens * tokens * width  # q k^T and attention @ v
+                     + tokens * width * width  # proj
+                     + 2 * tokens * width * hidden)  # mlp
+        head_in = self.representation_size or width
+        head = (width * self.representation_size if self.representation_size else 0) + head_in * self.num_classes
+        return patch_embed + self.depth * per_layer + head
+
+
+class PreLogits(nn.Layer):
+    """The paper's pre-training head hidden layer: Linear + tanh, [B, D] -> [B, R]."""
+
+    def __init__(self, embed_dim, representation_size):
+        super().__init__()
+        self.fc = nn.Linear(embed_dim, representation_size)
+        self.act = nn.Tanh()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class ViT(nn.Layer):
+    """Vision Transformer, [B, C, H, W] images -> [B, num_classes] logits.
+
+    Build it from a `ViTConfig` or from its fields as keyword arguments:
+    ``ViT(ViTConfig(depth=6))``, ``ViT(depth=6)``, or by name with ``paddle_vit.create_model``.
+    """
+
+    def __init__(self, config=None, **overrides):
+        super().__init__()
+        config = (config or ViTConfig()).replace(**overrides).validate()
+        self.config = config
+        self.num_classes = config.num_classes
+        self.embed_dim = config.embed_dim
+        self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
+                                          config.embed_dim, config.dropout, config.position_embedding)
+        self.encoder = Encoder(config.embed_dim, config.depth, config.num_heads, config.qkv_bias,
+                               config.mlp_ratio, config.dropout, config.attention_dropout, config.drop_path,
+                               config.fused_attention, final_norm=config.pool != "mean")
+        if config.pool == "mean":
+            self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=LAYER_NORM_EPSILON)
+        elif config.pool == "walkthrough":
+            self.avgpool = nn.AdaptiveAvgPool1D(1)
+        if config.representation_size:
+            self.pre_logits = PreLogits(config.embed_dim, config.representation_size)
+        self.num_features = config.representation_size or config.embed_dim
+        self.head = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.init_weights(config.init)
+
+    # ---- the forward pass -------------------------------------------------------------------
+    def forward_features(self, x, return_attention=False):
+        """[B, C, H, W] -> tokens [B, 1 + N, D] after the encoder (and, with the per-layer
+        attention weights [B, H, 1 + N, 1 + N], when `return_attention`)."""
+        x = self.patch_embed(x)  # [B, 1 + N, D]
+        return self.encoder(x, return_attention=return_attention)
+
+    def pool_tokens(self, x):
+        """[B, 1 + N, D] -> [B, D] as `config.pool` says."""
+        pool = self.config.pool
+        if pool == "cls":
+            return x[:, 0]  # the class token (paper Eq. 4)
+        if pool == "mean":
+            return self.fc_norm(x[:, 1:].mean(axis=1))  # patch tokens only, then LayerNorm
+        x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
+        x = self.avgpool(x)  # [B, D, 1]
+        return x.flatten(1)  # [B, D]
+
+    def forward_head(self, x, pre_logits=False):
+        """Tokens [B, 1 + N, D] -> logits [B, num_classes], or the pooled features
+        [B, num_features] (after the pre-logits layer, if any) when `pre_logits`."""
+        x = self.pool_tokens(x)  # [B, D]
+        if self.config.representation_size:
+            x = self.pre_logits(x)  # [B, R]
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x):
+        x = self.forward_features(x)  # [B, 1 + N, D]
+        return self.forward_head(x)  # [B, num_classes]
+
+    @paddle.no_grad()
+    def get_attention_maps(self, x):
+        """The attention weights of every layer, a list of depth x [B, H, 1 + N, 1 + N], computed
+        with the explicit kernel whatever `fused_attention` says."""
+        return self.forward_features(x, return_attention=True)[1]
+
+    # ---- fine-tuning helpers -----------------------------------------------------------------
+    def reset_classifier(self, num_classes):
+        """Replace the head by a zero-initialised one with `num_classes` outputs (paper Section
+        3.2: "a zero-initialized D x K feedforward layer"); 0 removes the head."""
+        self.num_classes = num_classes
+        self.config = dataclasses.replace(self.config, num_classes=num_classes)
+        if num_classes > 0:
+            self.head = nn.Linear(self.num_features, num_classes)
+            zeros = nn.initializer.Constant(0.0)
+            zeros(self.head.weight)
+            zeros(self.head.bias)
+        else:
+            self.head = nn.Identity()
+
+    def no_weight_decay_parameters(self):
+        """The parameters AdamW should not decay: biases, LayerNorm weights, the class token and
+        position embeddings. Returned as parameters, not names (see DESIGN.md's traps)."""
+        embedding_parameters = [parameter for name, parameter in
+                                self.patch_embed.named_parameters(include_sublayers=False)]
+        vectors = [parameter for parameter in self.parameters() if parameter.ndim <= 1]
+        return embedding_parameters + vectors
+
+    # ---- initialisation ----------------------------------------------------------------------
+    def init_weights(self, scheme="timm"):
+        """Initialise as timm does ("timm") or as the original JAX code does ("jax")."""
+        zeros = nn.initializer.Constant(0.0)
+        ones = nn.initializer.Constant(1.0)
+        for name, layer in self.named_sublayers():
+            if isinstance(layer, nn.Linear):
+                if scheme == "jax":
+                    nn.initializer.XavierUniform()(layer.weight)
+                else:
+                    nn.initializer.TruncatedNormal(std=0.02)(layer.weight)
+                if layer.bias is not None:
+                    if scheme == "jax" and name.endswith(("mlp.fc1", "mlp.fc2")):
+                        nn.initializer.Normal(std=1e-6)(layer.bias)
+                    else:
+                        zeros(layer.bias)
+            elif isinstance(layer, nn.LayerNorm):
+                ones(layer.weight)
+                zeros(layer.bias)
+            elif isinstance(layer, nn.Conv2D):
+                fan_in = layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3]
+                if scheme == "jax":  # lecun normal: truncated normal with variance 1 / fan_in
+                    nn.initializer.TruncatedNormal(std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)(layer.weight)
+                    zeros(layer.bias)
+                else:  # PyTorch's Conv2d default, which timm keeps for the patch embedding
+                    bound = 1.0 / math.sqrt(fan_in)
+                    nn.initializer.Uniform(-bound, bound)(layer.weight)
+                    nn.initializer.Uniform(-bound, bound)(layer.bias)
+        if scheme == "jax":
+            zeros(self.patch_embed.class_token)
+            if isinstance(self.head, nn.Linear):
+                zeros(self.head.weight)
+                zeros(self.head.bias)
+        else:
+            nn.initializer.Normal(std=1e-6)(self.patch_embed.class_token)

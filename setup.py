@@ -1,0 +1,31 @@
+"""paddle-vit: the Vision Transformer in PaddlePaddle.
+
+Paddle itself is an extra so that the user picks the build: `pip install -e ".[cpu]"` for the
+CPU wheel, `pip install -e ".[gpu]"` for the CUDA one (see
+https://www.paddlepaddle.org.cn/install/quick for the wheel that matches your CUDA version).
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="paddle_vit",
+    version="0.1.0",
+    description="The Vision Transformer (An Image is Worth 16x16 Words) in PaddlePaddle",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["paddle_vit", "paddle_vit.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        "numpy",
+        "pyyaml",
+        "visualdl",
+        "scikit-learn",  # ships the offline default data set (8x8 handwritten digits)
+        "safetensors",  # safe weight files, read and written through its numpy API
+        "pillow",
+        "tqdm",  # the terminal progress bar
+    ],
+    extras_require={
+        "cpu": ["paddlepaddle>=3.0"],
+        "gpu": ["paddlepaddle-gpu>=3.0"],
+        "test": ["pytest"],
+    },
+)
