@@ -22,6 +22,7 @@ setup(
         "safetensors",  # safe weight files, read and written through its numpy API
         "pillow",
         "tqdm",  # the terminal progress bar
+        "matplotlib",  # the confusion matrix and the paper's figures
     ],
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],

@@ -1,0 +1,432 @@
+"""Typed configuration: YAML file + ``-o section.key=value`` overrides, validated once at load.
+
+A config has the sections model, data, optimizer, schedule, train and eval, one dataclass each.
+Every key has a default; a YAML file names only what differs. Values given with ``-o`` are
+parsed as YAML scalars (``-o train.epochs=3``, ``-o data.mean=[0.5,0.5,0.5]``), never ``eval``-ed.
+"""
+import dataclasses
+import os
+import re
+import typing
+from typing import List, Optional
+
+import yaml
+
+from .errors import ConfigError, close_matches
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Where the images come from and how they are transformed.
+
+    dataset: "digits" (scikit-learn's 8x8 handwritten digits, offline), "imagefolder",
+        "cifar10", "cifar100" or "synthetic".
+    root: the ImageFolder root (holding train/ and val/), or the CIFAR archive
+        (cifar-10-python.tar.gz / cifar-100-python.tar.gz); None downloads CIFAR.
+    val_fraction, split_seed: the fixed train/val split of the digits.
+    synthetic_train_size, synthetic_val_size, synthetic_classes: the synthetic set.
+    num_workers: DataLoader worker processes (0 loads in the main process).
+    mean, std: normalisation; 0.5/0.5 is what the ViT checkpoints expect, ImageNet's
+        (0.485, 0.456, 0.406)/(0.229, 0.224, 0.225) is DeiT's.
+    interpolation: "bicubic", "bilinear" or "nearest" for every resize.
+    train_crop: "resize" (plain resize to the model input), "random_resized_crop" or
+        "pad_crop" (pad by crop_padding pixels, then a random crop: small-image recipes).
+    crop_scale: the area range of random_resized_crop.
+    crop_padding: pixels of padding for pad_crop.
+    hflip: probability of a horizontal flip (0 for digits: a mirrored 2 is no 2).
+    randaugment_num_ops, randaugment_magnitude: RandAugment (0 ops switches it off).
+    random_erasing: probability of erasing a random rectangle (DeiT: 0.25).
+    mixup_alpha, cutmix_alpha: Beta parameters of mixup / cutmix (0 switches each off).
+    mix_prob: probability of mixing a batch at all; switch_prob: of cutmix over mixup when both.
+    eval_crop_pct: eval resizes to size / eval_crop_pct, then centre-crops (1.0: plain resize).
+    on_bad_image: "skip" a corrupt or unreadable image (counted in the log) or "error".
+    """
+    dataset: str = "digits"
+    root: Optional[str] = None
+    val_fraction: float = 0.2
+    split_seed: int = 0
+    synthetic_train_size: int = 64
+    synthetic_val_size: int = 32
+    synthetic_classes: int = 4
+    num_workers: int = 0
+    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
+    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
+    interpolation: str = "bicubic"
+    train_crop: str = "resize"
+    crop_scale: List[float] = dataclasses.field(default_factory=lambda: [0.08, 1.0])
+    crop_padding: int = 4
+    hflip: float = 0.0
+    randaugment_num_ops: int = 0
+    randaugment_magnitude: int = 9
+    random_erasing: float = 0.0
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_prob: float = 1.0
+    switch_prob: float = 0.5
+    eval_crop_pct: float = 1.0
+    on_bad_image: str = "skip"
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Which ViT to build: a registered `name`, with any `ViTConfig` field overridden here
+    (None keeps the registered value; `num_classes: null` takes the data set's class count).
+
+    pretrained: weights to start from (any format `load_pretrained` reads); the position
+        embedding is resampled and the head re-initialised as needed (fine-tuning).
+    """
+    name: str = "vit_walkthrough"
+    pretrained: Optional[str] = None
+    image_size: Optional[int] = None
+    patch_size: Optional[int] = None
+    in_channels: Optional[int] = None
+    num_classes: Optional[int] = None
+    embed_dim: Optional[int] = None
+    depth: Optional[int] = None
+    num_heads: Optional[int] = None
+    mlp_ratio: Optional[float] = None
+    qkv_bias: Optional[bool] = None
+    dropout: Optional[float] = None
+    attention_dropout: Optional[float] = None
+    drop_path: Optional[float] = None
+    pool: Optional[str] = None
+    representation_size: Optional[int] = None
+    position_embedding: Optional[str] = None
+    fused_attention: Optional[bool] = None
+    init: Optional[str] = None
+
+    def vit_overrides(self):
+        """The ViTConfig fields this section sets, as keyword arguments."""
+        return {name: value for name, value in dataclasses.asdict(self).items()
+                if name not in ("name", "pretrained") and value is not None}
+
+
+@dataclasses.dataclass
+class OptimizerConfig:
+    """AdamW (the ViT/DeiT recipe).
+
+    lr: the peak learning rate, reached after warm-up.
+    weight_decay: decoupled weight decay, never applied to biases, norms, class token or
+        position embeddings.
+    clip_grad_norm: clip the global gradient norm to this (paper: 1.0); 0 switches it off.
+    head_lr_scale: multiplies the learning rate of the head (e.g. 10 when fine-tuning).
+    """
+    name: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+    clip_grad_norm: float = 1.0
+    head_lr_scale: float = 1.0
+
+
+@dataclasses.dataclass
+class ScheduleConfig:
+    """Learning-rate schedule, updated every optimizer step.
+
+    name: "cosine" (linear warm-up, then cosine decay to min_lr) or "constant" (warm-up, then lr).
+    warmup_epochs: length of the linear warm-up from warmup_start_lr (may be fractional).
+    """
+    name: str = "cosine"
+    warmup_epochs: float = 0.0
+    warmup_start_lr: float = 1e-6
+    min_lr: float = 1e-6
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """How to run training.
+
+    device: "auto" (GPU when Paddle has CUDA and one is visible, else CPU), "gpu" or "cpu".
+    batch_size: images per step per device; accumulate_steps: steps per optimizer update.
+    label_smoothing: of the cross-entropy targets (DeiT: 0.1).
+    amp: "none", "bf16" or "fp16"; amp_level "O1" (autocast) or "O2" (fp16/bf16 weights).
+    ema: keep an exponential moving average of the weights with ema_decay.
+    deterministic: seed every step so a stopped and resumed run equals an unbroken one.
+    output_dir: where checkpoints, logs, metrics.jsonl and vdl/ go; null: output/<config name>.
+    log_interval: steps between log lines; save_interval: epochs between kept checkpoints
+        (0: only last and best); keep_last: how many of those to keep.
+    resume: null, "auto" (the newest valid checkpoint in output_dir) or a checkpoint path.
+    vdl: write VisualDL scalars to <output_dir>/vdl.
+    to_static: train a paddle.jit.to_static graph.
+    """
+    epochs: int = 10
+    batch_size: int = 64
+    accumulate_steps: int = 1
+    label_smoothing: float = 0.0
+    device: str = "auto"
+    amp: str = "none"
+    amp_level: str = "O1"
+    ema: bool = False
+    ema_decay: float = 0.9999
+    seed: int = 0
+    deterministic: bool = True
+    output_dir: Optional[str] = None
+    log_interval: int = 20
+    save_interval: int = 0
+    keep_last: int = 3
+    resume: Optional[str] = None
+    vdl: bool = True
+    to_static: bool = False
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Evaluation: batch_size per device; every `interval` epochs during training;
+    confusion_matrix: also write confusion_matrix.png (tools/eval.py)."""
+    batch_size: int = 128
+    interval: int = 1
+    confusion_matrix: bool = False
+
+
+SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optimizer": OptimizerConfig,
+    "schedule": ScheduleConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+}
+
+
+@dataclasses.dataclass
+class Config:
+    """The whole recipe: one object passed down to the data, the model and the engine."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    name: str = "default"
+
+    def to_dict(self):
+        return {section: dataclasses.asdict(getattr(self, section)) for section in SECTIONS}
+
+    @property
+    def output_dir(self):
+        return self.train.output_dir or os.path.join("output", self.name)
+
+    def save(self, path):
+        """Write the resolved config as YAML (atomically)."""
+        temporary = f"{path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as stream:
+            stream.write(f"# resolved config of {self.name}: every key, defaults included\n")
+            yaml.safe_dump(self.to_dict(), stream, sort_keys=False)
+        os.replace(temporary, path)
+
+
+# ---- loading, overriding, checking ------------------------------------------------------------
+
+def load_config(path=None, overrides=(), data=None):
+    """Build a `Config` from a YAML file (or a dict `data`) and `-o section.key=value` strings.
+
+    Raises ConfigError naming the file, key or value and what was expected.
+    """
+    name = "default"
+    if path is not None:
+        name = os.path.splitext(os.path.basename(path))[0]
+        data = _read_yaml(path)
+    data = dict(data or {})
+    where = path or "config"
+    for override in overrides:
+        section, key, value = _parse_override(override)
+        data.setdefault(section, {})
+        if not isinstance(data[section], dict):
+            raise ConfigError(f"{where}: section {section!r} must be a mapping of keys to values")
+        data[section][key] = value
+    config = Config(name=name)
+    for section_name, values in data.items():
+        if section_name not in SECTIONS:
+            raise ConfigError(f"{where}: unknown section {section_name!r}{close_matches(section_name, SECTIONS)}; "
+                              f"sections are {', '.join(SECTIONS)}")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: section {section_name!r} must be a mapping of keys to values, "
+                              f"got {type(values).__name__}")
+        section = getattr(config, section_name)
+        fields = {field.name: field for field in dataclasses.fields(section)}
+        for key, value in values.items():
+            if key not in fields:
+                raise ConfigError(f"{where}: unknown key {section_name}.{key}"
+                                  f"{close_matches(key, fields)}")
+            setattr(section, key, _check_type(f"{section_name}.{key}", value, fields[key].type))
+    validate(config)
+    return config
+
+
+def _read_yaml(path):
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{position}: {problem}") from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"config file {path} cannot be read: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _parse_override(override):
+    """'section.key=value' -> (section, key, value parsed as a YAML scalar)."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} has no '=': write -o section.key=value, e.g. -o train.epochs=5")
+    dotted, text = override.split("=", 1)
+    parts = dotted.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"override {override!r} must name section.key (e.g. optimizer.lr=0.001)")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {override!r}: the value is not a valid YAML scalar") from error
+    return parts[0], parts[1], value
+
+
+def _type_name(annotation):
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union:
+        inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return f"{_type_name(inner[0])} or null"
+    if origin in (list, List):
+        return f"a list of {_type_name(typing.get_args(annotation)[0])}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(annotation,
+                                                                                              str(annotation))
+
+
+_YAML11_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _check_type(key, value, annotation):
+    """Return `value` converted to `annotation` where that loses nothing, else raise ConfigError."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union:
+        if value is None:
+            return None
+        inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)][0]
+        try:
+            return _check_type(key, value, inner)
+        except ConfigError:
+            raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}") from None
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
+        item_type = typing.get_args(annotation)[0]
+        return [_check_type(key, item, item_type) for item in value]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _YAML11_EXPONENT.fullmatch(value.strip()):
+            return float(value)  # PyYAML reads 1e-4 (no dot) as a string; it is a number
+    elif annotation is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
+
+
+def _choice(key, value, choices):
+    if value not in choices:
+        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}{close_matches(value, choices)}")
+
+
+def _at_least(key, value, low, exclusive=False):
+    if value < low or (exclusive and value == low):
+        raise ConfigError(f"{key} must be {'>' if exclusive else '>='} {low}, got {value!r}")
+
+
+def _fraction(key, value, closed=False):
+    if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
+        raise ConfigError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value!r}")
+
+
+def validate(config):
+    """Check value ranges and that the model can be built; raise ConfigError naming the key."""
+    from .models import get_model_config  # the model registry is the authority on architectures
+
+    model = config.model
+    try:
+        get_model_config(model.name, **model.vit_overrides()).replace(
+            num_classes=model.num_classes if model.num_classes is not None else 10).validate()
+    except ConfigError as error:
+        message = str(error)
+        raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
+
+    data = config.data
+    _choice("data.dataset", data.dataset, ("digits", "imagefolder", "cifar10", "cifar100", "synthetic"))
+    if data.dataset == "imagefolder" and not data.root:
+        raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
+    _fraction("data.val_fraction", data.val_fraction)
+    if data.dataset == "digits":
+        _at_least("data.val_fraction", data.val_fraction, 0.0, exclusive=True)
+    for key in ("synthetic_train_size", "synthetic_val_size"):
+        _at_least(f"data.{key}", getattr(data, key), 1)
+    _at_least("data.synthetic_classes", data.synthetic_classes, 2)
+    _at_least("data.num_workers", data.num_workers, 0)
+    for key in ("mean", "std"):
+        if len(getattr(data, key)) != 3:
+            raise ConfigError(f"data.{key} must be a list of 3 numbers (R, G, B), got {getattr(data, key)!r}")
+    if any(value <= 0 for value in data.std):
+        raise ConfigError(f"data.std must be > 0 for every channel, got {data.std!r}")
+    _choice("data.interpolation", data.interpolation, ("bicubic", "bilinear", "nearest"))
+    _choice("data.train_crop", data.train_crop, ("resize", "random_resized_crop", "pad_crop"))
+    if len(data.crop_scale) != 2 or not 0 < data.crop_scale[0] <= data.crop_scale[1] <= 1:
+        raise ConfigError(f"data.crop_scale must be [low, high] with 0 < low <= high <= 1, got {data.crop_scale!r}")
+    _at_least("data.crop_padding", data.crop_padding, 0)
+    for key in ("hflip", "random_erasing", "mix_prob", "switch_prob"):
+        _fraction(f"data.{key}", getattr(data, key), closed=True)
+    _at_least("data.randaugment_num_ops", data.randaugment_num_ops, 0)
+    if not 0 <= data.randaugment_magnitude <= 10:
+        raise ConfigError(f"data.randaugment_magnitude must be in [0, 10], got {data.randaugment_magnitude!r}")
+    _at_least("data.mixup_alpha", data.mixup_alpha, 0.0)
+    _at_least("data.cutmix_alpha", data.cutmix_alpha, 0.0)
+    if not 0 < data.eval_crop_pct <= 1:
+        raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data.eval_crop_pct!r}")
+    _choice("data.on_bad_image", data.on_bad_image, ("skip", "error"))
+
+    optimizer = config.optimizer
+    _choice("optimizer.name", optimizer.name, ("adamw",))
+    _at_least("optimizer.lr", optimizer.lr, 0.0, exclusive=True)
+    _at_least("optimizer.weight_decay", optimizer.weight_decay, 0.0)
+    _fraction("optimizer.beta1", optimizer.beta1)
+    _fraction("optimizer.beta2", optimizer.beta2)
+    _at_least("optimizer.epsilon", optimizer.epsilon, 0.0, exclusive=True)
+    _at_least("optimizer.clip_grad_norm", optimizer.clip_grad_norm, 0.0)
+    _at_least("optimizer.head_lr_scale", optimizer.head_lr_scale, 0.0, exclusive=True)
+
+    schedule = config.schedule
+    _choice("schedule.name", schedule.name, ("cosine", "constant"))
+    _at_least("schedule.warmup_epochs", schedule.warmup_epochs, 0.0)
+    _at_least("schedule.warmup_start_lr", schedule.warmup_start_lr, 0.0)
+    _at_least("schedule.min_lr", schedule.min_lr, 0.0)
+
+    train = config.train
+    _at_least("train.epochs", train.epochs, 1)
+    _at_least("train.batch_size", train.batch_size, 1)
+    _at_least("train.accumulate_steps", train.accumulate_steps, 1)
+    _fraction("train.label_smoothing", train.label_smoothing)
+    _choice("train.device", train.device, ("auto", "gpu", "cpu"))
+    _choice("train.amp", train.amp, ("none", "bf16", "fp16"))
+    _choice("train.amp_level", train.amp_level, ("O1", "O2"))
+    _fraction("train.ema_decay", train.ema_decay)
+    _at_least("train.log_interval", train.log_interval, 1)
+    _at_least("train.save_interval", train.save_interval, 0)
+    _at_least("train.keep_last", train.keep_last, 1)
+
+    _at_least("eval.batch_size", config.eval.batch_size, 1)
+    _at_least("eval.interval", config.eval.interval, 1)
+    return config

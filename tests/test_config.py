@@ -1,0 +1,105 @@
+"""Config loading: YAML + overrides, type and range checks, saving the resolved config."""
+import glob
+import os
+
+import pytest
+import yaml
+
+from paddle_vit import ConfigError
+from paddle_vit.config import load_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write(tmp_path, text, name="recipe.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_then_file_then_overrides(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 7\n  batch_size: 16\noptimizer:\n  lr: 0.002\n")
+    config = load_config(path, ["train.epochs=3", "data.mean=[0.1, 0.2, 0.3]", "model.pretrained=w.npz"])
+    assert config.train.epochs == 3  # the override wins over the file
+    assert config.train.batch_size == 16 and config.optimizer.lr == 0.002  # the file wins over defaults
+    assert config.data.mean == [0.1, 0.2, 0.3] and config.model.pretrained == "w.npz"
+    assert config.optimizer.weight_decay == 0.05  # default
+    assert config.name == "recipe" and config.output_dir == os.path.join("output", "recipe")
+
+
+def test_override_values_are_yaml_scalars_not_code(tmp_path):
+    config = load_config(overrides=["model.representation_size=null", "train.ema=true", "optimizer.lr=1e-4"])
+    assert config.model.representation_size is None and config.train.ema is True and config.optimizer.lr == 1e-4
+    with pytest.raises(ConfigError, match="train.output_dir must be a string or null"):
+        load_config(overrides=["train.output_dir=[__import__('os')]"])
+
+
+def test_integer_given_for_float_is_accepted_but_not_the_reverse():
+    assert load_config(overrides=["optimizer.lr=1"]).optimizer.lr == 1.0
+    with pytest.raises(ConfigError, match="train.epochs must be an integer, got 2.5"):
+        load_config(overrides=["train.epochs=2.5"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.epoch=3", "unknown key train.epoch (did you mean: epochs?)"),
+    ("trian.epochs=3", "unknown section 'trian' (did you mean: train?)"),
+    ("train.epochs=abc", "train.epochs must be an integer, got 'abc'"),
+    ("train.ema=maybe", "train.ema must be true or false"),
+    ("optimizer.lr=0", "optimizer.lr must be > 0.0"),
+    ("optimizer.lr=-1e-3", "optimizer.lr must be > 0.0"),
+    ("train.batch_size=0", "train.batch_size must be >= 1"),
+    ("train.epochs=-2", "train.epochs must be >= 1"),
+    ("model.dropout=1.0", "model.dropout must be in [0, 1)"),
+    ("model.drop_path=-0.1", "model.drop_path must be in [0, 1)"),
+    ("model.attention_dropout=1.5", "model.attention_dropout must be in [0, 1)"),
+    ("data.hflip=2", "data.hflip must be in [0, 1]"),
+    ("train.device=tpu", "train.device must be one of auto, gpu, cpu"),
+    ("model.pool=max", "model.pool must be one of cls, mean, walkthrough"),
+    ("model.name=vit_tiny_patch16_244", "unknown model 'vit_tiny_patch16_244' (did you mean: vit_tiny_patch16_224"),
+    ("model.image_size=100", "image_size 100 is not divisible by patch_size 7"),
+    ("model.num_heads=5", "model.embed_dim 16 is not divisible by model.num_heads 5"),
+    ("data.dataset=mnist", "data.dataset must be one of digits, imagefolder"),
+    ("data.mean=[0.5, 0.5]", "data.mean must be a list of 3 numbers"),
+    ("train.epochs", "has no '='"),
+    ("epochs=3", "must name section.key"),
+])
+def test_bad_values_are_rejected_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides=[override])
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="config file .*nowhere.yaml does not exist"):
+        load_config(str(tmp_path / "nowhere.yaml"))
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 3\n  batch_size: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"recipe.yaml is not valid YAML at line \d+"):
+        load_config(path)
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="must hold a mapping of sections"):
+        load_config(write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_imagefolder_needs_a_root():
+    with pytest.raises(ConfigError, match="data.root must name the ImageFolder root"):
+        load_config(overrides=["data.dataset=imagefolder"])
+
+
+def test_resolved_config_round_trips(tmp_path):
+    config = load_config(overrides=["train.epochs=4", "model.embed_dim=32"])
+    path = tmp_path / "resolved.yaml"
+    config.save(str(path))
+    saved = yaml.safe_load(path.read_text())
+    assert saved["train"]["epochs"] == 4 and saved["optimizer"]["weight_decay"] == 0.05
+    assert load_config(data=saved).to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
+def test_every_shipped_config_loads(path):
+    load_config(path)
