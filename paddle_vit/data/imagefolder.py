@@ -1,0 +1,184 @@
+"""ImageFolder: root/train/<class>/* and root/val/<class>/*, decoded with PIL.
+
+Scanning is eager (so a bad layout fails at start-up with the path named), decoding lazy.
+Class folders are sorted; the class names come from train/ and val/ must hold the same ones.
+Files are found recursively inside a class folder; hidden files and folders (".*", such as
+.ipynb_checkpoints) are left out; other files whose extension is not an image's are ignored
+and counted. A file that fails to decode is skipped (on_bad_image="skip": a warning names it
+once, `num_bad_images` counts it across worker processes, and the sample slot is served by
+the next readable file) or raises DataError naming it (on_bad_image="error").
+"""
+import logging
+import os
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ..errors import DataError
+from .shared import SharedBytes
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+SPLITS = ("train", "val")
+logger = logging.getLogger("paddle_vit")
+
+
+def _is_hidden(name):
+    return name.startswith(".")
+
+
+def _is_image_file(name):
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def _scan_class_folder(folder):
+    """(sorted image paths, number of ignored non-image files) under `folder`, recursively."""
+    images, ignored = [], 0
+    for directory, subdirectories, files in os.walk(folder, followlinks=True):
+        subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
+        for name in files:
+            if _is_hidden(name):
+                continue
+            if _is_image_file(name):
+                images.append(os.path.join(directory, name))
+            else:
+                ignored += 1
+    return sorted(images), ignored
+
+
+def scan_split(split_dir):
+    """(class names, image paths, labels, ignored file count) of one split folder."""
+    if not os.path.isdir(split_dir):
+        raise DataError(f"ImageFolder split folder {split_dir} does not exist")
+    class_names, paths, labels, ignored = [], [], [], 0
+    for entry in sorted(os.scandir(split_dir), key=lambda e: e.name):
+        if _is_hidden(entry.name):
+            continue
+        if not entry.is_dir():
+            ignored += 1  # a loose file next to the class folders
+            continue
+        images, class_ignored = _scan_class_folder(entry.path)
+        ignored += class_ignored
+        if not images:
+            raise DataError(f"class folder {entry.path} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+        labels += [len(class_names)] * len(images)
+        class_names.append(entry.name)
+        paths += images
+    if not paths:
+        raise DataError(f"ImageFolder split {split_dir} holds no images (expected {split_dir}/<class>/<image>)")
+    return class_names, paths, np.asarray(labels, dtype=np.int64), ignored
+
+
+def _check_same_classes(root, train_classes, val_classes):
+    if train_classes == val_classes:
+        return
+    missing = sorted(set(train_classes) - set(val_classes))
+    extra = sorted(set(val_classes) - set(train_classes))
+    parts = []
+    if missing:
+        parts.append(f"missing from val/: {', '.join(missing)}")
+    if extra:
+        parts.append(f"in val/ but not in train/: {', '.join(extra)}")
+    raise DataError(f"ImageFolder {root}: val classes differ from train classes ({'; '.join(parts)})")
+
+
+def _sixteen_bit_to_8bit(image):
+    """'I;16*' / 'I' (16-bit range) and 'F' images -> 'L', scaled to 0..255."""
+    pixels = np.asarray(image, dtype=np.float64)
+    if image.mode == "F" and pixels.size and pixels.max() <= 1.0:
+        pixels = pixels * 255.0  # a float image in [0, 1]
+    elif image.mode != "F":
+        pixels = pixels / 257.0  # 65535 -> 255
+    return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype(np.uint8), mode="L")
+
+
+def to_rgb(image):
+    """Any PIL mode -> RGB: transparency composited on white, 16-bit scaled, CMYK converted."""
+    if image.mode in ("I", "F") or image.mode.startswith("I;16"):
+        image = _sixteen_bit_to_8bit(image)
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def decode_image(path):
+    """The image at `path` as RGB, EXIF orientation applied; raises whatever PIL raises."""
+    with Image.open(path) as image:
+        image.load()  # decode now: a truncated file fails here, not later in a transform
+        image = ImageOps.exif_transpose(image)
+    return to_rgb(image)
+
+
+def _one_line(error):
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+class ImageFolderSource:
+    """The decoded images of one split: `load(index) -> (RGB PIL image, label)`."""
+
+    def __init__(self, paths, labels, class_names, split_dir, on_bad_image="skip"):
+        self.paths, self.labels, self.class_names = list(paths), labels, list(class_names)
+        self.split_dir, self.on_bad_image = split_dir, on_bad_image
+        # one flag per file in shared memory, so a bad file found by a DataLoader worker is
+        # counted (and not decoded again) in every process
+        self._bad = SharedBytes(len(self.paths))
+
+    def __len__(self):
+        return len(self.paths)
+
+    @property
+    def num_bad_images(self):
+        """How many distinct files failed to decode so far (in any worker)."""
+        return int(self._bad.view.sum())
+
+    @property
+    def bad_images(self):
+        """The paths that failed to decode so far."""
+        return [self.paths[i] for i in np.flatnonzero(self._bad.view)]
+
+    def load(self, index):
+        count, bad = len(self.paths), self._bad.view
+        for offset in range(count):
+            candidate = (index + offset) % count
+            if bad[candidate]:
+                continue
+            path = self.paths[candidate]
+            try:
+                image = decode_image(path)
+            except Exception as error:  # a corrupt file can make any decoder raise anything
+                if self.on_bad_image == "error":
+                    raise DataError(f"cannot read image {path}: {_one_line(error)}") from None
+                if not bad[candidate]:
+                    bad[candidate] = 1
+                    logger.warning("skipping unreadable image %s (%s)", path, _one_line(error))
+                continue
+            return image, int(self.labels[candidate])
+        raise DataError(f"no readable image left in {self.split_dir}")
+
+
+def build_imagefolder_sources(root, on_bad_image="skip"):
+    """(train source, val source, class names) of the ImageFolder at `root`."""
+    if root is None:
+        raise DataError("data.root must name the ImageFolder root (holding train/ and val/)")
+    root = os.path.expanduser(str(root))
+    if not os.path.isdir(root):
+        raise DataError(f"ImageFolder root {root} does not exist or is not a folder")
+    scans = {}
+    for split in SPLITS:
+        split_dir = os.path.join(root, split)
+        if not os.path.isdir(split_dir):
+            raise DataError(f"ImageFolder root {root} has no {split}/ folder ({split_dir} not found)")
+        scans[split] = scan_split(split_dir)
+    _check_same_classes(root, scans["train"][0], scans["val"][0])
+    sources = []
+    for split in SPLITS:
+        class_names, paths, labels, ignored = scans[split]
+        if ignored:
+            logger.info("ImageFolder %s: ignored %d non-image files", os.path.join(root, split), ignored)
+        source = ImageFolderSource(paths, labels, class_names, os.path.join(root, split), on_bad_image)
+        source.num_ignored_files = ignored
+        sources.append(source)
+    return sources[0], sources[1], scans["train"][0]

@@ -1,0 +1,170 @@
+"""A resumable, shardable DataLoader: paddle.io.DataLoader driven by a keyed batch sampler.
+
+Order of an epoch (the same on every rank):
+    order = permutation of range(N) from shuffle_rng(seed, epoch)   (range(N) without shuffle)
+    padded to total_size = num_replicas * ceil(N / num_replicas) by wrapping around:
+        order + order[:total_size - N]   (repeated if N < num_replicas)
+Rank r reads the contiguous block order[r * per_rank : (r + 1) * per_rank], in batches of
+batch_size (the last one short unless drop_last). Every rank therefore has the same number of
+samples and batches. Positions >= N of the padded order are the padding duplicates: they sit
+at the end of the last rank(s). To trim them in evaluation either
+    - drop them locally: `loader.padding_mask()` is True for each padded sample this rank
+      reads, in reading order (batch b covers mask[b * batch_size : (b + 1) * batch_size]); or
+    - gather per-sample results of all ranks (each rank has per_rank of them), concatenate in
+      rank order and keep the first `loader.num_samples`: that is the data set in order.
+
+Exact resume: `loader.set_epoch(epoch, start_batch=k)` makes the next iteration yield batches
+k, k+1, ... of that epoch, the same samples with the same augmentations as without the break,
+because the order comes from (seed, epoch) and each sample's augmentations from (seed, epoch,
+index). `len(loader)` is always the batches of a whole epoch. Call `set_epoch` every epoch;
+without it every iteration repeats the same epoch.
+"""
+import logging
+import math
+
+import numpy as np
+import paddle
+
+from ..errors import DataError
+from .rng import shuffle_rng
+
+logger = logging.getLogger("paddle_vit")
+
+
+class ResumableBatchSampler(paddle.io.Sampler):
+    """Batches of dataset indices for one rank, keyed by (seed, epoch), resumable at any batch."""
+
+    def __init__(self, num_samples, batch_size, *, shuffle=False, drop_last=False, seed=0,
+                 num_replicas=1, rank=0):
+        super().__init__()
+        if num_samples <= 0:
+            raise DataError("cannot load batches from an empty data set")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
+        self.num_samples, self.batch_size = int(num_samples), int(batch_size)
+        self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), int(seed)
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.per_rank = math.ceil(self.num_samples / self.num_replicas)
+        self.total_size = self.per_rank * self.num_replicas
+        self.epoch, self.start_batch = 0, 0
+        if len(self) == 0:
+            logger.warning("%d samples per rank make no batch of %d with drop_last: the epoch is empty",
+                           self.per_rank, self.batch_size)
+
+    def set_epoch(self, epoch, start_batch=0):
+        if not 0 <= start_batch <= len(self):
+            raise ValueError(f"start_batch must be in [0, {len(self)}], got {start_batch}")
+        self.epoch, self.start_batch = int(epoch), int(start_batch)
+
+    def global_order(self, epoch=None):
+        """Dataset indices of the padded epoch order, total_size of them (all ranks)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.shuffle:
+            order = shuffle_rng(self.seed, epoch).permutation(self.num_samples)
+        else:
+            order = np.arange(self.num_samples)
+        return np.resize(order, self.total_size)  # np.resize repeats the array: wrap-around padding
+
+    def local_positions(self):
+        """Positions in the padded global order that this rank reads, in reading order."""
+        return np.arange(self.rank * self.per_rank, (self.rank + 1) * self.per_rank)
+
+    def local_indices(self, epoch=None):
+        """Dataset indices this rank reads in `epoch`, in reading order (padding included)."""
+        return self.global_order(epoch)[self.local_positions()]
+
+    def padding_mask(self):
+        """True for each sample this rank reads that is a padding duplicate."""
+        return self.local_positions() >= self.num_samples
+
+    def __len__(self):
+        if self.drop_last:
+            return self.per_rank // self.batch_size
+        return math.ceil(self.per_rank / self.batch_size)
+
+    def __iter__(self):
+        start, self.start_batch = self.start_batch, 0  # a resume applies to one iteration only
+        indices = self.local_indices()
+        for batch in range(start, len(self)):
+            yield indices[batch * self.batch_size:(batch + 1) * self.batch_size].tolist()
+
+
+class ResumableDataLoader:
+    """Iterates `(images float32 [B, 3, H, W], labels int64 [B])` paddle tensors.
+
+    Attributes: `dataset`, `batch_sampler`, `batch_size`, `num_samples` (the true sample count,
+    padding excluded), `epoch`. See the module docstring for the order, padding and resume.
+    """
+
+    def __init__(self, dataset, batch_sampler, num_workers=0):
+        self.dataset, self.batch_sampler = dataset, batch_sampler
+        self.num_workers = int(num_workers)
+        # workers are started per iteration (never persistent), so each sees the epoch set last
+        self._loader = paddle.io.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=self.num_workers,
+                                            return_list=True, persistent_workers=False)
+
+    @property
+    def batch_size(self):
+        return self.batch_sampler.batch_size
+
+    @property
+    def num_samples(self):
+        return self.batch_sampler.num_samples
+
+    @property
+    def epoch(self):
+        return self.batch_sampler.epoch
+
+    def set_epoch(self, epoch, start_batch=0):
+        """Select `epoch`; the next iteration starts at batch `start_batch` of it."""
+        self.batch_sampler.set_epoch(epoch, start_batch)
+
+    def padding_mask(self):
+        """Bool per sample this rank reads (reading order): True = padding duplicate, drop it."""
+        return self.batch_sampler.padding_mask()
+
+    def __len__(self):
+        return len(self.batch_sampler)
+
+    def _raise_worker_error(self):
+        take = getattr(self.dataset, "take_worker_error", None)
+        error = take() if take is not None else None
+        if error is not None:
+            raise error
+
+    def __iter__(self):
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(self.batch_sampler.epoch)
+        if hasattr(self.dataset, "take_worker_error"):
+            self.dataset.take_worker_error()  # forget what an abandoned iteration left behind
+        try:
+            for images, labels in self._loader:
+                # a worker's error arrives through shared memory (see AugmentedDataset)
+                self._raise_worker_error()
+                yield images, labels
+        except DataError:
+            raise
+        except Exception:
+            self._raise_worker_error()
+            raise
+        self._raise_worker_error()
+
+
+def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, seed=0, distributed=None):
+    """A `ResumableDataLoader` over `dataset`.
+
+    distributed: None shards when Paddle's world size is > 1; True shards over the world
+    (also of size 1); False never shards. `seed` keys the shuffle order with the epoch.
+    """
+    world_size, rank = 1, 0
+    if distributed is None or distributed:
+        world_size = paddle.distributed.get_world_size()
+        if distributed or world_size > 1:
+            rank = paddle.distributed.get_rank()
+        else:
+            world_size = 1
+    sampler = ResumableBatchSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                                    num_replicas=world_size, rank=rank)
+    return ResumableDataLoader(dataset, sampler, num_workers=num_workers)
