@@ -14,6 +14,9 @@ def atomic_write(path, write):
     os.makedirs(folder, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     os.close(descriptor)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a weights file is not
     try:
         write(temporary)
         with open(temporary, "rb+") as stream:
