@@ -254,5 +254,5 @@ def test_no_weight_decay_parameters_are_biases_norms_and_embeddings():
 
 
 def test_public_api_is_exported():
-    for name in ("create_model", "list_models", "ViT", "ViTConfig"):
+    for name in ("create_model", "list_models", "load_pretrained", "ViT", "ViTConfig"):
         assert hasattr(paddle_vit, name), name

@@ -1,0 +1,1 @@
+"""Training and evaluation: the loop, the optimizer and schedule, checkpoints, logging."""

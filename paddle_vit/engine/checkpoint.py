@@ -1,0 +1,104 @@
+"""Training checkpoints: everything needed to continue a run exactly, written atomically.
+
+Layout under `<output_dir>/checkpoints/`:
+- `last.pdckpt`: the newest resumable state (model, optimizer, schedule, loss scaler, EMA,
+  epoch, batch within the epoch, global step, best top-1, config, class names);
+- `epoch_NNNN.pdckpt`: kept every `train.save_interval` epochs, the newest `train.keep_last`;
+- `best.pdparams` / `last.pdparams` (+ `*_ema.pdparams`): model weights alone, for
+  `tools/eval.py --weights` and `paddle_vit.load_pretrained`.
+"""
+import glob
+import logging
+import os
+
+import paddle
+
+from ..errors import WeightsError
+from ..fileio import atomic_write
+
+logger = logging.getLogger("paddle_vit")
+CHECKPOINT_FORMAT = "paddle_vit.checkpoint/1"
+
+
+def save_object(obj, path):
+    """paddle.save `obj` to `path` atomically."""
+    atomic_write(path, lambda temporary: paddle.save(obj, temporary))
+
+
+def save_checkpoint(state, path):
+    state = dict(state, format=CHECKPOINT_FORMAT)
+    save_object(state, path)
+
+
+def load_checkpoint(path):
+    """Read a `.pdckpt`; a missing, truncated or foreign file is a WeightsError naming it."""
+    if not os.path.isfile(path):
+        raise WeightsError(f"checkpoint {path} does not exist")
+    try:
+        state = paddle.load(path)
+    except Exception as error:  # paddle/pickle raise many kinds for a damaged file
+        raise WeightsError(f"checkpoint {path} cannot be read (truncated or corrupt?): "
+                           f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise WeightsError(f"{path} is not a paddle_vit training checkpoint (.pdckpt written by tools/train.py)")
+    return state
+
+
+def find_latest_checkpoint(folder):
+    """The readable `.pdckpt` in `folder` with the highest global step, or None. Unreadable ones
+    (e.g. cut short by a crash) are skipped with a warning."""
+    best_path, best_step = None, -1
+    for path in sorted(glob.glob(os.path.join(folder, "*.pdckpt"))):
+        try:
+            step = load_checkpoint(path)["global_step"]
+        except WeightsError as error:
+            logger.warning("skipping %s", error)
+            continue
+        if step > best_step:
+            best_path, best_step = path, step
+    return best_path
+
+
+def prune_checkpoints(folder, keep_last):
+    """Keep only the newest `keep_last` `epoch_NNNN.pdckpt` files."""
+    periodic = sorted(glob.glob(os.path.join(folder, "epoch_*.pdckpt")))
+    for path in periodic[:-keep_last]:
+        os.remove(path)
+
+
+def _rename_optimizer_state(state, renames):
+    """Rename the per-parameter entries of a Paddle optimizer state dict.
+
+    Paddle keys accumulators as `<Tensor.name>_<accumulator>_<n>` (and master weights by
+    `Tensor.name`), and `Tensor.name`s are counters (`linear_12.w_0`) that differ between
+    processes and model instances. `renames` maps old to new parameter names.
+    """
+    ordered = sorted(renames, key=len, reverse=True)  # longest first: linear_11.w_0 before linear_1.w_0
+
+    def rename(key):
+        for old in ordered:
+            if key == old or key.startswith(old + "_"):
+                return renames[old] + key[len(old):]
+        return key
+
+    portable = {}
+    for key, value in state.items():
+        if key == "master_weights" and isinstance(value, dict):
+            portable[key] = {rename(name): weight for name, weight in value.items()}
+        elif key == "LR_Scheduler":
+            portable[key] = value
+        else:
+            portable[rename(key)] = value
+    return portable
+
+
+def portable_optimizer_state(optimizer, model):
+    """The optimizer state with parameters named by their place in `model` (`encoder.layers.0...`)."""
+    renames = {parameter.name: f"@{name}" for name, parameter in model.named_parameters()}
+    return _rename_optimizer_state(optimizer.state_dict(), renames)
+
+
+def restore_optimizer_state(optimizer, model, portable):
+    """Load a `portable_optimizer_state` into `optimizer` of (a new instance of) `model`."""
+    renames = {f"@{name}": parameter.name for name, parameter in model.named_parameters()}
+    optimizer.set_state_dict(_rename_optimizer_state(portable, renames))

@@ -1,0 +1,51 @@
+"""Device choice and the distributed environment."""
+import logging
+
+import paddle
+import paddle.distributed as dist
+
+from ..errors import ConfigError
+
+logger = logging.getLogger("paddle_vit")
+
+
+def gpu_available():
+    """True when this Paddle build has CUDA and at least one GPU is visible."""
+    return paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def select_device(name="auto"):
+    """Set Paddle's device for "auto", "gpu" or "cpu" and return the place string ("gpu:0", "cpu")."""
+    if name == "gpu" and not gpu_available():
+        why = ("this Paddle build has no CUDA (install paddlepaddle-gpu)" if not paddle.device.is_compiled_with_cuda()
+               else "no GPU is visible (check CUDA_VISIBLE_DEVICES and the driver)")
+        raise ConfigError(f"train.device is 'gpu' but {why}; use -o train.device=cpu or auto")
+    if name == "cpu" or (name == "auto" and not gpu_available()):
+        place = "cpu"
+    else:
+        place = f"gpu:{dist.ParallelEnv().device_id}"
+    paddle.set_device(place)
+    return place
+
+
+def world_size():
+    return dist.get_world_size()
+
+
+def rank():
+    return dist.get_rank()
+
+
+def is_main_process():
+    """Only rank 0 logs and writes files."""
+    return dist.get_rank() == 0
+
+
+def init_distributed():
+    """Start data parallelism when launched by `python -m paddle.distributed.launch` with more
+    than one process; returns True if it did."""
+    if dist.get_world_size() > 1:
+        if not dist.is_initialized():
+            dist.init_parallel_env()
+        return True
+    return False

@@ -1,0 +1,148 @@
+"""Evaluation: top-1, top-5, loss, per-class accuracy and the confusion matrix.
+
+With several processes each rank evaluates its shard; the logits and labels are gathered in
+rank order and the padding the sampler added (so that every rank gets as many batches) is
+trimmed before anything is counted.
+"""
+import numpy as np
+import paddle
+import paddle.distributed as dist
+import paddle.nn.functional as F
+
+
+@paddle.no_grad()
+def predict_logits(model, loader, autocast=None):
+    """Run `model` over `loader`; returns (logits [M, K] float32, labels [M]) of this rank."""
+    model.eval()
+    all_logits, all_labels = [], []
+    for images, labels in loader:
+        if autocast is not None:
+            with autocast():
+                logits = model(images)
+        else:
+            logits = model(images)
+        all_logits.append(logits.astype("float32"))
+        all_labels.append(labels.reshape([-1]).astype("int64"))
+    return paddle.concat(all_logits), paddle.concat(all_labels)
+
+
+def gather_across_ranks(tensor):
+    """Concatenate a same-shaped tensor from every rank, in rank order."""
+    if dist.get_world_size() <= 1:
+        return tensor
+    parts = []
+    dist.all_gather(parts, tensor)
+    return paddle.concat(parts)
+
+
+def unpad(array, num_samples, world_size, per_rank):
+    """Undo the distributed sampler's padding.
+
+    The sampler pads the index list to `world_size * per_rank` by repeating its head and gives
+    rank r the contiguous slice [r * per_rank, (r + 1) * per_rank); gathered in rank order the
+    rows are therefore the padded list itself, and its first `num_samples` rows are the data set.
+    """
+    assert len(array) == world_size * per_rank, (len(array), world_size, per_rank)
+    return array[:num_samples]
+
+
+def classification_metrics(logits, labels, num_classes):
+    """Top-1, top-5, mean cross-entropy, per-class accuracy and confusion matrix from numpy arrays."""
+    logits = np.asarray(logits, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
+    ranking = np.argsort(-logits, axis=1, kind="stable")
+    top1 = float((ranking[:, 0] == labels).mean())
+    top5 = float((ranking[:, :min(5, logits.shape[1])] == labels[:, None]).any(axis=1).mean())
+    confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(confusion, (labels, ranking[:, 0]), 1)
+    per_class_total = confusion.sum(axis=1)
+    per_class = np.where(per_class_total > 0, np.diag(confusion) / np.maximum(per_class_total, 1), np.nan)
+    return {"top1": top1, "top5": top5, "loss": loss, "num_samples": int(len(labels)),
+            "per_class_accuracy": per_class.tolist(), "confusion_matrix": confusion.tolist()}
+
+
+def evaluate(model, loader, num_classes, autocast=None):
+    """Metrics of `model` on the whole data set behind `loader` (every rank gets the same dict)."""
+    logits, labels = predict_logits(model, loader, autocast)
+    logits, labels = gather_across_ranks(logits), gather_across_ranks(labels)
+    logits, labels = logits.numpy(), labels.numpy()
+    world = dist.get_world_size()
+    if world > 1:
+        logits = unpad(logits, loader.num_samples, world, len(logits) // world)
+        labels = unpad(labels, loader.num_samples, world, len(labels) // world)
+    return classification_metrics(logits, labels, num_classes)
+
+
+def save_confusion_matrix_png(confusion, class_names, path):
+    """Draw the confusion matrix (rows: true class, columns: predicted) with matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    confusion = np.asarray(confusion)
+    size = max(4.0, 0.45 * len(class_names) + 2)
+    figure, axes = plt.subplots(figsize=(size, size))
+    image = axes.imshow(confusion, cmap="Blues")
+    axes.set_xticks(range(len(class_names)), class_names, rotation=90)
+    axes.set_yticks(range(len(class_names)), class_names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    if len(class_names) <= 20:
+        for (row, column), count in np.ndenumerate(confusion):
+            axes.text(column, row, str(count), ha="center", va="center", fontsize=7,
+                      color="white" if count > confusion.max() / 2 else "black")
+    figure.colorbar(image, ax=axes, fraction=0.046)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def load_weights_for_eval(model, path, use_ema=False):
+    """Load `path` into `model`: a training checkpoint (.pdckpt, its EMA weights with `use_ema`)
+    or any weights file `load_pretrained` reads. The class count must match: evaluation never
+    re-initialises a head."""
+    from ..errors import WeightsError
+    from ..weights import load_pretrained
+    from .checkpoint import load_checkpoint
+
+    source = path
+    if path.endswith(".pdckpt"):
+        state = load_checkpoint(path)
+        key = "ema" if use_ema else "model"
+        if state.get(key) is None:
+            raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
+        source = {name: value.numpy() if hasattr(value, "numpy") else value for name, value in state[key].items()}
+    elif use_ema:
+        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
+                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+    report = load_pretrained(model, source, strict=True)
+    if report.reinitialized:
+        raise WeightsError(f"{path} does not fit the model for evaluation: {', '.join(report.reinitialized)} "
+                           f"had to be re-initialised (another class count?); evaluate with the config it was "
+                           f"trained with")
+    return report
+
+
+def run_evaluation(config, weights, use_ema=False, confusion_png=None):
+    """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
+    (plus `class_names`)."""
+    from ..data import build_dataloader, build_datasets
+    from .builder import build_model, resolve_model_config
+    from .device import init_distributed, select_device
+
+    select_device(config.train.device)
+    init_distributed()
+    image_size = resolve_model_config(config, num_classes=2).image_size
+    _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
+    loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
+                              num_workers=config.data.num_workers, seed=config.train.seed)
+    model = build_model(config, len(class_names), load_weights=False)
+    load_weights_for_eval(model, weights, use_ema)
+    metrics = evaluate(model, loader, len(class_names))
+    metrics["class_names"] = list(class_names)
+    if confusion_png and dist.get_rank() == 0:
+        save_confusion_matrix_png(metrics["confusion_matrix"], class_names, confusion_png)
+    return metrics

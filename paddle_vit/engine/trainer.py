@@ -1,0 +1,336 @@
+"""The training loop: data, model, AdamW, schedule, AMP, EMA, checkpoints, logs, resume."""
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import signal
+import time
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from ..data import MixupCutmix, build_dataloader, build_datasets, one_hot_smoothed
+from ..errors import ConfigError
+from . import checkpoint as ckpt
+from .builder import build_model, resolve_model_config
+from .device import init_distributed, is_main_process, select_device
+from .ema import ModelEma
+from .evaluator import evaluate
+from .logging_utils import Progress, ScalarWriter, append_metrics, format_duration
+from .optim import build_optimizer, build_schedule
+
+logger = logging.getLogger("paddle_vit")
+
+
+def step_seed(seed, epoch, batch):
+    """A seed for one training step, the same however the run was interrupted and resumed."""
+    return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0] % (2 ** 31))
+
+
+def soft_cross_entropy(logits, targets):
+    """Cross-entropy against soft targets [B, K] (mixup, cutmix, label smoothing)."""
+    return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+
+
+def amp_dtype_for(amp, place):
+    """Paddle's dtype name for `amp` ("bf16"/"fp16"), or None for float32. Paddle's autocast
+    only acts on GPU/XPU: elsewhere, or on a GPU without that dtype, train in float32 and say so."""
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(amp)
+    if dtype is None:
+        return None
+    supported = paddle.amp.is_bfloat16_supported() if amp == "bf16" else paddle.amp.is_float16_supported()
+    if not place.startswith("gpu") or not supported:
+        logger.warning("train.amp=%s has no effect on %s (Paddle's AMP needs a GPU with %s): training in float32",
+                       amp, place, dtype)
+        return None
+    return dtype
+
+
+class Trainer:
+    """Everything a run needs, built from one `Config`.
+
+    `fit()` trains from where the run stands (a fresh start, or the checkpoint named by
+    `train.resume`), evaluates every `eval.interval` epochs, writes checkpoints, VisualDL
+    scalars and metrics.jsonl (rank 0 only), and returns a summary dict.
+    """
+
+    def __init__(self, config, progress_bar=False):
+        self.config = config
+        self.progress_bar = progress_bar
+        train = config.train
+        self.place = select_device(train.device)
+        self.distributed = init_distributed()
+        self.main = is_main_process()
+        if train.deterministic and self.place.startswith("gpu"):
+            paddle.set_flags({"FLAGS_cudnn_deterministic": True})
+        paddle.seed(train.seed)
+        np.random.seed(train.seed)
+
+        image_size = resolve_model_config(config, num_classes=2).image_size
+        self.train_set, self.val_set, self.class_names = build_datasets(config.data, image_size, seed=train.seed)
+        self.num_classes = len(self.class_names)
+        if config.model.num_classes is not None and config.model.num_classes != self.num_classes:
+            raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {config.data.dataset} "
+                              f"has {self.num_classes} classes; set model.num_classes: null to follow the data")
+        self.train_loader = build_dataloader(self.train_set, train.batch_size, shuffle=True, drop_last=True,
+                                             num_workers=config.data.num_workers, seed=train.seed)
+        self.val_loader = build_dataloader(self.val_set, config.eval.batch_size, shuffle=False, drop_last=False,
+                                           num_workers=config.data.num_workers, seed=train.seed)
+        if len(self.train_loader) == 0:
+            raise ConfigError(f"train.batch_size {train.batch_size} is larger than the training set "
+                              f"({len(self.train_set)} images): lower it")
+
+        self.vit = build_model(config, self.num_classes)
+        self.updates_per_epoch = math.ceil(len(self.train_loader) / train.accumulate_steps)
+        self.schedule = build_schedule(config.optimizer, config.schedule, self.updates_per_epoch, train.epochs)
+        self.optimizer = build_optimizer(self.vit, config.optimizer, self.schedule)
+        self.amp_dtype = amp_dtype_for(train.amp, self.place)
+        if self.amp_dtype and train.amp_level == "O2":
+            self.vit, self.optimizer = paddle.amp.decorate(models=self.vit, optimizers=self.optimizer, level="O2",
+                                                           dtype=self.amp_dtype, master_weight=True)
+        self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if self.amp_dtype == "float16" else None
+        self.ema = ModelEma(self.vit, train.ema_decay) if train.ema else None
+        self.model = paddle.DataParallel(self.vit) if self.distributed else self.vit
+        if train.to_static:
+            self.model = paddle.jit.to_static(self.model, full_graph=True)
+        data = config.data
+        self.mix = None
+        if data.mixup_alpha > 0 or data.cutmix_alpha > 0:
+            self.mix = MixupCutmix(data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.switch_prob,
+                                   train.label_smoothing, self.num_classes)
+
+        self.output_dir = config.output_dir
+        self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
+        self.epoch, self.batch_in_epoch, self.global_step, self.best_top1 = 0, 0, 0, -1.0
+        self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0  # this epoch's so far, kept across a resume
+        self.stop_requested = False
+        if train.resume:
+            self._resume(train.resume)
+        if self.main:
+            os.makedirs(self.checkpoint_dir, exist_ok=True)
+            config.save(os.path.join(self.output_dir, "config.yaml"))
+
+    # ---- state ----------------------------------------------------------------------------
+    def state(self):
+        return {
+            "model": self.vit.state_dict(),
+            "optimizer": ckpt.portable_optimizer_state(self.optimizer, self.vit),
+            "scheduler": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "ema": self.ema.state_dict() if self.ema else None,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "global_step": self.global_step,
+            "best_top1": self.best_top1,
+            "epoch_loss_sum": self.epoch_loss_sum,
+            "epoch_loss_count": self.epoch_loss_count,
+            "config": self.config.to_dict(),
+            "model_config": dataclasses.asdict(self.vit.config),
+            "class_names": self.class_names,
+        }
+
+    def _resume(self, resume):
+        path = resume
+        if resume == "auto":
+            path = ckpt.find_latest_checkpoint(self.checkpoint_dir)
+            if path is None:
+                logger.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.checkpoint_dir)
+                return
+        state = ckpt.load_checkpoint(path)
+        if state["model_config"] != dataclasses.asdict(self.vit.config):
+            raise ConfigError(f"checkpoint {path} was written for another model "
+                              f"({state['model_config']['embed_dim']}-wide, depth {state['model_config']['depth']}, "
+                              f"{state['model_config']['num_classes']} classes) than the config builds")
+        self.vit.set_state_dict(state["model"])
+        ckpt.restore_optimizer_state(self.optimizer, self.vit, state["optimizer"])
+        self.schedule.set_state_dict(state["scheduler"])
+        if self.scaler and state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        if self.ema and state["ema"]:
+            self.ema.set_state_dict(state["ema"])
+        self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]
+        self.global_step, self.best_top1 = state["global_step"], state["best_top1"]
+        self.epoch_loss_sum, self.epoch_loss_count = state["epoch_loss_sum"], state["epoch_loss_count"]
+        logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
+                    self.global_step)
+
+    def save(self, name):
+        if self.main:
+            ckpt.save_checkpoint(self.state(), os.path.join(self.checkpoint_dir, name))
+
+    def save_weights(self, name):
+        if self.main:
+            ckpt.save_object(self.vit.state_dict(), os.path.join(self.checkpoint_dir, f"{name}.pdparams"))
+            if self.ema:
+                ckpt.save_object(self.ema.state_dict(), os.path.join(self.checkpoint_dir, f"{name}_ema.pdparams"))
+
+    # ---- the loop -------------------------------------------------------------------------
+    def autocast(self):
+        if not self.amp_dtype:
+            return contextlib.nullcontext()
+        return paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level=self.config.train.amp_level)
+
+    def loss(self, logits, targets):
+        logits = logits.astype("float32")
+        if targets.ndim == 2:
+            return soft_cross_entropy(logits, targets)
+        return F.cross_entropy(logits, targets)
+
+    def targets(self, images, labels, epoch, batch):
+        """Mix the batch and/or smooth its labels as the recipe says."""
+        if self.mix is not None:
+            rng = np.random.default_rng([self.config.train.seed, epoch, batch, 1])
+            return self.mix(images, labels, rng)
+        if self.config.train.label_smoothing > 0:
+            return images, one_hot_smoothed(labels, self.num_classes, self.config.train.label_smoothing)
+        return images, labels
+
+    def optimizer_step(self):
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.clear_grad()
+        self.schedule.step()
+        if self.ema:
+            self.ema.update(self.vit)
+        self.global_step += 1
+
+    def _request_stop(self, signum, frame):
+        if self.stop_requested:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        logger.warning("received %s: finishing the step, then saving a checkpoint",
+                       signal.Signals(signum).name)
+        self.stop_requested = True
+
+    def fit(self):
+        train = self.config.train
+        total_batches = len(self.train_loader)
+        writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=self.main and train.vdl)
+        progress = Progress(total_batches * train.epochs, self.epoch * total_batches + self.batch_in_epoch,
+                            train.log_interval, bar=self.progress_bar and self.main)
+        previous_handlers = self._install_signal_handlers()
+        start = time.time()
+        metrics = {}
+        try:
+            while self.epoch < train.epochs:
+                if not self._train_one_epoch(progress, writer):
+                    return self._summary(start, interrupted=True, metrics=metrics)
+                metrics = self._end_epoch(writer)
+        finally:
+            progress.close()
+            writer.close()
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+        return self._summary(start, interrupted=False, metrics=metrics)
+
+    def _install_signal_handlers(self):
+        previous = {}
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, self._request_stop)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+        return previous
+
+    def _train_one_epoch(self, progress, writer):
+        """Train the rest of the current epoch; False when stopped by a signal."""
+        train = self.config.train
+        epoch, total_batches = self.epoch, len(self.train_loader)
+        self.model.train()
+        self.train_loader.set_epoch(epoch, start_batch=self.batch_in_epoch)
+        running_loss, running_count = paddle.zeros([], dtype="float64"), 0
+        self.epoch_images, self.epoch_start = 0, time.time()
+        interval_start, interval_images = time.time(), 0
+        for images, labels in self.train_loader:
+            batch = self.batch_in_epoch
+            if train.deterministic:
+                paddle.seed(step_seed(train.seed, epoch, batch))
+            images, targets = self.targets(images, labels, epoch, batch)
+            with self.autocast():
+                logits = self.model(images)
+            loss = self.loss(logits, targets)
+            scaled = loss / train.accumulate_steps
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            self.batch_in_epoch += 1
+            at_update = self.batch_in_epoch % train.accumulate_steps == 0 or self.batch_in_epoch == total_batches
+            if at_update:
+                self.optimizer_step()
+            running_loss += loss.detach().astype("float64")  # summed on the device: no host sync per step
+            running_count += 1
+            interval_images += images.shape[0]
+            self.epoch_images += images.shape[0]
+            if running_count == train.log_interval or self.batch_in_epoch == total_batches:
+                if self.distributed:  # the mean over every rank's batches
+                    paddle.distributed.all_reduce(running_loss)
+                    running_loss = running_loss / paddle.distributed.get_world_size()
+                loss_sum = float(running_loss)  # the one host sync, at log time
+                mean_loss = loss_sum / running_count
+                self.epoch_loss_sum += loss_sum
+                self.epoch_loss_count += running_count
+                images_per_sec = interval_images / max(time.time() - interval_start, 1e-9)
+                lr = self.optimizer.get_lr()
+                progress.update(running_count, epoch, train.epochs, self.batch_in_epoch, total_batches, mean_loss,
+                                lr, images_per_sec)
+                writer.add("train/loss", mean_loss, self.global_step)
+                writer.add("train/lr", lr, self.global_step)
+                writer.add("train/images_per_sec", images_per_sec, self.global_step)
+                running_loss, running_count = paddle.zeros([], dtype="float64"), 0
+                interval_start, interval_images = time.time(), 0
+            if self.stop_requested and at_update:
+                self.epoch_loss_sum += float(running_loss)  # steps not yet logged still count
+                self.epoch_loss_count += running_count
+                self.save("last.pdckpt")
+                logger.warning("stopped at epoch %d, batch %d/%d; resume with -o train.resume=auto "
+                               "(same output_dir)", epoch + 1, self.batch_in_epoch, total_batches)
+                return False
+        return True
+
+    def _end_epoch(self, writer):
+        train, epoch = self.config.train, self.epoch
+        seconds = time.time() - self.epoch_start
+        record = {
+            "epoch": epoch + 1,
+            "step": self.global_step,
+            "train_loss": self.epoch_loss_sum / max(self.epoch_loss_count, 1),
+            "lr": self.optimizer.get_lr(),
+            "images_per_sec": self.epoch_images / max(seconds, 1e-9),
+            "epoch_seconds": seconds,
+        }
+        self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
+        last_epoch = epoch + 1 == train.epochs
+        if (epoch + 1) % self.config.eval.interval == 0 or last_epoch:
+            result = evaluate(self.model, self.val_loader, self.num_classes, self.autocast)
+            record.update(val_top1=result["top1"], val_top5=result["top5"], val_loss=result["loss"])
+            if self.ema:
+                original = self.ema.apply_to(self.vit)
+                ema_result = evaluate(self.model, self.val_loader, self.num_classes, self.autocast)
+                self.vit.set_state_dict(original)
+                record.update(val_ema_top1=ema_result["top1"], val_ema_top5=ema_result["top5"])
+            for key in ("top1", "top5", "loss"):
+                writer.add(f"val/{key}", result[key], self.global_step)
+            if result["top1"] > self.best_top1:
+                self.best_top1 = result["top1"]
+                self.save_weights("best")
+        self.epoch, self.batch_in_epoch = epoch + 1, 0
+        record["best_top1"] = self.best_top1
+        self.save("last.pdckpt")
+        self.save_weights("last")
+        if train.save_interval and (epoch + 1) % train.save_interval == 0:
+            self.save(f"epoch_{epoch + 1:04d}.pdckpt")
+            if self.main:
+                ckpt.prune_checkpoints(self.checkpoint_dir, train.keep_last)
+        if self.main:
+            append_metrics(os.path.join(self.output_dir, "metrics.jsonl"), record)
+            described = " ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
+                                 for key, value in record.items())
+            logger.info("%s (%s)", described, format_duration(seconds))
+        return record
+
+    def _summary(self, start, interrupted, metrics):
+        return {"output_dir": self.output_dir, "epochs_done": self.epoch, "global_step": self.global_step,
+                "best_top1": self.best_top1, "interrupted": interrupted, "seconds": time.time() - start,
+                "last_epoch": metrics}

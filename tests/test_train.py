@@ -1,0 +1,308 @@
+"""Training and evaluation end to end on small data: loss falls, logs, checkpoints, exact resume,
+fine-tuning at a new resolution, eval output, device and AMP handling."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_vit import ConfigError
+from paddle_vit.config import load_config
+from paddle_vit.engine import trainer as trainer_module
+from paddle_vit.engine.checkpoint import find_latest_checkpoint, load_checkpoint
+from paddle_vit.engine.trainer import Trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(REPO, "tools")
+
+
+def small_config(output_dir, **sections):
+    """A seconds-long recipe: the walkthrough model at 14x14 (2x2 patches) on the synthetic set."""
+    data = {
+        "model": {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2,
+                  "num_classes": None, "dropout": 0.1, "drop_path": 0.1},
+        "data": {"dataset": "synthetic", "synthetic_train_size": 96, "synthetic_val_size": 40,
+                 "synthetic_classes": 4, "train_crop": "pad_crop", "crop_padding": 1, "hflip": 0.5},
+        "optimizer": {"lr": 0.003},
+        "schedule": {"warmup_epochs": 0.5},
+        "train": {"epochs": 2, "batch_size": 16, "output_dir": str(output_dir), "log_interval": 2, "device": "cpu"},
+        "eval": {"batch_size": 16},
+    }
+    for section, values in sections.items():
+        data[section].update(values)
+    return load_config(data=data)
+
+
+def read_metrics(output_dir):
+    with open(os.path.join(output_dir, "metrics.jsonl")) as stream:
+        return [json.loads(line) for line in stream]
+
+
+def final_weights(output_dir):
+    state = load_checkpoint(os.path.join(output_dir, "checkpoints", "last.pdckpt"))
+    return {name: value.numpy() for name, value in state["model"].items()}
+
+
+def test_two_epochs_loss_falls_and_everything_is_written(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 4})
+    summary = Trainer(config).fit()
+    records = read_metrics(tmp_path / "run")
+    assert [r["epoch"] for r in records] == [1, 2, 3, 4]
+    for key in ("epoch", "train_loss", "lr", "val_top1", "val_top5", "val_loss", "images_per_sec"):
+        assert key in records[-1], key
+    assert records[-1]["train_loss"] < records[0]["train_loss"]
+    assert 0.0 <= records[-1]["val_top1"] <= 1.0 and records[-1]["val_top1"] > 0.5  # 4 classes: chance is 0.25
+    assert summary["best_top1"] == max(r["val_top1"] for r in records)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for name in ("last.pdckpt", "last.pdparams", "best.pdparams"):
+        assert (checkpoints / name).is_file(), name
+    assert (tmp_path / "run" / "config.yaml").is_file()
+    resolved = load_config(str(tmp_path / "run" / "config.yaml"))
+    assert resolved.train.epochs == 4 and resolved.model.embed_dim == 16
+
+
+def test_visualdl_log_holds_the_scalars(tmp_path):
+    from visualdl import LogReader
+    Trainer(small_config(tmp_path / "run", train={"epochs": 1})).fit()
+    vdl_dir = tmp_path / "run" / "vdl"
+    files = [name for name in os.listdir(vdl_dir) if name.startswith("vdlrecords")]
+    assert files
+    reader = LogReader(file_path=str(vdl_dir / files[0]))
+    tags = set(reader.get_tags()["scalar"])
+    for tag in ("train/loss", "train/lr", "train/images_per_sec", "val/top1", "val/top5", "val/loss"):
+        assert tag in tags, tag
+    losses = [record.value for record in reader.get_data("scalar", "train/loss")]
+    assert len(losses) == 3 and all(np.isfinite(losses))  # 6 steps, logged every 2
+
+
+def test_learning_rate_warms_up_then_decays_per_step(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 4}, schedule={"warmup_epochs": 1.0, "min_lr": 0.0})
+    trainer = Trainer(config)
+    lrs = []
+    for _ in range(4 * trainer.updates_per_epoch):
+        lrs.append(trainer.schedule.get_lr())
+        trainer.schedule.step()
+    warmup = trainer.updates_per_epoch
+    assert lrs[0] == pytest.approx(config.schedule.warmup_start_lr)
+    assert lrs[warmup] == pytest.approx(0.003)  # the peak right after warm-up
+    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup + 1]))
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))
+    middle = warmup + (len(lrs) - warmup) // 2  # cosine: half the peak halfway through the decay
+    assert lrs[middle] == pytest.approx(0.0015, rel=0.05)
+
+
+def test_weight_decay_skips_biases_norms_and_embeddings(tmp_path):
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1}))
+    decide = trainer.optimizer._apply_decay_param_fun
+    by_name = dict(trainer.vit.named_parameters())
+    assert decide(by_name["encoder.layers.0.attn.qkv.weight"].name)
+    assert decide(by_name["head.weight"].name)
+    for name in ("encoder.layers.0.attn.qkv.bias", "encoder.layers.0.norm1.weight", "patch_embed.class_token",
+                 "patch_embed.position_embedding", "head.bias"):
+        assert not decide(by_name[name].name), name
+
+
+def test_gradient_clipping_is_global_norm(tmp_path):
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1}))
+    assert isinstance(trainer.optimizer._grad_clip, paddle.nn.ClipGradByGlobalNorm)
+
+
+def stop_after(trainer, updates):
+    """Make `trainer` behave as if Ctrl-C arrived during update number `updates`."""
+    original = trainer.optimizer_step
+
+    def step():
+        original()
+        if trainer.global_step == updates:
+            trainer.stop_requested = True
+    trainer.optimizer_step = step
+
+
+@pytest.mark.parametrize("augment", [
+    {},
+    {"data": {"randaugment_num_ops": 2, "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "random_erasing": 0.25},
+     "train": {"label_smoothing": 0.1, "ema": True, "ema_decay": 0.9, "accumulate_steps": 2}},
+])
+def test_resume_mid_epoch_equals_uninterrupted_run(tmp_path, augment):
+    def config(name, **train):
+        sections = {key: dict(value) for key, value in augment.items()}
+        sections.setdefault("train", {}).update(train)
+        return small_config(tmp_path / name, **sections)
+
+    Trainer(config("straight")).fit()
+    first = Trainer(config("broken"))
+    stop_after(first, 4)  # epoch 1 has 6 batches: stop inside it
+    assert first.fit()["interrupted"]
+    state = load_checkpoint(str(tmp_path / "broken" / "checkpoints" / "last.pdckpt"))
+    assert 0 < state["batch_in_epoch"] < 6  # stopped inside an epoch
+    resumed = Trainer(config("broken", resume="auto"))
+    assert resumed.global_step == 4
+    resumed.fit()
+    straight, broken = final_weights(tmp_path / "straight"), final_weights(tmp_path / "broken")
+    for name in straight:
+        np.testing.assert_allclose(broken[name], straight[name], atol=1e-6, err_msg=name)
+    for a, b in zip(read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "broken")):
+        for key in ("train_loss", "val_top1", "val_loss", "lr"):
+            assert a[key] == pytest.approx(b[key], abs=1e-6), key
+
+
+def test_resume_auto_skips_a_checkpoint_cut_short(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 2, "save_interval": 1, "keep_last": 5})
+    Trainer(config).fit()
+    folder = tmp_path / "run" / "checkpoints"
+    last = folder / "last.pdckpt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a crash mid-write of a non-atomic saver
+    assert find_latest_checkpoint(str(folder)) == str(folder / "epoch_0002.pdckpt")
+
+
+def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+    output = tmp_path / "run"
+    config_path = tmp_path / "slow.yaml"
+    config_path.write_text(
+        "model: {name: vit_walkthrough, image_size: 28, embed_dim: 32, depth: 2, num_heads: 2}\n"
+        "data: {dataset: synthetic, synthetic_train_size: 4000, synthetic_val_size: 16}\n"
+        f"train: {{epochs: 1, batch_size: 8, device: cpu, log_interval: 1, output_dir: '{output}'}}\n")
+    process = subprocess.Popen([sys.executable, os.path.join(TOOLS, "train.py"), "-c", str(config_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    for line in process.stdout:  # wait until it is really training
+        if "step 3/" in line or time.time() > deadline:
+            break
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "train.resume=auto" in stdout
+    state = load_checkpoint(str(output / "checkpoints" / "last.pdckpt"))
+    assert state["batch_in_epoch"] >= 3 and state["epoch"] == 0
+
+
+def test_fine_tune_from_timm_checkpoint_at_new_resolution(tmp_path):
+    fixture = os.path.join(REPO, "tests", "fixtures", "timm_vit_cls.safetensors")
+    config = small_config(tmp_path / "run", model={
+        "name": "vit_walkthrough", "image_size": 48, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 4,
+        "pool": "cls", "pretrained": fixture, "dropout": 0.0, "drop_path": 0.0}, train={"epochs": 1})
+    trainer = Trainer(config)
+    assert trainer.vit.patch_embed.position_embedding.shape == [1, 37, 32]  # 6x6 grid + class token
+    assert trainer.vit.head.weight.shape == [32, 4]
+    assert not np.any(trainer.vit.head.weight.numpy())  # re-initialised to zero for 4 classes
+    from safetensors.numpy import load_file
+    timm_weights = load_file(fixture)
+    np.testing.assert_allclose(trainer.vit.encoder.layers[1].mlp.fc2.weight.numpy(),
+                               timm_weights["blocks.1.mlp.fc2.weight"].T, atol=0)
+    trainer.fit()
+    assert read_metrics(tmp_path / "run")[0]["val_top1"] >= 0.0
+
+
+def test_eval_tool_reproduces_training_accuracy(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 2})
+    Trainer(config).fit()
+    config.save(str(tmp_path / "recipe.yaml"))
+    last = read_metrics(tmp_path / "run")[-1]
+    for weights in ("last.pdckpt", "last.pdparams"):
+        result = subprocess.run(
+            [sys.executable, os.path.join(TOOLS, "eval.py"), "-c", str(tmp_path / "recipe.yaml"),
+             "--weights", str(tmp_path / "run" / "checkpoints" / weights),
+             "--confusion-matrix", str(tmp_path / "confusion.png")],
+            capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout.strip().splitlines()[-1])
+        assert summary["num_samples"] == 40
+        assert summary["top1"] == pytest.approx(last["val_top1"], abs=1e-6)
+        assert summary["loss"] == pytest.approx(last["val_loss"], abs=1e-5)
+        assert set(summary["per_class_accuracy"]) == {"0", "1", "2", "3"}
+    assert (tmp_path / "confusion.png").stat().st_size > 1000
+
+
+def test_eval_of_ema_weights(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 1, "ema": True, "ema_decay": 0.5})
+    Trainer(config).fit()
+    from paddle_vit.engine.evaluator import run_evaluation
+    metrics = run_evaluation(config, str(tmp_path / "run" / "checkpoints" / "last.pdckpt"), use_ema=True)
+    assert metrics["top1"] == pytest.approx(read_metrics(tmp_path / "run")[0]["val_ema_top1"], abs=1e-6)
+
+
+def test_gpu_requested_on_cpu_build_is_a_clear_error(tmp_path):
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("this machine has a GPU, so asking for one is not an error")
+    with pytest.raises(ConfigError, match="train.device is 'gpu' but"):
+        Trainer(small_config(tmp_path / "run", train={"device": "gpu"}))
+
+
+def test_amp_bf16_runs_on_cpu_in_float32_with_a_warning(tmp_path, caplog):
+    """Paddle's autocast acts only on GPU/XPU (it warns "amp_guard can only be enabled on
+    CUDAPlace" on CPU); the run must still work, in float32, and say so."""
+    if paddle.amp.is_bfloat16_supported():
+        pytest.skip("this Paddle build supports bf16 autocast here; the GPU path applies")
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1, "amp": "bf16", "amp_level": "O2"}))
+    assert trainer.amp_dtype is None and "train.amp=bf16 has no effect" in caplog.text
+    assert np.isfinite(trainer.fit()["last_epoch"]["train_loss"])
+
+
+def test_train_tool_reports_bad_config_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", str(tmp_path / "missing.yaml")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: config file {tmp_path / 'missing.yaml'} does not exist"]
+
+
+def test_step_seed_is_a_pure_function_of_position():
+    assert trainer_module.step_seed(0, 1, 2) == trainer_module.step_seed(0, 1, 2)
+    assert trainer_module.step_seed(0, 1, 2) != trainer_module.step_seed(0, 2, 1)
+
+
+def test_two_process_data_parallel_on_cpu_gathers_and_trims_eval(tmp_path):
+    """The multi-GPU code path (DataParallel, sharded sampler, gathered eval) run with two CPU
+    processes through paddle.distributed.launch. 41 val images do not split evenly: the padded
+    duplicate must not be counted, so rank 0's val_top1 equals a single-process eval."""
+    output = tmp_path / "run"
+    config_path = tmp_path / "dist.yaml"
+    config_path.write_text(
+        "model: {name: vit_walkthrough, image_size: 14, embed_dim: 16, depth: 2, num_heads: 2}\n"
+        "data: {dataset: synthetic, synthetic_train_size: 96, synthetic_val_size: 41, synthetic_classes: 4}\n"
+        f"train: {{epochs: 2, batch_size: 8, device: cpu, log_interval: 2, output_dir: '{output}'}}\n"
+        "eval: {batch_size: 8}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir",
+         str(tmp_path / "launch"), os.path.join(TOOLS, "train.py"), "-c", str(config_path)],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    records = read_metrics(output)
+    assert [r["epoch"] for r in records] == [1, 2]  # written once, by rank 0
+    assert records[-1]["step"] == 12  # 96 images / 2 ranks / batch 8 = 6 steps per epoch
+    from paddle_vit.engine.evaluator import run_evaluation
+    metrics = run_evaluation(load_config(str(config_path)), str(output / "checkpoints" / "last.pdparams"))
+    assert metrics["num_samples"] == 41
+    assert records[-1]["val_top1"] == pytest.approx(metrics["top1"], abs=1e-6)
+    assert records[-1]["val_loss"] == pytest.approx(metrics["loss"], abs=1e-5)
+
+
+def test_to_static_training_matches_dynamic(tmp_path):
+    no_dropout = {"dropout": 0.0, "drop_path": 0.0}  # the graph draws its random numbers differently
+    Trainer(small_config(tmp_path / "dynamic", model=no_dropout, train={"epochs": 1})).fit()
+    Trainer(small_config(tmp_path / "static", model=no_dropout, train={"epochs": 1, "to_static": True})).fit()
+    dynamic, static = read_metrics(tmp_path / "dynamic")[0], read_metrics(tmp_path / "static")[0]
+    assert static["train_loss"] == pytest.approx(dynamic["train_loss"], abs=1e-5)
+    assert static["val_loss"] == pytest.approx(dynamic["val_loss"], abs=1e-5)
+
+
+def test_head_lr_scale_multiplies_the_head_learning_rate(tmp_path):
+    config = small_config(tmp_path / "run", optimizer={"head_lr_scale": 10.0, "weight_decay": 0.0,
+                                                       "clip_grad_norm": 0.0},
+                          schedule={"name": "constant", "warmup_epochs": 0.0})
+    trainer = Trainer(config)
+    before = {name: p.numpy().copy() for name, p in trainer.vit.named_parameters()}
+    images, labels = next(iter(trainer.train_loader))
+    trainer.loss(trainer.model(images), labels).backward()
+    trainer.optimizer_step()
+    # AdamW's first step moves every weight by about lr (the update is m / sqrt(v) = sign(g))
+    head_step = np.abs(trainer.vit.head.weight.numpy() - before["head.weight"]).max()
+    body_step = np.abs(trainer.vit.encoder.layers[0].mlp.fc1.weight.numpy()
+                       - before["encoder.layers.0.mlp.fc1.weight"]).max()
+    assert head_step == pytest.approx(10 * 0.003, rel=0.01)
+    assert body_step == pytest.approx(0.003, rel=0.01)
