@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..data import MixupCutmix, build_dataloader, build_datasets, one_hot_smoothed
+from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
 from ..errors import ConfigError
 from . import checkpoint as ckpt
 from .builder import build_model, resolve_model_config
@@ -181,8 +181,7 @@ class Trainer:
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
         if self.mix is not None:
-            rng = np.random.default_rng([self.config.train.seed, epoch, batch, 1])
-            return self.mix(images, labels, rng)
+            return self.mix(images, labels, batch_rng(self.config.train.seed, epoch, batch))
         if self.config.train.label_smoothing > 0:
             return images, one_hot_smoothed(labels, self.num_classes, self.config.train.label_smoothing)
         return images, labels
