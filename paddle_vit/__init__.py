@@ -4,7 +4,7 @@ import warnings
 # Paddle warns on every import that ccache (for compiling custom C++ ops) is missing; we build none
 warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 
-from .errors import ConfigError, DataError, PaddleVitError, WeightsError
+from .errors import ConfigError, DataError, PaddleVitError, TrainingError, WeightsError
 from .models import ViT, ViTConfig, create_model, list_models
 from .weights import load_pretrained, LoadReport
 

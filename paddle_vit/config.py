@@ -150,6 +150,10 @@ class TrainConfig:
     resume: null, "auto" (the newest valid checkpoint in output_dir) or a checkpoint path.
     vdl: write VisualDL scalars to <output_dir>/vdl.
     to_static: train a paddle.jit.to_static graph.
+    check_finite: read the loss every step and skip the update when it is NaN or Inf (one
+        scalar read per step; false reads it only at log intervals and stops there instead).
+    max_bad_steps: stop after this many non-finite steps in a row.
+    weights_format: "pdparams" or "safetensors" for the weight files best/last (+ _ema).
     """
     epochs: int = 10
     batch_size: int = 64
@@ -169,6 +173,9 @@ class TrainConfig:
     resume: Optional[str] = None
     vdl: bool = True
     to_static: bool = False
+    check_finite: bool = True
+    max_bad_steps: int = 5
+    weights_format: str = "pdparams"
 
 
 @dataclasses.dataclass
@@ -426,6 +433,8 @@ def validate(config):
     _at_least("train.log_interval", train.log_interval, 1)
     _at_least("train.save_interval", train.save_interval, 0)
     _at_least("train.keep_last", train.keep_last, 1)
+    _at_least("train.max_bad_steps", train.max_bad_steps, 1)
+    _choice("train.weights_format", train.weights_format, ("pdparams", "safetensors"))
 
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)

@@ -27,3 +27,7 @@ def close_matches(word, candidates, n=3):
     """A ` (did you mean: a, b?)` suffix naming the closest candidates, or ''."""
     matches = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n, cutoff=0.5)
     return f" (did you mean: {', '.join(matches)}?)" if matches else ""
+
+
+class TrainingError(PaddleVitError, RuntimeError):
+    """A run that cannot go on: out of memory, a diverged loss, an output it cannot write."""

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 POSITION_EMBEDDING = "patch_embed.position_embedding"
 HEAD = ("head.weight", "head.bias")
-FILE_TYPES = ".pdparams, .safetensors, .pth, .bin or .npz"
+FILE_TYPES = ".pdparams, .pdckpt, .safetensors, .pth, .bin or .npz"
 
 
 # ---- the report ------------------------------------------------------------------------------
@@ -111,6 +111,10 @@ def read_checkpoint(source):
     else:
         raise WeightsError(f"weights source must be a file path or a dict of arrays, got {type(source).__name__}")
     state = _unwrap(state, description)
+    if any(str(name) in ("LR_Scheduler", "master_weights") or re.search(r"_(moment[12]|beta[12]_pow_acc)_\d+$", str(name))
+           for name in state):
+        raise WeightsError(f"{description} holds optimizer state (AdamW moments), not model weights; pass the "
+                           f".pdparams or .pdckpt written beside it")
     arrays = {}
     for name, value in state.items():
         array = _to_numpy(value)
@@ -131,6 +135,7 @@ def _read_file(path):
         raise WeightsError(f"{path} is a directory; expected a weights file ({FILE_TYPES})")
     extension = os.path.splitext(path)[1].lower()
     readers = {".safetensors": _read_safetensors, ".npz": _read_npz, ".pdparams": _read_pdparams,
+               ".pdckpt": _read_pdparams, ".pdopt": _read_pdparams,
                ".pth": _read_torch, ".pt": _read_torch, ".bin": _read_torch}
     if extension not in readers:
         raise WeightsError(f"{path}: unknown weights file type {extension or '(no extension)'!r}; "

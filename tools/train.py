@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
+from paddle_vit.cli import add_common_arguments, attach_log_file, run, setup_logging  # noqa: E402
 
 
 def main(argv):
@@ -28,12 +28,12 @@ def main(argv):
 
     import paddle.distributed as dist
 
+    main_process = dist.get_rank() == 0  # only rank 0 logs and writes
+    setup_logging(logging.INFO if main_process else logging.WARNING)
     config = load_config(args.config, args.override)
-    if dist.get_rank() == 0:  # only rank 0 logs and writes
-        setup_logging(os.path.join(config.output_dir, "train.log"))
-    else:
-        setup_logging(level=logging.WARNING)
     trainer = Trainer(config, progress_bar=sys.stderr.isatty())
+    if main_process:
+        attach_log_file(os.path.join(config.output_dir, "train.log"))
     summary = trainer.fit()
     if dist.get_rank() == 0:
         print(json.dumps(summary))

@@ -7,6 +7,7 @@ augmentations do not depend on the process, the worker or what was loaded before
 """
 import logging
 import numbers
+import threading
 import traceback
 
 import numpy as np
@@ -113,7 +114,8 @@ class AugmentedDataset(paddle.io.Dataset):
     `set_epoch` picks the epoch (the loader calls it). Worker processes see the epoch that
     was set when iteration began (workers are created per epoch, never persistent).
 
-    An exception inside a DataLoader worker is not raised there: Paddle 3.3 re-raises worker
+    An exception inside a DataLoader worker (or the reading thread of Paddle's single-process
+    loader, where it would leave the main thread waiting forever) is not raised there: Paddle 3.3 re-raises worker
     exceptions in a background thread, which leaves the main process with an unrelated
     "blocking queue is killed" SystemError, and later multi-process loaders in the same process
     can hang. The worker instead writes the message to shared memory and returns a blank
@@ -136,8 +138,10 @@ class AugmentedDataset(paddle.io.Dataset):
 
     def __getitem__(self, index):
         index = int(index)
-        if paddle.io.get_worker_info() is None:
-            return self._load(index)
+        if paddle.io.get_worker_info() is None and threading.current_thread() is threading.main_thread():
+            return self._load(index)  # called directly: raise as usual
+        # in a worker process, or in the thread Paddle's single-process loader reads with, where
+        # a raised exception leaves the main thread waiting forever on the batch queue
         try:
             return self._load(index)
         except Exception as error:  # anything raised in a worker would hang or garble the loader

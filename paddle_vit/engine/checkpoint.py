@@ -59,6 +59,13 @@ def find_latest_checkpoint(folder):
     return best_path
 
 
+def remove_unfinished_writes(folder):
+    """Delete the temporary files of writes that a killed run never finished."""
+    for path in glob.glob(os.path.join(folder, ".*.tmp")):
+        logger.info("removing %s, left by a write that did not finish", path)
+        os.remove(path)
+
+
 def prune_checkpoints(folder, keep_last):
     """Keep only the newest `keep_last` `epoch_NNNN.pdckpt` files."""
     periodic = sorted(glob.glob(os.path.join(folder, "epoch_*.pdckpt")))

@@ -109,15 +109,14 @@ def load_weights_for_eval(model, path, use_ema=False):
     from .checkpoint import load_checkpoint
 
     source = path
-    if path.endswith(".pdckpt"):
-        state = load_checkpoint(path)
-        key = "ema" if use_ema else "model"
-        if state.get(key) is None:
+    if use_ema:
+        if not path.endswith(".pdckpt"):
+            raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
+                               f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+        ema = load_checkpoint(path).get("ema")
+        if ema is None:
             raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
-        source = {name: value.numpy() if hasattr(value, "numpy") else value for name, value in state[key].items()}
-    elif use_ema:
-        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
-                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+        source = {name: value.numpy() for name, value in ema.items()}
     report = load_pretrained(model, source, strict=True)
     if report.reinitialized:
         raise WeightsError(f"{path} does not fit the model for evaluation: {', '.join(report.reinitialized)} "

@@ -12,7 +12,8 @@ import paddle
 import paddle.nn.functional as F
 
 from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
-from ..errors import ConfigError
+from ..errors import ConfigError, TrainingError, WeightsError
+from ..weights import save_weights
 from . import checkpoint as ckpt
 from .builder import build_model, resolve_model_config
 from .device import init_distributed, is_main_process, select_device
@@ -32,6 +33,18 @@ def step_seed(seed, epoch, batch):
 def soft_cross_entropy(logits, targets):
     """Cross-entropy against soft targets [B, K] (mixup, cutmix, label smoothing)."""
     return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
+
+
+@contextlib.contextmanager
+def _reported_write_errors(path):
+    """A full disk or an unwritable folder while saving becomes one clear error; the atomic
+    write has left the previous file at `path` untouched."""
+    try:
+        yield
+    except (OSError, WeightsError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        kept = "the previous one is kept" if os.path.exists(path) else "no earlier one exists"
+        raise TrainingError(f"cannot write checkpoint {path}: {reason}; {kept}") from error
 
 
 def amp_dtype_for(amp, place):
@@ -105,12 +118,18 @@ class Trainer:
         self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
         self.epoch, self.batch_in_epoch, self.global_step, self.best_top1 = 0, 0, 0, -1.0
         self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0  # this epoch's so far, kept across a resume
+        self.bad_steps, self.window_not_finite = 0, False  # non-finite losses in a row; in this update
         self.stop_requested = False
         if train.resume:
             self._resume(train.resume)
         if self.main:
-            os.makedirs(self.checkpoint_dir, exist_ok=True)
-            config.save(os.path.join(self.output_dir, "config.yaml"))
+            try:
+                os.makedirs(self.checkpoint_dir, exist_ok=True)
+                ckpt.remove_unfinished_writes(self.checkpoint_dir)
+                config.save(os.path.join(self.output_dir, "config.yaml"))
+            except OSError as error:
+                raise ConfigError(f"train.output_dir {self.output_dir} is not writable: "
+                                  f"{error.strerror or error}") from error
 
     # ---- state ----------------------------------------------------------------------------
     def state(self):
@@ -126,6 +145,7 @@ class Trainer:
             "best_top1": self.best_top1,
             "epoch_loss_sum": self.epoch_loss_sum,
             "epoch_loss_count": self.epoch_loss_count,
+            "bad_steps": self.bad_steps,
             "config": self.config.to_dict(),
             "model_config": dataclasses.asdict(self.vit.config),
             "class_names": self.class_names,
@@ -153,18 +173,26 @@ class Trainer:
         self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]
         self.global_step, self.best_top1 = state["global_step"], state["best_top1"]
         self.epoch_loss_sum, self.epoch_loss_count = state["epoch_loss_sum"], state["epoch_loss_count"]
+        self.bad_steps = state["bad_steps"]
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
                     self.global_step)
 
     def save(self, name):
         if self.main:
-            ckpt.save_checkpoint(self.state(), os.path.join(self.checkpoint_dir, name))
+            path = os.path.join(self.checkpoint_dir, name)
+            with _reported_write_errors(path):
+                ckpt.save_checkpoint(self.state(), path)
 
     def save_weights(self, name):
-        if self.main:
-            ckpt.save_object(self.vit.state_dict(), os.path.join(self.checkpoint_dir, f"{name}.pdparams"))
-            if self.ema:
-                ckpt.save_object(self.ema.state_dict(), os.path.join(self.checkpoint_dir, f"{name}_ema.pdparams"))
+        """best / last weights alone, as train.weights_format says (.pdparams or .safetensors)."""
+        if not self.main:
+            return
+        extension = self.config.train.weights_format
+        for suffix, state in (("", self.vit.state_dict()), ("_ema", self.ema.state_dict() if self.ema else None)):
+            if state is not None:
+                path = os.path.join(self.checkpoint_dir, f"{name}{suffix}.{extension}")
+                with _reported_write_errors(path):
+                    save_weights(state, path)
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):
@@ -187,16 +215,37 @@ class Trainer:
         return images, labels
 
     def optimizer_step(self):
-        if self.scaler:
-            self.scaler.step(self.optimizer)
+        """Apply the accumulated gradients, unless a loss in the window was NaN/Inf (then drop
+        them, as the fp16 loss scaler does for an overflow)."""
+        skipped = self.window_not_finite
+        if not skipped and self.scaler:
+            self.scaler.step(self.optimizer)  # skips the update itself when it finds Inf/NaN gradients
             self.scaler.update()
-        else:
+            found_inf = getattr(self.scaler, "_found_inf", None)
+            skipped = bool(found_inf) if found_inf is not None else False
+        elif not skipped:
             self.optimizer.step()
         self.optimizer.clear_grad()
         self.schedule.step()
+        self.global_step += 1
+        self.window_not_finite = False
+        if skipped:
+            self.bad_steps += 1
+            if self.bad_steps >= self.config.train.max_bad_steps:
+                raise self._diverged()
+            return
+        self.bad_steps = 0
         if self.ema:
             self.ema.update(self.vit)
-        self.global_step += 1
+
+    def _diverged(self):
+        last = os.path.join(self.checkpoint_dir, "last.pdckpt")
+        kept = (f"the last good checkpoint, {last}, is kept" if os.path.exists(last)
+                else "no checkpoint had been written yet")
+        return TrainingError(
+            f"the loss was NaN or Inf for {self.bad_steps} steps in a row, the last at step {self.global_step} "
+            f"(epoch {self.epoch + 1}, batch {self.batch_in_epoch}); stopped: {kept}. Lower optimizer.lr, raise "
+            f"schedule.warmup_epochs or check the data")
 
     def _request_stop(self, signum, frame):
         if self.stop_requested:  # a second Ctrl-C stops at once
@@ -216,15 +265,32 @@ class Trainer:
         metrics = {}
         try:
             while self.epoch < train.epochs:
+                self.phase = "train"
                 if not self._train_one_epoch(progress, writer):
                     return self._summary(start, interrupted=True, metrics=metrics)
+                self.phase = "eval"
                 metrics = self._end_epoch(writer)
+        except MemoryError as error:
+            raise self._out_of_memory(error) from error
         finally:
             progress.close()
             writer.close()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
         return self._summary(start, interrupted=False, metrics=metrics)
+
+    def _out_of_memory(self, error):
+        """Paddle's allocator failure (a MemoryError, "ResourceExhausted") turned into advice."""
+        train = self.config.train
+        if getattr(self, "phase", "train") == "eval":
+            return TrainingError(f"out of memory on {self.place} while evaluating with eval.batch_size "
+                                 f"{self.config.eval.batch_size}: lower it, e.g. -o eval.batch_size="
+                                 f"{max(1, self.config.eval.batch_size // 2)}")
+        half = max(1, train.batch_size // 2)
+        return TrainingError(
+            f"out of memory on {self.place} at train.batch_size {train.batch_size}: use -o train.batch_size={half} "
+            f"-o train.accumulate_steps={train.accumulate_steps * 2} (the same effective batch through gradient "
+            f"accumulation){', or train.amp=bf16' if self.place.startswith('gpu') and not self.amp_dtype else ''}")
 
     def _install_signal_handlers(self):
         previous = {}
@@ -241,7 +307,7 @@ class Trainer:
         epoch, total_batches = self.epoch, len(self.train_loader)
         self.model.train()
         self.train_loader.set_epoch(epoch, start_batch=self.batch_in_epoch)
-        running_loss, running_count = paddle.zeros([], dtype="float64"), 0
+        running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
         self.epoch_images, self.epoch_start = 0, time.time()
         interval_start, interval_images = time.time(), 0
         for images, labels in self.train_loader:
@@ -252,32 +318,43 @@ class Trainer:
             with self.autocast():
                 logits = self.model(images)
             loss = self.loss(logits, targets)
-            scaled = loss / train.accumulate_steps
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
+            finite = bool(paddle.isfinite(loss)) if train.check_finite and not self.scaler else True
+            if finite:
+                scaled = loss / train.accumulate_steps
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
+                running_count += 1
+            else:
+                self.window_not_finite = True
+                logger.warning("step %d (epoch %d, batch %d): the loss is %s; this update is skipped",
+                               self.global_step + 1, epoch + 1, batch + 1, float(loss))
             self.batch_in_epoch += 1
+            interval_steps += 1
             at_update = self.batch_in_epoch % train.accumulate_steps == 0 or self.batch_in_epoch == total_batches
             if at_update:
                 self.optimizer_step()
-            running_loss += loss.detach().astype("float64")  # summed on the device: no host sync per step
-            running_count += 1
             interval_images += images.shape[0]
             self.epoch_images += images.shape[0]
-            if running_count == train.log_interval or self.batch_in_epoch == total_batches:
+            if interval_steps == train.log_interval or self.batch_in_epoch == total_batches:
                 if self.distributed:  # the mean over every rank's batches
                     paddle.distributed.all_reduce(running_loss)
                     running_loss = running_loss / paddle.distributed.get_world_size()
-                loss_sum = float(running_loss)  # the one host sync, at log time
-                mean_loss = loss_sum / running_count
+                loss_sum = float(running_loss)  # the host reads the loss here, not every step
+                if not math.isfinite(loss_sum):  # only reachable with train.check_finite off
+                    self.bad_steps = train.max_bad_steps
+                    raise self._diverged()
+                mean_loss = loss_sum / max(running_count, 1)
                 self.epoch_loss_sum += loss_sum
                 self.epoch_loss_count += running_count
                 images_per_sec = interval_images / max(time.time() - interval_start, 1e-9)
                 lr = self.optimizer.get_lr()
-                progress.update(running_count, epoch, train.epochs, self.batch_in_epoch, total_batches, mean_loss,
+                progress.update(interval_steps, epoch, train.epochs, self.batch_in_epoch, total_batches, mean_loss,
                                 lr, images_per_sec)
                 writer.add("train/loss", mean_loss, self.global_step)
                 writer.add("train/lr", lr, self.global_step)
                 writer.add("train/images_per_sec", images_per_sec, self.global_step)
-                running_loss, running_count = paddle.zeros([], dtype="float64"), 0
+                running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
                 interval_start, interval_images = time.time(), 0
             if self.stop_requested and at_update:
                 self.epoch_loss_sum += float(running_loss)  # steps not yet logged still count

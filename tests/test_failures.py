@@ -1,0 +1,424 @@
+"""Every failure a user can meet, inflicted for real: one clear line and exit code 2, nothing
+half-written, nothing lost. The README's fault table lists these cases."""
+import errno
+import importlib.util
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+from PIL import Image
+
+from paddle_vit import TrainingError
+from paddle_vit.cli import run
+from paddle_vit.engine import checkpoint as checkpoint_module
+from paddle_vit.engine.checkpoint import load_checkpoint
+from paddle_vit.engine.trainer import Trainer
+
+from test_train import final_weights, read_metrics, small_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(REPO, "tools")
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(TOOLS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TRAIN, EVAL = load_tool("train"), load_tool("eval")
+
+SMALL = {
+    "model": "{name: vit_walkthrough, image_size: 14, embed_dim: 16, depth: 2, num_heads: 2}",
+    "data": "{dataset: synthetic, synthetic_train_size: 48, synthetic_val_size: 16, synthetic_classes: 4}",
+    "train": "{epochs: 1, batch_size: 16, device: cpu, log_interval: 1}",
+}
+
+
+def write_config(tmp_path, name="recipe.yaml", **sections):
+    text = {**SMALL, **sections}
+    path = tmp_path / name
+    path.write_text("".join(f"{section}: {value}\n" for section, value in text.items()))
+    return str(path)
+
+
+def run_tool(tool, argv, capsys):
+    """Run a tool's main in-process as the command line would; (exit code, stderr lines)."""
+    code = run(tool.main, argv)
+    captured = capsys.readouterr()
+    return code, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def assert_one_line_error(code, lines, *fragments):
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# ---- configs -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, fragments", [
+    (["train.epoch=3"], ["unknown key train.epoch", "epochs"]),
+    (["train.epochs=three"], ["train.epochs must be an integer", "'three'"]),
+    (["optimizer.lr=0"], ["optimizer.lr must be > 0.0"]),
+    (["train.batch_size=0"], ["train.batch_size must be >= 1"]),
+    (["train.epochs=-1"], ["train.epochs must be >= 1"]),
+    (["model.drop_path=1.5"], ["model.drop_path must be in [0, 1)"]),
+    (["model.dropout=-0.1"], ["model.dropout must be in [0, 1)"]),
+    (["model.image_size=15"], ["image_size 15 is not divisible by patch_size 7"]),
+    (["model.num_heads=3"], ["embed_dim 16 is not divisible by model.num_heads 3"]),
+    (["train.epochs"], ["has no '='"]),
+])
+def test_bad_config_is_one_line_and_leaves_nothing_behind(tmp_path, capsys, overrides, fragments):
+    output = tmp_path / "out"
+    argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={output}"]
+    for override in overrides:
+        argv += ["-o", override]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), *fragments)
+    assert not output.exists()
+
+
+def test_missing_and_invalid_config_files(tmp_path, capsys):
+    assert_one_line_error(*run_tool(TRAIN, ["-c", str(tmp_path / "nope.yaml")], capsys), "nope.yaml does not exist")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: {epochs: 2\nmodel: [\n")
+    assert_one_line_error(*run_tool(TRAIN, ["-c", str(broken)], capsys), "broken.yaml is not valid YAML at line")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", str(tmp_path / "nope.yaml"),
+                             "--debug"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "Traceback" in result.stderr and "ConfigError" in result.stderr
+
+
+def test_gpu_requested_without_one(tmp_path, capsys):
+    if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+        pytest.skip("this machine has a GPU, so asking for one is not an error")
+    argv = ["-c", write_config(tmp_path), "-o", "train.device=gpu", "-o", f"train.output_dir={tmp_path / 'out'}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), "train.device is 'gpu' but this Paddle build has no CUDA")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+def image_folder(root, classes=("cat", "dog"), per_class=3, size=20):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for index in range(per_class):
+                pixels = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{index}.jpg")
+    return root
+
+
+def imagefolder_config(tmp_path, root, **train):
+    settings = {"epochs": 1, "batch_size": 2, "device": "cpu", "log_interval": 1,
+                "output_dir": str(tmp_path / "out"), **train}
+    return write_config(tmp_path, data=f"{{dataset: imagefolder, root: '{root}'}}",
+                        train="{" + ", ".join(f"{k}: {v}" for k, v in settings.items()) + "}")
+
+
+def test_missing_dataset_folder(tmp_path, capsys):
+    config = imagefolder_config(tmp_path, tmp_path / "nowhere")
+    assert_one_line_error(*run_tool(TRAIN, ["-c", config], capsys), str(tmp_path / "nowhere"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_class_folder(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    (root / "train" / "bird").mkdir()
+    (root / "val" / "bird").mkdir()
+    assert_one_line_error(*run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys), "bird")
+
+
+def test_split_with_no_images(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    for path in (root / "val").rglob("*.jpg"):
+        path.unlink()
+    assert_one_line_error(*run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys), "val")
+
+
+def test_val_classes_differ_from_train(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    (root / "val" / "dog").rename(root / "val" / "wolf")
+    code, lines = run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys)
+    assert_one_line_error(code, lines, "wolf")
+
+
+def test_corrupt_image_fails_naming_the_file_in_error_mode(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    broken = root / "train" / "cat" / "0.jpg"
+    broken.write_bytes(broken.read_bytes()[:60])  # a real JPEG cut short
+    config = imagefolder_config(tmp_path, root)
+    code, lines = run_tool(TRAIN, ["-c", config, "-o", "data.on_bad_image=error"], capsys)
+    assert_one_line_error(code, lines, "0.jpg")
+
+
+def test_corrupt_and_odd_images_are_skipped_or_converted_in_skip_mode(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    cat = root / "train" / "cat"
+    (cat / "0.jpg").write_bytes((cat / "0.jpg").read_bytes()[:60])
+    (cat / "notes.txt").write_text("not an image")
+    Image.new("L", (20, 20), 128).save(cat / "gray.png")
+    Image.new("RGBA", (20, 20), (255, 0, 0, 100)).save(cat / "alpha.png")
+    Image.new("CMYK", (20, 20), (0, 50, 100, 0)).save(cat / "cmyk.jpg")
+    Image.fromarray(np.full((20, 20), 40000, np.uint16)).save(cat / "sixteen.png")
+    Image.new("RGB", (4, 4), (0, 255, 0)).save(cat / "tiny.png")  # smaller than the 14x14 input
+    code = run(TRAIN.main, ["-c", imagefolder_config(tmp_path, root)])
+    output = capsys.readouterr()
+    assert code == 0, output.err
+    assert "0.jpg" in output.out  # the skipped file is named in the log
+    assert len(read_metrics(tmp_path / "out")) == 1
+
+
+# ---- weights -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small trained run: (config path, checkpoint folder)."""
+    folder = tmp_path_factory.mktemp("trained")
+    config_path = write_config(folder, train=f"{{epochs: 1, batch_size: 16, device: cpu, output_dir: '{folder / 'run'}'}}")
+    assert run(TRAIN.main, ["-c", config_path]) == 0
+    return config_path, folder / "run" / "checkpoints"
+
+
+def test_eval_missing_weights(trained, tmp_path, capsys):
+    config, _ = trained
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(tmp_path / "none.pdparams")], capsys)
+    assert_one_line_error(code, lines, "none.pdparams does not exist")
+
+
+@pytest.mark.parametrize("name", ["last.pdparams", "last.pdckpt"])
+def test_eval_truncated_weights(trained, tmp_path, capsys, name):
+    config, checkpoints = trained
+    cut = tmp_path / name
+    data = (checkpoints / name).read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(cut)], capsys)
+    assert_one_line_error(code, lines, str(cut), "truncated or corrupt")
+
+
+def test_eval_weights_of_another_architecture(trained, capsys):
+    config, checkpoints = trained
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+                                  "-o", "model.embed_dim=32"], capsys)
+    assert_one_line_error(code, lines, "[1, 1, 16]", "[1, 1, 32]", "another architecture")
+
+
+def test_eval_class_count_mismatch_is_not_fine_tuning(trained, capsys):
+    config, checkpoints = trained
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+                                  "-o", "data.synthetic_classes=3"], capsys)
+    assert_one_line_error(code, lines, "does not fit the model for evaluation", "head")
+
+
+def test_eval_pointed_at_optimizer_state(trained, tmp_path, capsys):
+    config, checkpoints = trained
+    optimizer_file = tmp_path / "last.pdopt"
+    paddle.save(load_checkpoint(str(checkpoints / "last.pdckpt"))["optimizer"], str(optimizer_file))
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(optimizer_file)], capsys)
+    assert_one_line_error(code, lines, "holds optimizer state")
+
+
+def test_safetensors_weights_from_training_evaluate(tmp_path, capsys):
+    config = write_config(tmp_path, train=f"{{epochs: 1, batch_size: 16, device: cpu, output_dir: "
+                                         f"'{tmp_path / 'run'}', weights_format: safetensors}}")
+    assert run(TRAIN.main, ["-c", config]) == 0
+    weights = tmp_path / "run" / "checkpoints" / "last.safetensors"
+    assert weights.read_bytes()[8:9] == b"{"  # a safetensors header, no pickle
+    capsys.readouterr()
+    assert run(EVAL.main, ["-c", config, "--weights", str(weights)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["top1"] == pytest.approx(read_metrics(tmp_path / "run")[0]["val_top1"], abs=1e-6)
+
+
+# ---- interruptions -------------------------------------------------------------------------
+
+def slow_config(tmp_path, epochs=1):
+    output = tmp_path / "run"
+    path = tmp_path / "slow.yaml"
+    path.write_text(
+        "model: {name: vit_walkthrough, image_size: 28, embed_dim: 32, depth: 2, num_heads: 2}\n"
+        "data: {dataset: synthetic, synthetic_train_size: 4000, synthetic_val_size: 16}\n"
+        f"train: {{epochs: {epochs}, batch_size: 8, device: cpu, log_interval: 1, output_dir: '{output}'}}\n")
+    return str(path), output
+
+
+def start_training(argv, **kwargs):
+    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def wait_for(process, text, seconds=120):
+    deadline = time.time() + seconds
+    for line in process.stdout:
+        if text in line or time.time() > deadline:
+            return line
+    return ""
+
+
+def test_sigterm_saves_a_resumable_checkpoint(tmp_path):
+    config, output = slow_config(tmp_path)
+    process = start_training([os.path.join(TOOLS, "train.py"), "-c", config])
+    wait_for(process, "step 2/")
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert "received SIGTERM" in stdout and "train.resume=auto" in stdout
+    state = load_checkpoint(str(output / "checkpoints" / "last.pdckpt"))
+    assert state["batch_in_epoch"] >= 2
+
+
+KILL_DURING_SAVE = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+import paddle
+from paddle_vit.engine import checkpoint
+real_save, saves = paddle.save, []
+def slow_save(obj, path, *args, **kwargs):
+    real_save(obj, path, *args, **kwargs)
+    if isinstance(path, str) and ".pdckpt." in path:
+        saves.append(path)
+    if len(saves) == {stall_at} and saves[-1] == path:  # half written, then the machine dies
+        size = os.path.getsize(path)
+        with open(path, "r+b") as stream:
+            stream.truncate(size // 2)
+        print("MID-WRITE", flush=True)
+        time.sleep(600)
+checkpoint.paddle.save = slow_save
+import runpy
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def test_sigkill_while_writing_a_checkpoint_loses_only_that_checkpoint(tmp_path):
+    straight = small_config(tmp_path / "straight", train={"epochs": 2, "save_interval": 1})
+    Trainer(straight).fit()
+    config = small_config(tmp_path / "killed", train={"epochs": 2, "save_interval": 1})
+    config.save(str(tmp_path / "killed.yaml"))
+    # checkpoints per epoch: last.pdckpt, then epoch_000N.pdckpt; the 3rd is epoch 2's last.pdckpt
+    driver = tmp_path / "driver.py"
+    driver.write_text(KILL_DURING_SAVE.format(repo=REPO, stall_at=3, train=os.path.join(TOOLS, "train.py")))
+    process = start_training([str(driver), "-c", str(tmp_path / "killed.yaml")])
+    assert "MID-WRITE" in wait_for(process, "MID-WRITE")
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    folder = tmp_path / "killed" / "checkpoints"
+    leftovers = [name for name in os.listdir(folder) if name.endswith(".tmp")]
+    assert leftovers  # the killed write's temporary file is all that was damaged
+    state = load_checkpoint(str(folder / "last.pdckpt"))  # the previous checkpoint still loads
+    assert state["epoch"] == 1
+    resumed = Trainer(small_config(tmp_path / "killed", train={"epochs": 2, "save_interval": 1, "resume": "auto"}))
+    resumed.fit()
+    assert not [name for name in os.listdir(folder) if name.endswith(".tmp")]  # cleaned on start
+    expected, got = final_weights(tmp_path / "straight"), final_weights(tmp_path / "killed")
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-6, err_msg=name)
+
+
+def test_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    config = small_config(tmp_path / "run", train={"epochs": 2})
+    trainer = Trainer(config)
+    real_save, calls = paddle.save, []
+
+    def save_until_disk_is_full(obj, path, *args, **kwargs):
+        if isinstance(path, str) and ".last.pdckpt." in path:
+            calls.append(path)
+        if len(calls) > 1:  # the first checkpoint fits; the next one fills the disk halfway
+            with open(path, "wb") as stream:
+                stream.write(b"\0" * 1000)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.paddle, "save", save_until_disk_is_full)
+    with pytest.raises(TrainingError, match="No space left on device; the previous one is kept"):
+        trainer.fit()
+    monkeypatch.undo()
+    folder = tmp_path / "run" / "checkpoints"
+    assert load_checkpoint(str(folder / "last.pdckpt"))["epoch"] == 1
+    assert not [name for name in os.listdir(folder) if name.endswith(".tmp")]
+
+
+def test_unwritable_output_folder(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={blocker / 'run'}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), "is not writable")
+
+
+# ---- numerical faults and memory -----------------------------------------------------------
+
+def poison_images(trainer, from_call, to_call=None):
+    """Make the training transform return NaN images for calls [from_call, to_call)."""
+    transform, calls = trainer.train_set.transform, [0]
+
+    def poisoned(image, rng):
+        calls[0] += 1
+        array = transform(image, rng)
+        if calls[0] > from_call and (to_call is None or calls[0] <= to_call):
+            array = np.full_like(array, np.nan)
+        return array
+    trainer.train_set.transform = poisoned
+
+
+def test_one_nan_batch_is_detected_and_skipped(tmp_path, caplog):
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1}))
+    poison_images(trainer, 16, 17)  # one image of batch 2 of 6
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        trainer.fit()
+    assert "step 2 (epoch 1, batch 2): the loss is nan; this update is skipped" in caplog.text
+    assert all(np.isfinite(value).all() for value in final_weights(tmp_path / "run").values())
+    assert np.isfinite(read_metrics(tmp_path / "run")[0]["train_loss"])
+
+
+def test_nan_steps_in_a_row_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 3, "max_bad_steps": 3}))
+    poison_images(trainer, 96)  # epoch 1 (96 images) is clean, everything after is NaN
+    with pytest.raises(TrainingError, match=r"NaN or Inf for 3 steps in a row, the last at step 9 \(epoch 2, "
+                                            r"batch 3\); stopped: the last good checkpoint"):
+        trainer.fit()
+    assert load_checkpoint(str(tmp_path / "run" / "checkpoints" / "last.pdckpt"))["epoch"] == 1
+
+
+def test_nan_found_at_log_time_when_per_step_check_is_off(tmp_path):
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1, "check_finite": False}))
+    poison_images(trainer, 0)
+    with pytest.raises(TrainingError, match="NaN or Inf"):
+        trainer.fit()
+
+
+OUT_OF_MEMORY = """
+import resource, runpy, sys
+limit = {limit}
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def test_batch_too_large_for_memory_suggests_accumulation(tmp_path):
+    """A real allocation failure: the address space is capped at 4 GiB and one attention map of
+    the walkthrough's 1,025 tokens at batch 256 needs 4.3 GB."""
+    config = write_config(tmp_path, model="{name: vit_walkthrough}",
+                          data="{dataset: synthetic, synthetic_train_size: 256, synthetic_val_size: 8}",
+                          train=f"{{epochs: 1, batch_size: 256, device: cpu, output_dir: '{tmp_path / 'run'}'}}")
+    driver = tmp_path / "capped.py"
+    driver.write_text(OUT_OF_MEMORY.format(limit=4 * 2 ** 30, train=os.path.join(TOOLS, "train.py")))
+    result = subprocess.run([sys.executable, str(driver), "-c", config], capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(lines) == 1 and "out of memory" in lines[0]
+    assert "-o train.batch_size=128 -o train.accumulate_steps=2" in lines[0]
+    assert "Traceback" not in result.stderr
