@@ -179,7 +179,8 @@ def test_corrupt_and_odd_images_are_skipped_or_converted_in_skip_mode(tmp_path, 
     output = capsys.readouterr()
     assert code == 0, output.err
     assert "0.jpg" in output.out  # the skipped file is named in the log
-    assert len(read_metrics(tmp_path / "out")) == 1
+    records = read_metrics(tmp_path / "out")
+    assert len(records) == 1 and records[0]["skipped_images"] == 1 and "skipped_images 1" in output.out
 
 
 # ---- weights -------------------------------------------------------------------------------

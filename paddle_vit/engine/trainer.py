@@ -377,6 +377,9 @@ class Trainer:
             "epoch_seconds": seconds,
         }
         self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
+        skipped = self.train_set.num_bad_images + self.val_set.num_bad_images
+        if skipped:
+            record["skipped_images"] = skipped  # unreadable files passed over (data.on_bad_image: skip)
         last_epoch = epoch + 1 == train.epochs
         if (epoch + 1) % self.config.eval.interval == 0 or last_epoch:
             result = evaluate(self.model, self.val_loader, self.num_classes, self.autocast)
