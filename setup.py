@@ -27,6 +27,6 @@ setup(
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],
         "gpu": ["paddlepaddle-gpu>=3.0"],
-        "test": ["pytest"],
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel"],  # the notebooks are executed by the tests
     },
 )

@@ -181,10 +181,13 @@ class TrainConfig:
 @dataclasses.dataclass
 class EvalConfig:
     """Evaluation: batch_size per device; every `interval` epochs during training;
-    confusion_matrix: also write confusion_matrix.png (tools/eval.py)."""
+    confusion_matrix: also write confusion_matrix.png (tools/eval.py);
+    attention_map_interval: every this many epochs, log the attention rollout of the first
+    validation image to VisualDL's image tab (0: never)."""
     batch_size: int = 128
     interval: int = 1
     confusion_matrix: bool = False
+    attention_map_interval: int = 0
 
 
 SECTIONS = {
@@ -438,4 +441,5 @@ def validate(config):
 
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)
+    _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
     return config

@@ -80,6 +80,15 @@ def test_visualdl_log_holds_the_scalars(tmp_path):
     assert len(losses) == 3 and all(np.isfinite(losses))  # 6 steps, logged every 2
 
 
+def test_attention_map_of_a_validation_image_is_logged_every_n_epochs(tmp_path):
+    from visualdl import LogReader
+    Trainer(small_config(tmp_path / "run", train={"epochs": 2}, eval={"attention_map_interval": 1})).fit()
+    vdl_dir = tmp_path / "run" / "vdl"
+    reader = LogReader(file_path=str(vdl_dir / next(n for n in os.listdir(vdl_dir) if n.startswith("vdlrecords"))))
+    assert "val/attention" in reader.get_tags()["image"]
+    assert [record.id for record in reader.get_data("image", "val/attention")] == [1, 2]
+
+
 def test_learning_rate_warms_up_then_decays_per_step(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 4}, schedule={"warmup_epochs": 1.0, "min_lr": 0.0})
     trainer = Trainer(config)

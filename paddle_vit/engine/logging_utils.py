@@ -49,7 +49,7 @@ class Progress:
 
 
 class ScalarWriter:
-    """VisualDL scalars under `<output_dir>/vdl` (`visualdl --logdir <output_dir>/vdl`)."""
+    """VisualDL scalars (and images) under `<output_dir>/vdl` (`visualdl --logdir <output_dir>/vdl`)."""
 
     def __init__(self, folder, enabled=True):
         self.writer = None
@@ -60,6 +60,11 @@ class ScalarWriter:
     def add(self, tag, value, step):
         if self.writer is not None:
             self.writer.add_scalar(tag=tag, value=float(value), step=int(step))
+
+    def add_image(self, tag, image, step):
+        """`image`: uint8 [H, W, 3]."""
+        if self.writer is not None:
+            self.writer.add_image(tag=tag, img=image, step=int(step))
 
     def close(self):
         if self.writer is not None:

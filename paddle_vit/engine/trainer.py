@@ -13,6 +13,7 @@ import paddle.nn.functional as F
 
 from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
 from ..errors import ConfigError, TrainingError, WeightsError
+from ..viz import attention_overlay_image
 from ..weights import save_weights
 from . import checkpoint as ckpt
 from .builder import build_model, resolve_model_config
@@ -391,6 +392,11 @@ class Trainer:
                 record.update(val_ema_top1=ema_result["top1"], val_ema_top5=ema_result["top5"])
             for key in ("top1", "top5", "loss"):
                 writer.add(f"val/{key}", result[key], self.global_step)
+            interval = self.config.eval.attention_map_interval
+            if interval and (epoch + 1) % interval == 0 and self.main:
+                image = attention_overlay_image(self.vit, self.val_set[0][0], self.config.data.mean,
+                                                self.config.data.std)
+                writer.add_image("val/attention", image, epoch + 1)
             if result["top1"] > self.best_top1:
                 self.best_top1 = result["top1"]
                 self.save_weights("best")
