@@ -27,6 +27,8 @@ setup(
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],
         "gpu": ["paddlepaddle-gpu>=3.0"],
-        "test": ["pytest", "nbclient", "nbformat", "ipykernel"],  # the notebooks are executed by the tests
+        "onnx": ["paddle2onnx>=2.0", "onnxruntime"],  # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2)
+        # the notebooks are executed by the tests, and the ONNX export is checked against onnxruntime
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime"],
     },
 )

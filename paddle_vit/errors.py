@@ -31,3 +31,7 @@ def close_matches(word, candidates, n=3):
 
 class TrainingError(PaddleVitError, RuntimeError):
     """A run that cannot go on: out of memory, a diverged loss, an output it cannot write."""
+
+
+class ExportError(PaddleVitError):
+    """An export that cannot be written or converted, or an exported folder that cannot be read."""

@@ -506,36 +506,6 @@ def attention_distance_figure(model, images, title=None):
 FIGURE_NAMES = ("attention_maps", "position_embedding_similarity", "embedding_filters", "attention_distance")
 
 
-def load_model(config, weights, use_ema=False):
-    """The model `config` describes with `weights` loaded as tools/eval.py loads them, in eval
-    mode. With `model.num_classes: null` the class count is read from the weights' head, so no
-    data set is needed."""
-    from .engine.builder import build_model
-    from .engine.evaluator import load_weights_for_eval
-
-    num_classes = config.model.num_classes
-    if num_classes is None:
-        num_classes = _head_size(weights, use_ema)
-    model = build_model(config, num_classes, load_weights=False)
-    load_weights_for_eval(model, weights, use_ema)
-    model.eval()
-    return model
-
-
-def _head_size(weights, use_ema):
-    from .engine.checkpoint import load_checkpoint
-    from .weights import CONVERTERS, detect_format, read_checkpoint
-
-    source = weights
-    if str(weights).endswith(".pdckpt"):
-        state = load_checkpoint(weights)
-        source = state.get("ema" if use_ema else "model") or state["model"]
-        source = {name: value.numpy() if hasattr(value, "numpy") else value for name, value in source.items()}
-    state, description = read_checkpoint(source)
-    tensors = CONVERTERS[detect_format(state, description)](state).tensors
-    return int(tensors["head.bias"].shape[0]) if "head.bias" in tensors else 0
-
-
 def prepare_images(paths, config, image_size):
     """Read image files and put them through the config's eval transform: [B, 3, S, S] float32."""
     from .data import build_transforms

@@ -33,12 +33,13 @@ def main(argv):
 
     from paddle_vit import viz
     from paddle_vit.config import load_config
+    from paddle_vit.predict import model_for_weights
     from paddle_vit.engine.device import select_device
 
     setup_logging()
     config = load_config(args.config, args.override)
     select_device(config.train.device)
-    model = viz.load_model(config, args.weights, use_ema=args.ema)
+    model = model_for_weights(config, args.weights, use_ema=args.ema)
     images = viz.prepare_images(args.image, config, model.patch_embed.image_size[0])
     titles = [os.path.basename(path) for path in args.image]
     paths, numbers, figures = viz.write_figures(model, images, config.data.mean, config.data.std, args.out,

@@ -1,0 +1,250 @@
+"""Export a trained ViT for deployment: a Paddle inference model, optionally ONNX, its weights as
+.safetensors and a ``preprocess.json`` that says everything else a predictor needs.
+
+The folder written by `export_classifier`:
+
+- ``inference.json`` + ``inference.pdiparams``: ``paddle.jit.save`` of the eval model with a
+  dynamic batch, input ``image`` float32 [N, 3, S, S], output [N, K] logits (or probabilities
+  with ``softmax=True``). Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3
+  with ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.inference` reads both);
+- ``model.onnx`` with ``formats`` including "onnx" (through paddle2onnx, an optional extra);
+- ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
+  share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
+- ``preprocess.json``: the eval preprocessing (`paddle_vit.predict.Preprocess`), the class
+  names, the model name and configuration, what the output is, and which files hold what.
+
+Everything is written to a hidden staging folder inside the target first and moved in at the
+end, ``preprocess.json`` last, so a failed export leaves the previous one as it was.
+"""
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+from .errors import ConfigError, ExportError
+from .fileio import atomic_write
+
+logger = logging.getLogger("paddle_vit")
+
+EXPORT_FORMAT = "paddle_vit.export/1"
+METADATA_FILE = "preprocess.json"
+MODEL_PREFIX = "inference"  # inference.json / inference.pdmodel + inference.pdiparams
+ONNX_FILE = "model.onnx"
+WEIGHTS_FILE = "model.safetensors"
+INPUT_NAME = "image"
+FORMATS = ("paddle", "onnx")
+ONNX_INSTALL_HINT = 'pip install -e ".[onnx]"'
+# every file name an export may write, so that a new export removes what an older one left
+_EXPORT_FILES = (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel", f"{MODEL_PREFIX}.pdiparams", ONNX_FILE,
+                 WEIGHTS_FILE)
+
+
+def _network(model, with_softmax):
+    """The layer that is traced: the ViT in eval mode, with a softmax on its logits if asked."""
+    import paddle.nn as nn
+    import paddle.nn.functional as F
+
+    class InferenceNetwork(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, image):
+            logits = self.model(image)  # [N, 3, S, S] -> [N, K]
+            return F.softmax(logits, axis=-1) if with_softmax else logits
+
+    network = InferenceNetwork()
+    network.eval()
+    return network
+
+
+def import_paddle2onnx():
+    """paddle2onnx, or an ExportError saying how to install the extra."""
+    try:
+        import paddle2onnx
+    except ImportError as error:
+        raise ExportError(f"--format onnx needs paddle2onnx and onnxruntime, which are not installed "
+                          f"({error}): {ONNX_INSTALL_HINT}") from None
+    except Exception as error:  # installed, but e.g. built against another onnx/protobuf
+        raise ExportError(f"paddle2onnx is installed but cannot be imported ({type(error).__name__}: {error}); "
+                          f"reinstall it with {ONNX_INSTALL_HINT}") from None
+    return paddle2onnx
+
+
+# paddle2onnx runs in a child process: on an operator it cannot map it aborts the whole process
+# (SIGABRT) instead of raising, which would take the caller down with a C++ traceback
+_ONNX_CHILD = r"""
+import sys
+import paddle2onnx
+model_file, params_file, onnx_file, opset_version = sys.argv[1:5]
+# save_file=None returns the bytes before paddle2onnx's optional optimisation step, which (with
+# polygraphy) would pip-install packages at run time
+onnx_bytes = paddle2onnx.export(model_file, params_file, save_file=None, opset_version=int(opset_version),
+                                auto_upgrade_opset=True, enable_onnx_checker=True)
+if not onnx_bytes:
+    sys.exit("paddle2onnx returned an empty model")
+with open(onnx_file, "wb") as stream:
+    stream.write(onnx_bytes)
+"""
+
+
+def _conversion_messages(output):
+    """paddle2onnx's error lines (or the last lines) of a failed conversion, as one line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() and "warnings.warn" not in line]
+    return " | ".join((errors or lines)[-3:])[:500]
+
+
+def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metadata):
+    """Convert the saved Paddle model to ONNX at `path`, the metadata JSON in its properties."""
+    import subprocess
+
+    environment = dict(os.environ, GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
+    result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
+                            capture_output=True, text=True, env=environment)
+    if result.returncode != 0 or not os.path.isfile(path):
+        how = f"exit code {result.returncode}" if result.returncode >= 0 else f"killed by signal {-result.returncode}"
+        raise ExportError(f"paddle2onnx {getattr(paddle2onnx, '__version__', '?')} could not convert the model "
+                          f"({how}): {_conversion_messages(result.stdout + chr(10) + result.stderr)}")
+    try:
+        import onnx
+    except ImportError:  # onnx comes with paddle2onnx; without it the model just lacks the metadata
+        return
+    onnx_model = onnx.load(path)
+    entry = onnx_model.metadata_props.add()
+    entry.key, entry.value = "paddle_vit", json.dumps(metadata)
+    onnx.save(onnx_model, path)
+
+
+@contextlib.contextmanager
+def _stock_linear_op():
+    """Trace every Linear as Paddle's own `linear` op.
+
+    `paddle_vit.models.linear.Linear` computes an `addmm` when it runs, or is traced, on a CPU
+    (a speed-up of eager CPU runs). In an exported graph that op is a liability: paddle2onnx
+    2.1 cannot map it (and aborts), and a graph traced on a CPU would carry it to GPU and
+    TensorRT runs, while paddle.inference's oneDNN passes fuse matmul + add by themselves
+    (ViT-Ti: the exported stock graph measured no slower than the addmm one).
+    """
+    try:
+        from .models import linear
+    except ImportError:  # a models package without the CPU Linear: nothing to switch
+        yield
+        return
+    original = getattr(linear, "_runs_on_cpu", None)
+    if original is None:
+        yield
+        return
+    linear._runs_on_cpu = lambda x: False
+    try:
+        yield
+    finally:
+        linear._runs_on_cpu = original
+
+
+def _saved_model_file(prefix):
+    for extension in (".json", ".pdmodel"):
+        if os.path.isfile(prefix + extension):
+            return prefix + extension
+    raise ExportError(f"paddle.jit.save wrote neither {prefix}.json nor {prefix}.pdmodel")
+
+
+def build_metadata(classifier, softmax, files):
+    """The ``preprocess.json`` content of an export."""
+    import paddle
+
+    from . import __version__
+    config = classifier.model.config
+    return {
+        "format": EXPORT_FORMAT,
+        "model_name": classifier.model_name,
+        "num_classes": int(config.num_classes),
+        "class_names": list(classifier.class_names) if classifier.class_names else None,
+        "output": "probabilities" if softmax else "logits",
+        "input_name": INPUT_NAME,
+        "input_shape": [-1, int(config.in_channels), int(config.image_size), int(config.image_size)],
+        "preprocess": classifier.preprocess.to_dict(),
+        "files": files,
+        "model_config": dataclasses.asdict(config),
+        "paddle_version": paddle.__version__,
+        "paddle_vit_version": __version__,
+    }
+
+
+def _prepare(out_dir):
+    """Create `out_dir` and a staging folder inside it; an OS error is an ExportError."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        return tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+    except OSError as error:
+        raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
+
+
+def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=13):
+    """Export `classifier` (a `paddle_vit.predict.Classifier`) to the folder `out_dir`.
+
+    formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
+    softmax: put a softmax on the output, so the model returns probabilities.
+    Returns {role: path} of the files written (``preprocess.json`` under "metadata").
+    """
+    import paddle
+    from paddle.static import InputSpec
+
+    from .weights import save_weights
+
+    formats = list(dict.fromkeys(formats))
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown or not formats:
+        raise ConfigError(f"export formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
+    paddle2onnx = import_paddle2onnx() if "onnx" in formats else None
+    out_dir = os.fspath(out_dir)
+    staging = _prepare(out_dir)
+    config = classifier.model.config
+    try:
+        network = _network(classifier.model, softmax)
+        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], "float32",
+                         name=INPUT_NAME)  # None: any batch size
+        prefix = os.path.join(staging, MODEL_PREFIX)
+        with _stock_linear_op():
+            static = paddle.jit.to_static(network, input_spec=[spec], full_graph=True)
+            paddle.jit.save(static, prefix)
+        model_file, params_file = _saved_model_file(prefix), prefix + ".pdiparams"
+
+        files = {}
+        if "paddle" in formats:
+            files["paddle_model"] = os.path.basename(model_file)
+            files["paddle_params"] = os.path.basename(params_file)
+        if "onnx" in formats:
+            files["onnx"] = ONNX_FILE
+        files["weights"] = WEIGHTS_FILE
+        metadata = build_metadata(classifier, softmax, files)
+        if paddle2onnx is not None:
+            _write_onnx(paddle2onnx, model_file, params_file, os.path.join(staging, ONNX_FILE), opset_version,
+                        metadata)
+        save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
+
+        for name in _EXPORT_FILES:  # what an earlier export left and this one does not write
+            if name not in files.values() and os.path.isfile(os.path.join(out_dir, name)):
+                os.remove(os.path.join(out_dir, name))
+        written = {}
+        for role, name in files.items():
+            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+            written[role] = os.path.join(out_dir, name)
+        metadata_path = os.path.join(out_dir, METADATA_FILE)
+
+        def write_metadata(temporary):
+            with open(temporary, "w", encoding="utf-8") as stream:
+                json.dump(metadata, stream, indent=2, ensure_ascii=False)
+                stream.write("\n")
+        atomic_write(metadata_path, write_metadata)
+        written["metadata"] = metadata_path
+    except OSError as error:
+        raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))
+    return written

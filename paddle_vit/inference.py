@@ -1,0 +1,217 @@
+"""Run an exported model (`paddle_vit.export`) without the model's Python code.
+
+``InferenceModel(directory)`` reads ``preprocess.json`` and the network it names, and maps a
+float32 [B, 3, S, S] batch, preprocessed by ``model.transform``, to [B, K] class
+probabilities, exactly as the dynamic model does (`paddle_vit.predict.Classifier`).
+
+Backends:
+- "paddle": ``paddle.inference`` (Config, create_predictor) on the Paddle inference model.
+  Reads Paddle 3's PIR program (``inference.json``) and the older ``inference.pdmodel``. On
+  CPU oneDNN (MKLDNN) is on unless ``mkldnn=False``; ``cpu_threads`` sets the math library's
+  threads. ``device="gpu"`` and ``tensorrt=True`` switch on the GPU and the TensorRT engine;
+  both need a CUDA build of Paddle (and TensorRT) and have not been measured or tested here.
+- "onnxruntime": the ``model.onnx`` of an export with ``--format onnx`` (needs onnxruntime).
+``backend="auto"`` takes the Paddle model when the export has one, else the ONNX one.
+"""
+import dataclasses
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from .errors import ConfigError
+from .errors import ExportError
+from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT
+from .predict import Preprocess, check_class_names, softmax
+
+BACKENDS = ("auto", "paddle", "onnxruntime")
+DEVICES = ("cpu", "gpu")
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclasses.dataclass
+class InferenceOptions:
+    """How to run the network.
+
+    device: "cpu" or "gpu" (gpu_id, gpu_memory_mb: the initial memory pool).
+    mkldnn: oneDNN kernels on CPU (Paddle's fast CPU path; on by default).
+    cpu_threads: threads of the CPU math library (None: the cores this process may use, as
+        the dynamic model does; paddle.inference's own default is 1).
+    tensorrt: run supported subgraphs with TensorRT on GPU, in `precision` (fp32, fp16, int8;
+        int8 needs calibration, which this project does not provide). Not measured here.
+    ir_optim: Paddle's graph optimisation passes (fusions).
+    """
+    device: str = "cpu"
+    gpu_id: int = 0
+    gpu_memory_mb: int = 500
+    mkldnn: bool = True
+    cpu_threads: Optional[int] = None
+    tensorrt: bool = False
+    precision: str = "fp32"
+    ir_optim: bool = True
+
+    def validate(self):
+        if self.device not in DEVICES:
+            raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.tensorrt and self.device != "gpu":
+            raise ConfigError("TensorRT runs on a GPU: use --device gpu with --tensorrt")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError(f"cpu threads must be >= 1, got {self.cpu_threads}")
+        return self
+
+
+def read_metadata(directory):
+    """The ``preprocess.json`` of an exported model folder, checked."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise ExportError(f"exported model folder {directory} does not exist"
+                          + (" (it is a file; --weights takes weights files)" if os.path.isfile(directory) else ""))
+    path = os.path.join(directory, METADATA_FILE)
+    if not os.path.isfile(path):
+        raise ExportError(f"{directory} is not an exported model: it has no {METADATA_FILE} "
+                          f"(write one with tools/export.py)")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            metadata = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path} cannot be read as JSON ({type(error).__name__}: {error})") from None
+    if not isinstance(metadata, dict) or metadata.get("format") != EXPORT_FORMAT:
+        raise ExportError(f"{path} is not paddle-vit export metadata (expected format {EXPORT_FORMAT!r})")
+    return metadata
+
+
+def find_paddle_model(directory, files=None):
+    """(model file, params file) of the Paddle inference model in `directory`: the files named
+    in the metadata, else ``inference.json`` (Paddle 3, PIR) or ``inference.pdmodel`` (older),
+    with ``inference.pdiparams``. None when there is none."""
+    files = files or {}
+    candidates = []
+    if files.get("paddle_model"):
+        candidates.append((files["paddle_model"], files.get("paddle_params", f"{MODEL_PREFIX}.pdiparams")))
+    candidates += [(f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams"),
+                   (f"{MODEL_PREFIX}.pdmodel", f"{MODEL_PREFIX}.pdiparams")]
+    for model_name, params_name in candidates:
+        model_file, params_file = os.path.join(directory, model_name), os.path.join(directory, params_name)
+        if os.path.isfile(model_file):
+            if not os.path.isfile(params_file):
+                raise ExportError(f"{model_file} has no parameters file {params_file} next to it")
+            return model_file, params_file
+    return None
+
+
+def _usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+class _PaddleRunner:
+    def __init__(self, model_file, params_file, options):
+        import paddle
+        from paddle import inference
+
+        config = inference.Config(model_file, params_file)
+        if options.device == "gpu":
+            if not paddle.device.is_compiled_with_cuda():
+                raise ConfigError("--device gpu needs a CUDA build of Paddle (paddlepaddle-gpu); this one is CPU-only")
+            config.enable_use_gpu(int(options.gpu_memory_mb), int(options.gpu_id))
+            if options.tensorrt:  # not measured on this project's machines
+                precision = {"fp32": inference.PrecisionType.Float32, "fp16": inference.PrecisionType.Half,
+                             "int8": inference.PrecisionType.Int8}[options.precision]
+                config.enable_tensorrt_engine(workspace_size=1 << 30, max_batch_size=64, min_subgraph_size=3,
+                                              precision_mode=precision, use_static=False, use_calib_mode=False)
+        else:
+            config.disable_gpu()
+            if options.mkldnn:
+                config.enable_mkldnn()
+            else:
+                config.disable_mkldnn()
+            config.set_cpu_math_library_num_threads(int(options.cpu_threads or _usable_cores()))
+        config.switch_ir_optim(bool(options.ir_optim))
+        config.disable_glog_info()  # the optimisation passes log a screenful per model
+        try:
+            self.predictor = inference.create_predictor(config)
+        except Exception as error:  # Paddle raises its own error types for an unreadable program
+            raise ExportError(f"paddle.inference cannot load {model_file} ({type(error).__name__}: "
+                              f"{' '.join(str(error).split())[:300]})") from None
+        self.input = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output_name = self.predictor.get_output_names()[0]
+
+    def __call__(self, batch):
+        self.input.reshape(list(batch.shape))
+        self.input.copy_from_cpu(batch)
+        self.predictor.run()
+        return self.predictor.get_output_handle(self.output_name).copy_to_cpu()
+
+
+class _OnnxRunner:
+    def __init__(self, onnx_file, options):
+        try:
+            import onnxruntime
+        except ImportError as error:
+            raise ExportError(f"running {onnx_file} needs onnxruntime, which is not installed ({error}): "
+                              f"{ONNX_INSTALL_HINT}") from None
+        session_options = onnxruntime.SessionOptions()
+        session_options.log_severity_level = 3  # errors only: not its notes on unused initialisers
+        if options.cpu_threads:
+            session_options.intra_op_num_threads = int(options.cpu_threads)
+        providers = ["CPUExecutionProvider"]
+        if options.device == "gpu":  # not measured here
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = onnxruntime.InferenceSession(onnx_file, session_options, providers=providers)
+        self.input_name = self.session.get_inputs()[0].name
+
+    def __call__(self, batch):
+        return self.session.run(None, {self.input_name: batch})[0]
+
+
+class InferenceModel:
+    """An exported model folder, ready to predict.
+
+    Attributes: metadata (``preprocess.json``), preprocess (`Preprocess`), transform (the eval
+    transform), class_names (None when the export has none), model_name, backend.
+    """
+
+    def __init__(self, directory, options=None, backend="auto"):
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.directory = os.fspath(directory)
+        self.options = (options or InferenceOptions()).validate()
+        self.metadata = read_metadata(self.directory)
+        where = os.path.join(self.directory, METADATA_FILE)
+        self.preprocess = Preprocess.from_dict(self.metadata.get("preprocess") or {}, where)
+        self.transform = self.preprocess.transform()
+        self.num_classes = int(self.metadata.get("num_classes") or 0)
+        self.class_names = check_class_names(self.metadata.get("class_names"), self.num_classes, where)
+        self.model_name = self.metadata.get("model_name", "?")
+        self.outputs_probabilities = self.metadata.get("output") == "probabilities"
+        files = self.metadata.get("files") or {}
+
+        paddle_model = find_paddle_model(self.directory, files) if backend in ("auto", "paddle") else None
+        onnx_file = os.path.join(self.directory, files.get("onnx", "model.onnx"))
+        if paddle_model is not None:
+            self.backend = "paddle"
+            self._run = _PaddleRunner(*paddle_model, self.options)
+        elif backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
+            self.backend = "onnxruntime"
+            self._run = _OnnxRunner(onnx_file, self.options)
+        else:
+            wanted = {"paddle": f"a Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
+                      "onnxruntime": f"an ONNX model ({os.path.basename(onnx_file)})"}.get(
+                backend, f"a Paddle inference model or {os.path.basename(onnx_file)}")
+            raise ExportError(f"{self.directory} holds no {wanted}")
+
+    def outputs(self, batch):
+        """The network's raw output for a float32 [B, 3, S, S] batch (logits or probabilities,
+        as ``metadata["output"]`` says)."""
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        return np.asarray(self._run(batch), dtype=np.float32)
+
+    def __call__(self, batch):
+        """float32 [B, K] class probabilities."""
+        outputs = self.outputs(batch)
+        return outputs if self.outputs_probabilities else softmax(outputs)

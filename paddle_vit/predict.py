@@ -1,0 +1,353 @@
+"""Prediction: image files in, the top-k class names and probabilities out.
+
+What `tools/predict.py` shares between its two ways of running a model, the dynamic model
+built from weights (`load_classifier`) and an exported inference model (`paddle_vit.inference`):
+
+- `Preprocess`: the eval transform of a recipe (resize or resize-shorter-side + centre crop per
+  `eval_crop_pct`, mean, std, interpolation), written into an export's ``preprocess.json`` and
+  rebuilt from it with `build_transforms`, so both paths feed the model the same numbers;
+- `list_images`, `iter_batches`: files and folders to batches of [B, 3, S, S] float32; a file
+  that does not decode is skipped with one warning naming it;
+- `softmax`, `top_k`, `format_text`, `format_json`: the output.
+"""
+import dataclasses
+import json
+import logging
+import os
+from typing import List, Optional
+
+import numpy as np
+
+from .data.imagefolder import IMAGE_EXTENSIONS, decode_image
+from .errors import ConfigError, DataError, WeightsError
+
+logger = logging.getLogger("paddle_vit")
+
+
+# ---- preprocessing -----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Preprocess:
+    """The eval preprocessing of a model, all a predictor needs besides the network.
+
+    An RGB image is resized to `resize_size` (the shorter side, keeping the aspect ratio, when
+    `eval_crop_pct` < 1; both sides when it is 1), centre-cropped to `image_size` x
+    `image_size`, scaled to [0, 1], normalised with `mean` / `std` and laid out [3, S, S].
+    """
+    image_size: int
+    eval_crop_pct: float = 1.0
+    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
+    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
+    interpolation: str = "bicubic"
+
+    @classmethod
+    def from_config(cls, data_config, image_size):
+        """The eval preprocessing of a `DataConfig` at the model's input size."""
+        return cls(int(image_size), float(data_config.eval_crop_pct), [float(v) for v in data_config.mean],
+                   [float(v) for v in data_config.std], str(data_config.interpolation))
+
+    @property
+    def resize_size(self):
+        """The size the image is resized to before the centre crop (as `build_transforms`)."""
+        if self.eval_crop_pct == 1.0:
+            return self.image_size
+        return int(self.image_size / self.eval_crop_pct)
+
+    def to_dict(self):
+        """The JSON form, with the derived steps spelled out for readers in other languages."""
+        shorter_side = self.eval_crop_pct != 1.0
+        return {
+            "image_size": self.image_size,
+            "eval_crop_pct": self.eval_crop_pct,
+            "resize": "shorter_side" if shorter_side else "both_sides",
+            "resize_size": self.resize_size,
+            "center_crop": self.image_size,
+            "interpolation": self.interpolation,
+            "channel_order": "RGB",
+            "scale": "pixel / 255",
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "layout": "NCHW",
+            "dtype": "float32",
+        }
+
+    @classmethod
+    def from_dict(cls, values, where="preprocess"):
+        """Rebuild from `to_dict()`'s output; a missing or wrong entry is a ConfigError naming it."""
+        try:
+            preprocess = cls(int(values["image_size"]), float(values.get("eval_crop_pct", 1.0)),
+                             [float(v) for v in values["mean"]], [float(v) for v in values["std"]],
+                             str(values.get("interpolation", "bicubic")))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigError(f"{where}: the preprocessing entry is incomplete or malformed "
+                              f"({type(error).__name__}: {error})") from None
+        preprocess.transform()  # validates mean, std, interpolation and crop
+        return preprocess
+
+    def transform(self):
+        """The eval transform `(pil_rgb_image, rng) -> float32 [3, S, S]`, the same object the
+        training code builds for validation."""
+        from .config import DataConfig
+        from .data.transforms import build_transforms
+        data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
+                                 eval_crop_pct=self.eval_crop_pct)
+        return build_transforms(data_config, self.image_size, train=False)
+
+
+# ---- finding and reading images ----------------------------------------------------------------
+
+def _is_hidden(name):
+    return name.startswith(".")
+
+
+def list_images(inputs):
+    """The image files named by `inputs`, in order, without repeats.
+
+    A file is taken as given (whatever its extension: it may still decode); a folder is
+    searched recursively for files ending in one of `IMAGE_EXTENSIONS` (as ImageFolder), hidden
+    files and folders left out, sorted. A path that does not exist, or nothing found at all, is
+    a DataError.
+    """
+    paths, seen = [], set()
+
+    def add(path):
+        key = os.path.abspath(path)
+        if key not in seen:
+            seen.add(key)
+            paths.append(path)
+
+    for given in inputs:
+        given = os.fspath(given)
+        if os.path.isfile(given):
+            add(given)
+        elif os.path.isdir(given):
+            found = []
+            for directory, subdirectories, files in os.walk(given, followlinks=True):
+                subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
+                found += [os.path.join(directory, name) for name in files
+                          if not _is_hidden(name) and name.lower().endswith(IMAGE_EXTENSIONS)]
+            if not found:
+                logger.warning("folder %s holds no images (%s)", given, ", ".join(IMAGE_EXTENSIONS))
+            for path in sorted(found):
+                add(path)
+        else:
+            raise DataError(f"image or folder {given} does not exist")
+    if not paths:
+        raise DataError(f"no images found in {', '.join(map(str, inputs))} "
+                        f"(looked for files ending in {', '.join(IMAGE_EXTENSIONS)})")
+    return paths
+
+
+def _one_line(error):
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def read_image(path, transform):
+    """The model input [3, S, S] float32 of the image at `path` (any PIL mode, EXIF orientation
+    applied, transparency on white); raises whatever decoding raises."""
+    return transform(decode_image(path), None)
+
+
+def iter_batches(paths, transform, batch_size, skipped=None):
+    """Yield (paths, float32 [B, 3, S, S]) batches of the readable images among `paths`.
+
+    A file that cannot be read or decoded is skipped with one warning naming it, and appended
+    to the list `skipped` when one is given. The last batch may be smaller.
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be >= 1, got {batch_size}")
+    batch_paths, arrays = [], []
+    for path in paths:
+        try:
+            array = read_image(path, transform)
+        except Exception as error:  # a corrupt file can make a decoder raise anything
+            logger.warning("skipping unreadable image %s (%s)", path, _one_line(error))
+            if skipped is not None:
+                skipped.append(path)
+            continue
+        batch_paths.append(path)
+        arrays.append(array)
+        if len(arrays) == batch_size:
+            yield batch_paths, np.stack(arrays)
+            batch_paths, arrays = [], []
+    if arrays:
+        yield batch_paths, np.stack(arrays)
+
+
+# ---- outputs -----------------------------------------------------------------------------------
+
+def softmax(logits):
+    """Row-wise softmax of a [B, K] array, computed in float64, returned as float32."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exponentials = np.exp(shifted)
+    return (exponentials / exponentials.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def top_k(probabilities, k, class_names=None):
+    """For each row of [B, K] `probabilities`, the `k` most likely classes (ties: lower index
+    first) as dicts ``{"index", "label", "probability"}``; the label is the class name, or the
+    index as a string when there are no names."""
+    probabilities = np.asarray(probabilities)
+    k = max(1, min(int(k), probabilities.shape[1]))
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k]
+    results = []
+    for row, indices in zip(probabilities, order):
+        results.append([{"index": int(index),
+                         "label": class_names[index] if class_names else str(int(index)),
+                         "probability": float(row[index])} for index in indices])
+    return results
+
+
+def format_text(path, predictions):
+    """``file  label  probability`` lines, one per prediction, best first."""
+    return [f"{path}  {p['label']}  {p['probability']:.4f}" for p in predictions]
+
+
+def format_json(path, predictions):
+    """One JSON object (a line of JSON Lines): ``{"file", "predictions": [...]}``."""
+    return json.dumps({"file": path, "predictions": predictions}, ensure_ascii=False)
+
+
+def read_labels(path):
+    """Class names from a text file, one per line (blank lines at the end ignored)."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            lines = [line.rstrip("\r\n") for line in stream]
+    except OSError as error:
+        raise ConfigError(f"labels file {path} cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"labels file {path} is not UTF-8 text (one class name per line)") from None
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines or any(not line.strip() for line in lines):
+        raise ConfigError(f"labels file {path} must hold one non-empty class name per line")
+    return [line.strip() for line in lines]
+
+
+def check_class_names(class_names, num_classes, where):
+    if class_names is not None and len(class_names) != num_classes:
+        raise ConfigError(f"{where} names {len(class_names)} classes but the model has {num_classes} outputs")
+    return class_names
+
+
+# ---- the dynamic model -------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Classifier:
+    """A ViT in eval mode with what is needed to use it on images.
+
+    model_name: the registered name it was built from; class_names: None when unknown.
+    """
+    model: object
+    preprocess: Preprocess
+    class_names: Optional[List[str]]
+    model_name: str
+
+    @property
+    def num_classes(self):
+        return self.model.config.num_classes
+
+    def logits(self, batch):
+        """float32 [B, K] logits of a float32 [B, 3, S, S] numpy batch."""
+        import paddle
+        with paddle.no_grad():
+            return self.model(paddle.to_tensor(np.ascontiguousarray(batch, dtype=np.float32))).numpy()
+
+    def __call__(self, batch):
+        """float32 [B, K] class probabilities."""
+        return softmax(self.logits(batch))
+
+
+def _head_size(path, checkpoint, use_ema):
+    """How many classes the weights at `path` (the read `checkpoint` for a .pdckpt) were trained
+    for: the rows of the head."""
+    from .weights import CONVERTERS, detect_format, read_checkpoint
+
+    if checkpoint is not None:
+        state = checkpoint
+        model_config = state.get("model_config") or {}
+        if model_config.get("num_classes"):
+            return int(model_config["num_classes"])
+        arrays, description = read_checkpoint(state["ema" if use_ema and state.get("ema") else "model"])
+    else:
+        arrays, description = read_checkpoint(path)
+    converted = CONVERTERS[detect_format(arrays, description)](arrays)
+    for name in ("head.bias", "head.weight"):
+        if name in converted.tensors:
+            return int(np.shape(converted.tensors[name])[-1])
+    raise WeightsError(f"{path} holds no classification head (head.weight / head.bias); "
+                       f"set model.num_classes or pass weights trained for classification")
+
+
+def model_for_weights(config, weights, use_ema=False, checkpoint=None):
+    """The model `config` describes with `weights` loaded as tools/eval.py loads them, in eval
+    mode. A `model.num_classes` left null follows the weights' head, so no data set is needed.
+    `checkpoint`: the already-read .pdckpt behind `weights`, if any."""
+    from .engine.builder import build_model
+    from .engine.checkpoint import load_checkpoint
+    from .engine.evaluator import load_weights_for_eval
+
+    if checkpoint is None and os.fspath(weights).endswith(".pdckpt"):
+        checkpoint = load_checkpoint(weights)
+    num_classes = config.model.num_classes or _head_size(weights, checkpoint, use_ema)
+    model = build_model(config, num_classes, load_weights=False)
+    load_weights_for_eval(model, weights, use_ema=use_ema)
+    model.eval()
+    return model
+
+
+def load_classifier(weights, config_path=None, model_name=None, overrides=(), use_ema=False, labels=None):
+    """Build the model `weights` were trained for and load them; returns a `Classifier`.
+
+    The architecture and the eval preprocessing come from `config_path` (a YAML recipe), or
+    from `model_name` (a registered model with the default `DataConfig`'s eval transform at
+    the model's image size), or, when neither is given and `weights` is a training checkpoint
+    (.pdckpt), from the config stored in it. `overrides` are ``section.key=value`` strings as
+    for ``-o``. A `model.num_classes` left null follows the weights' head. Class names come
+    from the `labels` file, else from a .pdckpt, else none (the class index is printed).
+    """
+    from .config import load_config
+    from .engine.checkpoint import load_checkpoint
+
+    weights = os.fspath(weights)
+    if not os.path.isfile(weights):
+        raise WeightsError(f"weights file {weights} does not exist" if not os.path.isdir(weights) else
+                           f"{weights} is a directory; --weights takes a weights file "
+                           f"(an exported model folder goes to --inference-model)")
+    if config_path and model_name:
+        raise ConfigError("give the recipe (-c CONFIG) or the model name (--model NAME), not both")
+    checkpoint = load_checkpoint(weights) if weights.endswith(".pdckpt") else None
+    if config_path:
+        config = load_config(config_path, overrides)
+    elif model_name:
+        config = load_config(data={"model": {"name": model_name}}, overrides=overrides)
+    elif checkpoint is not None and isinstance(checkpoint.get("config"), dict):
+        config = load_config(data=checkpoint["config"], overrides=overrides)
+    else:
+        raise ConfigError(f"{weights} is not a training checkpoint (.pdckpt), so the model cannot be read from it: "
+                          f"name its recipe with -c CONFIG or its architecture with --model NAME")
+
+    model = model_for_weights(config, weights, use_ema, checkpoint)
+
+    class_names = None
+    if labels:
+        class_names = check_class_names(read_labels(labels), model.config.num_classes, f"labels file {labels}")
+    elif checkpoint is not None and checkpoint.get("class_names"):
+        names = [str(name) for name in checkpoint["class_names"]]
+        if len(names) == model.config.num_classes:
+            class_names = names
+    preprocess = Preprocess.from_config(config.data, model.config.image_size)
+    return Classifier(model, preprocess, class_names, config.model.name)
+
+
+def predict_files(predictor, paths, transform, batch_size, top, class_names=None, skipped=None):
+    """Yield (path, top-k predictions) for every readable image of `paths`, batch by batch.
+
+    `predictor` maps a float32 [B, 3, S, S] batch to [B, K] probabilities (a `Classifier` or a
+    `paddle_vit.inference.InferenceModel`).
+    """
+    for batch_paths, batch in iter_batches(paths, transform, batch_size, skipped):
+        probabilities = predictor(batch)
+        for path, predictions in zip(batch_paths, top_k(probabilities, top, class_names)):
+            yield path, predictions

@@ -1,0 +1,340 @@
+"""From checkpoint to prediction: tools/predict.py, tools/export.py, paddle.inference and ONNX.
+
+One small model is trained once (the walkthrough ViT at 14x14 on the synthetic set, with a
+non-trivial eval transform: shorter side to 16, centre crop 14, ImageNet mean/std) and exported
+once per variant; the tests compare what the exported models and the tools give with the
+dynamic model.
+"""
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import pytest
+from PIL import Image
+
+from paddle_vit import ViT, ViTConfig, load_pretrained
+from paddle_vit.config import DataConfig, load_config
+from paddle_vit.data.imagefolder import decode_image
+from paddle_vit.data.transforms import build_transforms
+from paddle_vit.engine.trainer import Trainer
+from paddle_vit.export import export_classifier
+from paddle_vit.inference import InferenceModel, find_paddle_model
+from paddle_vit.predict import load_classifier, softmax
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(REPO, "tools")
+SMALL_MODEL = {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2}
+MODEL_FLAGS = ["--model", "vit_walkthrough"] + [arg for key, value in SMALL_MODEL.items() if key != "name"
+                                                for arg in ("-o", f"model.{key}={value}")]
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(TOOLS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PREDICT, EXPORT = load_tool("predict"), load_tool("export")
+
+
+@contextlib.contextmanager
+def kept_logger():
+    """The tools reconfigure the "paddle_vit" logger; give later tests theirs back."""
+    logger = logging.getLogger("paddle_vit")
+    state = (list(logger.handlers), logger.level, logger.propagate)
+    try:
+        yield
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = state[0], state[1], state[2]
+
+
+def run_tool(tool, argv, capsys):
+    """(exit code, stdout lines, stderr lines) of a tool's main() run in this process."""
+    capsys.readouterr()
+    with kept_logger():
+        code = tool.main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err.splitlines()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A trained run: its output folder, config.yaml and last.pdckpt."""
+    root = tmp_path_factory.mktemp("deploy")
+    config = load_config(data={
+        "model": dict(SMALL_MODEL, num_classes=None),
+        "data": {"dataset": "synthetic", "synthetic_train_size": 32, "synthetic_val_size": 8, "synthetic_classes": 4,
+                 "eval_crop_pct": 0.875, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        "train": {"epochs": 1, "batch_size": 16, "output_dir": str(root / "run"), "device": "cpu", "vdl": False},
+        "eval": {"batch_size": 16},
+    })
+    with kept_logger():
+        Trainer(config).fit()
+    run = root / "run"
+    return {"root": root, "config": run / "config.yaml", "checkpoint": run / "checkpoints" / "last.pdckpt",
+            "weights": run / "checkpoints" / "last.pdparams"}
+
+
+@pytest.fixture(scope="module")
+def classifier(trained):
+    return load_classifier(str(trained["checkpoint"]))
+
+
+@pytest.fixture(scope="module")
+def exported(trained, classifier):
+    """Exports of the trained model: "logits" (the default) and "softmax"."""
+    with kept_logger():
+        return {"logits": export_classifier(classifier, trained["root"] / "export"),
+                "softmax": export_classifier(classifier, trained["root"] / "export_softmax", softmax=True)}
+
+
+@pytest.fixture(scope="module")
+def images(trained):
+    """A folder with a PNG with alpha, a grayscale JPEG in a subfolder, a corrupt JPEG and a text file."""
+    folder = trained["root"] / "images"
+    (folder / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (20, 30, 4), dtype=np.uint8), "RGBA").save(folder / "alpha.png")
+    Image.fromarray(rng.integers(0, 256, (25, 17), dtype=np.uint8), "L").save(folder / "sub" / "gray.jpg")
+    (folder / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"not a jpeg at all")
+    (folder / "notes.txt").write_text("not an image")
+    return folder
+
+
+def random_batch(size, seed=0):
+    return np.random.default_rng(seed).standard_normal((size, 3, 14, 14)).astype("float32")
+
+
+def json_predictions(lines):
+    return {os.path.basename(record["file"]): record["predictions"] for record in map(json.loads, lines)}
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_paddle_inference_matches_the_dynamic_model(classifier, exported, batch_size):
+    batch = random_batch(batch_size, seed=batch_size)
+    logits_model = InferenceModel(os.path.dirname(exported["logits"]["metadata"]))
+    softmax_model = InferenceModel(os.path.dirname(exported["softmax"]["metadata"]))
+    assert logits_model.backend == "paddle"
+    np.testing.assert_allclose(logits_model.outputs(batch), classifier.logits(batch), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(softmax_model.outputs(batch), classifier(batch), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(logits_model(batch), classifier(batch), atol=1e-5, rtol=0)
+
+
+def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifier, exported):
+    folder = os.path.dirname(exported["logits"]["metadata"])
+    # Paddle 3's jit.save writes the PIR program as .json (Paddle 2 wrote .pdmodel)
+    assert sorted(os.listdir(folder)) == ["inference.json", "inference.pdiparams", "model.safetensors",
+                                          "preprocess.json"]
+    with open(exported["logits"]["metadata"]) as stream:
+        metadata = json.load(stream)
+    assert metadata["model_name"] == "vit_walkthrough" and metadata["class_names"] == ["0", "1", "2", "3"]
+    assert metadata["output"] == "logits" and metadata["input_shape"] == [-1, 3, 14, 14]
+    preprocess = metadata["preprocess"]
+    assert (preprocess["image_size"], preprocess["resize_size"], preprocess["center_crop"]) == (14, 16, 14)
+    assert preprocess["resize"] == "shorter_side" and preprocess["interpolation"] == "bicubic"
+    assert preprocess["mean"] == [0.485, 0.456, 0.406] and preprocess["std"] == [0.229, 0.224, 0.225]
+    # the safetensors file alone rebuilds the model
+    model = ViT(ViTConfig(**metadata["model_config"]))
+    load_pretrained(model, exported["logits"]["weights"])
+    model.eval()
+    batch = random_batch(2)
+    np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.logits(batch), atol=1e-6)
+
+
+def test_export_tool_replaces_an_older_export(trained, capsys):
+    out = trained["root"] / "export_tool"
+    out.mkdir()
+    (out / "model.onnx").write_bytes(b"stale")
+    code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", out, "--softmax"], capsys)
+    assert code == 0, errors
+    assert sorted(os.listdir(out)) == ["inference.json", "inference.pdiparams", "model.safetensors",
+                                       "preprocess.json"]
+    assert any(line.startswith("predict with:") for line in lines)
+
+
+@pytest.fixture(scope="module")
+def onnx_export(trained, classifier):
+    """The trained model exported as ONNX alone, when the optional extra is installed."""
+    pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+    pytest.importorskip("onnxruntime", reason="running ONNX needs the optional extra: pip install -e '.[onnx]'")
+    with kept_logger():
+        return export_classifier(classifier, trained["root"] / "export_onnx", formats=("onnx",))
+
+
+def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
+    assert set(onnx_export) == {"onnx", "weights", "metadata"}
+    model = InferenceModel(os.path.dirname(onnx_export["onnx"]))
+    assert model.backend == "onnxruntime"
+    for size in (1, 3):
+        batch = random_batch(size, seed=10 + size)
+        np.testing.assert_allclose(model.outputs(batch), classifier.logits(batch), atol=1e-4, rtol=0)
+    import onnx
+    properties = {entry.key: entry.value for entry in onnx.load(onnx_export["onnx"]).metadata_props}
+    assert json.loads(properties["paddle_vit"])["class_names"] == ["0", "1", "2", "3"]
+
+
+def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
+    """paddle2onnx aborts the process (SIGABRT) on what it cannot convert; export runs it in a
+    child process, so the caller gets an ExportError and lives on."""
+    paddle2onnx = pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: "
+                                                            "pip install -e '.[onnx]'")
+    from paddle_vit.export import ExportError, _write_onnx
+    (tmp_path / "inference.json").write_text('{"base_code": {"magic": "pir"}, "program": {}}')
+    (tmp_path / "inference.pdiparams").write_bytes(b"")
+    with pytest.raises(ExportError, match="paddle2onnx .* could not convert the model"):
+        _write_onnx(paddle2onnx, str(tmp_path / "inference.json"), str(tmp_path / "inference.pdiparams"),
+                    str(tmp_path / "model.onnx"), 13, {})
+    assert not (tmp_path / "model.onnx").exists()
+
+
+def test_onnx_export_without_paddle2onnx_says_what_to_install(trained, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "paddle2onnx", None)  # import paddle2onnx raises ImportError
+    code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", trained["root"] / "no_onnx",
+                                            "--format", "onnx"], capsys)
+    assert code == 2 and len(errors) == 1
+    assert errors[0].startswith("error: ") and 'pip install -e ".[onnx]"' in errors[0]
+    assert not (trained["root"] / "no_onnx").exists()
+
+
+def test_legacy_pdmodel_export_is_found_and_run(trained, exported, tmp_path):
+    """Paddle 2 (and Paddle 3 with FLAGS_enable_pir_api=0) saved the program as .pdmodel."""
+    folder = tmp_path / "legacy"
+    paddle.enable_static()
+    try:
+        with paddle.pir_utils.OldIrGuard():
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                image = paddle.static.data("image", [None, 3, 14, 14], "float32")
+                logits = paddle.static.nn.fc(paddle.flatten(image, 1), 4)
+            executor = paddle.static.Executor(paddle.CPUPlace())
+            executor.run(startup)
+            paddle.static.save_inference_model(str(folder / "inference"), [image], [logits], executor, program=main)
+            batch = random_batch(3)
+            expected = executor.run(main, feed={"image": batch}, fetch_list=[logits])[0]
+    finally:
+        paddle.disable_static()
+    with open(exported["logits"]["metadata"]) as stream:
+        metadata = json.load(stream)
+    metadata["files"] = {}  # found by name
+    (folder / "preprocess.json").write_text(json.dumps(metadata))
+    assert find_paddle_model(str(folder))[0].endswith("inference.pdmodel")
+    np.testing.assert_allclose(InferenceModel(folder).outputs(batch), expected, atol=1e-5)
+
+
+# ---- predict -----------------------------------------------------------------------------------
+
+def test_predict_folder_skips_a_corrupt_file_with_one_warning(trained, images, capsys):
+    code, lines, errors = run_tool(PREDICT, ["--weights", trained["checkpoint"], images, "--topk", 2], capsys)
+    assert code == 0
+    assert len(errors) == 1 and errors[0].startswith("warning: ") and "corrupt.jpg" in errors[0]
+    expected_files = [str(images / "alpha.png")] * 2 + [str(images / "sub" / "gray.jpg")] * 2
+    assert [line.split("  ")[0] for line in lines] == expected_files  # sorted, the text file ignored
+    for first, second in (lines[0:2], lines[2:4]):
+        (_, label_1, probability_1), (_, label_2, probability_2) = first.split("  "), second.split("  ")
+        assert {label_1, label_2} <= {"0", "1", "2", "3"} and label_1 != label_2
+        assert 1 >= float(probability_1) >= float(probability_2) >= 0
+
+
+def test_predict_applies_the_configs_eval_transform(trained, classifier, images, capsys):
+    code, lines, _ = run_tool(PREDICT, ["--weights", trained["weights"], "-c", trained["config"], "--json",
+                                        "--topk", 4, "--batch-size", 1, images / "alpha.png", images / "sub"], capsys)
+    assert code == 0
+    predicted = json_predictions(lines)
+    config = load_config(str(trained["config"]))
+    transform = build_transforms(config.data, 14, train=False)  # shorter side 16, centre crop 14, ImageNet stats
+    for name, path in (("alpha.png", images / "alpha.png"), ("gray.jpg", images / "sub" / "gray.jpg")):
+        expected = softmax(classifier.logits(transform(decode_image(str(path)), None)[None]))[0]
+        got = {p["index"]: p["probability"] for p in predicted[name]}
+        np.testing.assert_allclose([got[i] for i in range(4)], expected, atol=1e-6)
+
+
+def test_predict_follows_exif_orientation(trained, classifier, tmp_path, capsys):
+    pixels = np.random.default_rng(3).integers(0, 256, (18, 30, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "plain.jpg", quality=95)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored landscape, shown rotated 90 degrees clockwise
+    Image.fromarray(pixels).save(tmp_path / "rotated.jpg", quality=95, exif=exif.tobytes())
+    code, lines, _ = run_tool(PREDICT, ["--weights", trained["checkpoint"], "--json", "--topk", 4,
+                                        tmp_path / "rotated.jpg"], capsys)
+    assert code == 0
+    upright = Image.open(tmp_path / "plain.jpg").convert("RGB").transpose(Image.Transpose.ROTATE_270)
+    expected = classifier(classifier.preprocess.transform()(upright, None)[None])[0]
+    got = {p["index"]: p["probability"] for p in json_predictions(lines)["rotated.jpg"]}
+    np.testing.assert_allclose([got[i] for i in range(4)], expected, atol=1e-6)
+
+
+def test_predict_with_model_name_uses_the_default_eval_transform(trained, exported, classifier, images, capsys):
+    weights = exported["logits"]["weights"]
+    code, lines, _ = run_tool(PREDICT, ["--weights", weights, *MODEL_FLAGS, "--json", "--topk", 4,
+                                        images / "alpha.png"], capsys)
+    assert code == 0
+    transform = build_transforms(DataConfig(), 14, train=False)  # plain resize, mean = std = 0.5
+    expected = softmax(classifier.logits(transform(decode_image(str(images / "alpha.png")), None)[None]))[0]
+    got = {p["index"]: p["probability"] for p in json_predictions(lines)["alpha.png"]}
+    np.testing.assert_allclose([got[i] for i in range(4)], expected, atol=1e-6)
+    assert {p["label"] for p in json_predictions(lines)["alpha.png"]} == {"0", "1", "2", "3"}  # no names: indices
+
+
+@pytest.mark.parametrize("backend", ["paddle", "onnxruntime"])
+def test_predict_inference_model_equals_predict_weights(trained, exported, images, capsys, backend, request):
+    folder = os.path.dirname(exported["softmax"]["metadata"])  # softmax in the graph
+    if backend == "onnxruntime":
+        folder = os.path.dirname(request.getfixturevalue("onnx_export")["onnx"])  # logits, softmax by the predictor
+    code, lines, errors = run_tool(PREDICT, ["--weights", trained["checkpoint"], images, "--json", "--topk", 3],
+                                   capsys)
+    code_exported, lines_exported, errors_exported = run_tool(
+        PREDICT, ["--inference-model", folder, "--backend", backend, images, "--json", "--topk", 3], capsys)
+    assert code == code_exported == 0 and len(errors) == len(errors_exported) == 1
+    dynamic, deployed = json_predictions(lines), json_predictions(lines_exported)
+    assert sorted(dynamic) == sorted(deployed) == ["alpha.png", "gray.jpg"]
+    tolerance = 1e-5 if backend == "paddle" else 1e-4
+    for name in dynamic:
+        assert dynamic[name][0]["label"] == deployed[name][0]["label"]
+        np.testing.assert_allclose([p["probability"] for p in deployed[name]],
+                                   [p["probability"] for p in dynamic[name]], atol=tolerance)
+
+
+def test_labels_file_names_the_classes(trained, exported, images, tmp_path, capsys):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\nbird\nfish\n")
+    folder = os.path.dirname(exported["logits"]["metadata"])
+    code, lines, _ = run_tool(PREDICT, ["--inference-model", folder, "--labels", labels, "--topk", 1,
+                                        images / "alpha.png"], capsys)
+    assert code == 0 and len(lines) == 1 and lines[0].split("  ")[1] in {"cat", "dog", "bird", "fish"}
+    labels.write_text("cat\ndog\n")
+    code, lines, errors = run_tool(PREDICT, ["--inference-model", folder, "--labels", labels, images], capsys)
+    assert code == 2 and errors == [f"error: labels file {labels} names 2 classes but the model has 4 outputs"]
+
+
+def test_bad_input_exits_2_with_one_error_line(trained, images, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    cases = [
+        (PREDICT, ["--weights", tmp_path / "missing.pdparams", "-c", trained["config"], images], "does not exist"),
+        (PREDICT, ["--weights", trained["checkpoint"], tmp_path / "missing.jpg"], "missing.jpg does not exist"),
+        (PREDICT, ["--weights", trained["checkpoint"], images / "corrupt.jpg"], "could be read"),
+        (PREDICT, ["--inference-model", tmp_path, images], "no preprocess.json"),
+        (EXPORT, ["--weights", trained["checkpoint"], "--out", blocker / "export"], "cannot write the export"),
+    ]
+    for tool, argv, message in cases:
+        code, _, errors = run_tool(tool, argv, capsys)
+        errors = [line for line in errors if not line.startswith("warning: ")]
+        assert code == 2 and len(errors) == 1, (argv, errors)
+        assert errors[0].startswith("error: ") and message in errors[0], (argv, errors)
+
+
+def test_command_line_error_has_no_traceback(images, tmp_path):
+    result = subprocess.run([sys.executable, os.path.join(TOOLS, "predict.py"), "--weights",
+                             str(tmp_path / "missing.pdparams"), "--model", "vit_walkthrough", str(images)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"error: weights file {tmp_path / 'missing.pdparams'} does not exist"]

@@ -1,0 +1,166 @@
+"""Classify images with trained weights or an exported model.
+
+    python tools/predict.py --weights PATH (-c CONFIG | --model NAME) IMAGE_OR_FOLDER ... [--topk 5]
+    python tools/predict.py --inference-model DIR IMAGE_OR_FOLDER ... [--topk 5]
+
+Prints ``file  label  probability`` lines (the top-k of every image, best first) or, with
+--json, one JSON object per image (JSON Lines). A file that cannot be read is skipped with one
+warning on stderr; the exit code is 0 when at least one image was classified.
+"""
+import argparse
+import logging
+import os
+import sys
+
+os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info/warning lines; errors still show
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from paddle_vit.cli import add_common_arguments, run  # noqa: E402
+from paddle_vit.errors import ConfigError, DataError  # noqa: E402
+
+EPILOG = """\
+where the model and its preprocessing come from:
+  --weights with -c CONFIG   the recipe's model and its eval transform (data.eval_crop_pct,
+                             mean, std, interpolation), exactly as tools/eval.py uses them
+  --weights with --model NAME  the registered model (its image size) and the eval transform of
+                             the default data config: plain resize to the model's size
+                             (eval_crop_pct 1.0), bicubic, mean = std = 0.5; -o data.KEY=VALUE
+                             and -o model.KEY=VALUE change them
+  --weights PATH.pdckpt alone  the recipe stored in the training checkpoint
+  --inference-model DIR      the preprocess.json that tools/export.py wrote next to the model
+class names: --labels FILE (one per line), else those stored in a .pdckpt or an export,
+else the class index.
+"""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
+                        help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", metavar="PATH", help=".pdckpt, .pdparams, .safetensors or .npz weights")
+    source.add_argument("--inference-model", metavar="DIR", help="a folder written by tools/export.py")
+    parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
+    parser.add_argument("--model", metavar="NAME",
+                        help="a registered model name instead of a recipe (default data config's eval transform "
+                             "at the model's image size)")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config override for --weights (repeatable), e.g. -o model.image_size=384")
+    parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
+    parser.add_argument("--labels", metavar="FILE", help="class names, one per line, in class-index order")
+    parser.add_argument("--topk", type=int, default=5, help="how many classes to print per image (default 5)")
+    parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default 8)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object per image: {"file", "predictions": [{"index", "label", '
+                             '"probability"}, ...]}')
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="auto: a GPU when Paddle has CUDA and one is visible, else the CPU")
+    deploy = parser.add_argument_group("--inference-model options (GPU and TensorRT not measured on this "
+                                       "project's machines)")
+    deploy.add_argument("--backend", choices=("auto", "paddle", "onnxruntime"), default="auto",
+                        help="paddle.inference on the Paddle model, or onnxruntime on model.onnx "
+                             "(auto: the Paddle model when the export has one)")
+    deploy.add_argument("--no-mkldnn", action="store_true", help="switch oneDNN (MKLDNN) off on CPU")
+    deploy.add_argument("--cpu-threads", type=int,
+                        help="threads of the CPU math library (default: all cores this process may use)")
+    deploy.add_argument("--tensorrt", action="store_true", help="TensorRT subgraphs on GPU (needs --device gpu)")
+    deploy.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32",
+                        help="TensorRT precision (default fp32)")
+    add_common_arguments(parser)
+    return parser
+
+
+class _LevelPrefix(logging.Formatter):
+    def format(self, record):
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def setup_stderr_logging():
+    """Library warnings (a skipped image) as one ``warning: ...`` line each on stderr, so stdout
+    holds only the predictions."""
+    logger = logging.getLogger("paddle_vit")
+    logger.handlers.clear()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LevelPrefix())
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+def select_device(name):
+    import paddle
+
+    from paddle_vit.engine.device import gpu_available
+    if name == "gpu" and not gpu_available():
+        raise ConfigError("--device gpu, but " + ("this Paddle build has no CUDA (install paddlepaddle-gpu)"
+                                                  if not paddle.device.is_compiled_with_cuda()
+                                                  else "no GPU is visible") + "; use --device cpu")
+    device = "gpu" if name == "gpu" or (name == "auto" and gpu_available()) else "cpu"
+    paddle.set_device(device)
+    return device
+
+
+def check_arguments(args):
+    if args.topk < 1:
+        raise ConfigError(f"--topk must be >= 1, got {args.topk}")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.inference_model:
+        given = [flag for flag, value in (("-c", args.config), ("--model", args.model), ("-o", args.override),
+                                          ("--ema", args.ema)) if value]
+        if given:
+            raise ConfigError(f"{', '.join(given)} only apply to --weights; an exported model carries its "
+                              f"preprocessing in preprocess.json")
+    else:
+        given = [flag for flag, value in (("--no-mkldnn", args.no_mkldnn), ("--cpu-threads", args.cpu_threads),
+                                          ("--tensorrt", args.tensorrt), ("--backend", args.backend != "auto"))
+                 if value]
+        if given:
+            raise ConfigError(f"{', '.join(given)} only apply to --inference-model")
+
+
+def predict(argv):
+    args = build_parser().parse_args(argv)
+    setup_stderr_logging()
+    check_arguments(args)
+
+    from paddle_vit.predict import check_class_names, format_json, format_text, list_images, predict_files, read_labels
+
+    paths = list_images(args.inputs)
+    if args.weights:
+        from paddle_vit.predict import load_classifier
+        select_device(args.device)
+        predictor = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
+                                    labels=args.labels)
+        transform, class_names = predictor.preprocess.transform(), predictor.class_names
+    else:
+        from paddle_vit.engine.device import gpu_available
+        from paddle_vit.inference import InferenceModel, InferenceOptions
+        device = "gpu" if args.device == "gpu" or (args.device == "auto" and gpu_available()) else "cpu"
+        options = InferenceOptions(device=device, mkldnn=not args.no_mkldnn, cpu_threads=args.cpu_threads,
+                                   tensorrt=args.tensorrt, precision=args.precision)
+        predictor = InferenceModel(args.inference_model, options, backend=args.backend)
+        transform, class_names = predictor.transform, predictor.class_names
+        if args.labels:
+            class_names = check_class_names(read_labels(args.labels), predictor.num_classes,
+                                            f"labels file {args.labels}")
+
+    skipped, classified = [], 0
+    for path, predictions in predict_files(predictor, paths, transform, args.batch_size, args.topk, class_names,
+                                           skipped):
+        lines = [format_json(path, predictions)] if args.json else format_text(path, predictions)
+        print("\n".join(lines), flush=True)
+        classified += 1
+    if not classified:
+        raise DataError(f"none of the {len(paths)} image(s) could be read")
+    return 0
+
+
+def main(argv=None):
+    """Run the prediction; returns the exit code (2 with one `error:` line on a user mistake)."""
+    return run(predict, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
