@@ -20,11 +20,9 @@ import sys
 import numpy as np
 import torch
 
-# torchvision from PyPI does not match this torch build: its import registers fake kernels for
-# C++ ops that were never defined ("operator torchvision::nms does not exist"), and timm imports
-# torchvision. Declaring the schemas first lets the import finish; the ops are never called.
-for _op in ("nms", "qnms"):
-    torch.library.define(f"torchvision::{_op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+from torch_reference import import_timm  # tools/ is on sys.path when run as a script
+
+import_timm()  # declares the torchvision op schemas this torch build lacks, then imports timm
 
 import safetensors.torch  # noqa: E402
 import timm  # noqa: E402

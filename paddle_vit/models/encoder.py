@@ -3,6 +3,7 @@ import paddle
 import paddle.nn as nn
 
 from .attention import Attention
+from .linear import Linear
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
 
@@ -13,9 +14,9 @@ class Mlp(nn.Layer):
     def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0):
         super().__init__()
         hidden_dim = int(embed_dim * mlp_ratio)
-        self.fc1 = nn.Linear(embed_dim, hidden_dim)
+        self.fc1 = Linear(embed_dim, hidden_dim)
         self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden_dim, embed_dim)
+        self.fc2 = Linear(hidden_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):

@@ -8,6 +8,7 @@ import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
 from .encoder import LAYER_NORM_EPSILON, Encoder
+from .linear import Linear
 from .patch_embed import POSITION_EMBEDDINGS, PatchEmbedding, grid_size
 
 POOLS = ("cls", "mean", "walkthrough")
@@ -37,7 +38,9 @@ class ViTConfig:
         representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
             pre-training head, or None for none.
         position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
-        fused_attention: use Paddle's fused scaled_dot_product_attention kernel.
+        fused_attention: the fast attention path (Paddle's fused scaled_dot_product_attention;
+            on CPU a packed equivalent, see attention.py); False runs the walkthrough's explicit
+            path. Attention maps always come from the explicit path.
         init: "timm" (truncated normal 0.02) or "jax" (xavier uniform, zero head).
     """
     image_size: int = 224
@@ -55,7 +58,7 @@ class ViTConfig:
     pool: str = "cls"
     representation_size: Optional[int] = None
     position_embedding: str = "learned"
-    fused_attention: bool = False
+    fused_attention: bool = True
     init: str = "timm"
 
     @classmethod
@@ -123,7 +126,7 @@ class PreLogits(nn.Layer):
 
     def __init__(self, embed_dim, representation_size):
         super().__init__()
-        self.fc = nn.Linear(embed_dim, representation_size)
+        self.fc = Linear(embed_dim, representation_size)
         self.act = nn.Tanh()
 
     def forward(self, x):
@@ -155,7 +158,7 @@ class ViT(nn.Layer):
         if config.representation_size:
             self.pre_logits = PreLogits(config.embed_dim, config.representation_size)
         self.num_features = config.representation_size or config.embed_dim
-        self.head = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.head = Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
         self.init_weights(config.init)
 
     # ---- the forward pass -------------------------------------------------------------------
@@ -201,7 +204,7 @@ class ViT(nn.Layer):
         self.num_classes = num_classes
         self.config = dataclasses.replace(self.config, num_classes=num_classes)
         if num_classes > 0:
-            self.head = nn.Linear(self.num_features, num_classes)
+            self.head = Linear(self.num_features, num_classes)
             zeros = nn.initializer.Constant(0.0)
             zeros(self.head.weight)
             zeros(self.head.bias)

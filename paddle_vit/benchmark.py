@@ -1,0 +1,526 @@
+"""Throughput of a ViT: inference, a training step, or the input pipeline; optionally side by
+side with timm's model of the same configuration running in another Python (PyTorch).
+
+    settings = BenchmarkSettings(model="vit_small_patch16_224", batch_size=8, mode="infer")
+    result = run_benchmark(settings)                       # a JSON-ready dict
+    print(format_report(result))
+
+Method. The subject is set up (model, optimizer, inputs, the static graph or the exported
+predictor), warmed up for `warmup` iterations, then timed for `rounds` x `iters` iterations,
+each iteration timed on its own and ended by a device synchronisation (a no-op on CPU, where
+every kernel has returned when the call returns). With a reference (timm) the rounds
+alternate: Paddle runs `iters` iterations while the PyTorch process waits on its stdin, then
+PyTorch runs `iters` while Paddle waits, and so on (A B A B). Both see the same load of a shared
+machine, and `ratio` is the median over rounds of (Paddle's round median / timm's round median)
+images per second, a paired comparison that drifting background load does not bias.
+
+What each mode times:
+- ``infer``: the forward pass without autograd (``paddle.no_grad`` / ``torch.inference_mode``);
+- ``train``: forward, cross-entropy, backward, global-norm clipping and the AdamW step with the
+  project's recipe (`engine.optim.build_optimizer`: no decay on biases, norms and embeddings);
+  the loss is never read back, so there is no host synchronisation inside the step;
+- ``data``: one batch from the project's `ResumableDataLoader` (decode, augment, collate).
+
+Engines: ``dynamic`` (eager), ``to_static`` (`paddle.jit.to_static`, whole graph) and
+``predictor`` (infer only: `paddle.jit.save` to a temporary folder, then
+`paddle.inference.create_predictor`, input copied from host memory on every call).
+
+FLOPs are counted analytically: `ViTConfig.count_macs()` (one forward pass of one image) x 2,
+x 3 more for a training step (the backward pass costs about twice the forward).
+"""
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from typing import Optional
+
+import numpy as np
+import paddle
+
+from .errors import ConfigError, PaddleVitError
+
+logger = logging.getLogger("paddle_vit")
+
+MODES = ("infer", "train", "data")
+ENGINES = ("dynamic", "to_static", "predictor")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DEVICES = ("cpu", "gpu", "auto")
+REFERENCES = ("timm",)
+PROTOCOL_PREFIX = "BENCH_JSON "  # the line prefix of tools/torch_reference.py's answers
+
+
+@dataclasses.dataclass
+class BenchmarkSettings:
+    """What to time (see the module docstring).
+
+    model: a registered name (`paddle_vit.list_models()`); `model_overrides` are `ViTConfig`
+        fields (``image_size`` overrides the registered resolution).
+    threads: CPU threads for the math library (Paddle and PyTorch alike); None = all cores.
+    peak_tflops: the device's peak for `dtype`, to report MFU (model FLOPs utilisation).
+    data_config: a `config.DataConfig` for mode ``data`` (None: the synthetic set).
+    num_workers: DataLoader worker processes in mode ``data``.
+    onednn: engine ``predictor`` on CPU: Paddle Inference's oneDNN (MKLDNN) kernels and passes.
+    """
+    model: str = "vit_small_patch16_224"
+    batch_size: int = 8
+    mode: str = "infer"
+    dtype: str = "fp32"
+    device: str = "cpu"
+    engine: str = "dynamic"
+    warmup: int = 3
+    iters: int = 5
+    rounds: int = 4
+    threads: Optional[int] = None
+    peak_tflops: Optional[float] = None
+    model_overrides: dict = dataclasses.field(default_factory=dict)
+    data_config: Optional[object] = None
+    num_workers: int = 0
+    onednn: bool = False
+    seed: int = 0
+
+    def validate(self):
+        for name, value, choices in (("mode", self.mode, MODES), ("engine", self.engine, ENGINES),
+                                     ("dtype", self.dtype, tuple(DTYPES)), ("device", self.device, DEVICES)):
+            if value not in choices:
+                raise ConfigError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")
+        for name in ("batch_size", "iters", "rounds"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.warmup < 0 or self.num_workers < 0:
+            raise ConfigError("--warmup and --num-workers must be >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {self.threads}")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise ConfigError(f"--peak-tflops must be > 0, got {self.peak_tflops}")
+        if self.engine == "predictor" and self.mode != "infer":
+            raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
+        if self.mode == "data" and self.engine != "dynamic":
+            raise ConfigError("--mode data times the input pipeline; it has no engine (leave --engine dynamic)")
+        return self
+
+    def vit_config(self):
+        from .models import get_model_config
+        return get_model_config(self.model, **self.model_overrides).validate()
+
+    def resolved_threads(self):
+        return self.threads or os.cpu_count() or 1
+
+
+# ---- FLOPs, memory, statistics -----------------------------------------------------------------
+
+def analytic_flops_per_image(vit_config, mode="infer"):
+    """Floating-point operations for one image: 2 x MACs of the forward pass, and 3 x that for a
+    training step (forward + a backward pass of about twice its cost). None for mode ``data``."""
+    if mode == "data":
+        return None
+    forward = 2 * vit_config.count_macs()
+    return 3 * forward if mode == "train" else forward
+
+
+def peak_rss_mb(children=False):
+    """The peak resident set size of this process (or of its largest child), in MiB."""
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    return resource.getrusage(who).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def set_threads(threads):
+    """Use `threads` CPU threads for Paddle's math library (MKL and its OpenMP pool) in this
+    process (the PyTorch worker gets OMP_NUM_THREADS, MKL_NUM_THREADS and torch.set_num_threads)."""
+    paddle.base.core.set_num_threads(threads)
+
+
+def summarise(seconds, batch_size, flops_per_image=None, peak_tflops=None):
+    """Images/s statistics (median, min, max) of per-iteration times, and TFLOP/s and MFU at
+    the median."""
+    rates = [batch_size / s for s in seconds]
+    median = statistics.median(rates)
+    out = {"images_per_sec": {"median": median, "min": min(rates), "max": max(rates)},
+           "ms_per_iter": {"median": 1000.0 * statistics.median(seconds), "min": 1000.0 * min(seconds),
+                           "max": 1000.0 * max(seconds)},
+           "iterations": len(seconds)}
+    if flops_per_image is not None:
+        out["tflops"] = median * flops_per_image / 1e12
+        out["mfu"] = out["tflops"] / peak_tflops if peak_tflops else None
+    return out
+
+
+def paired_ratio(own_rounds, reference_rounds):
+    """Median over rounds of (our images/s / the reference's images/s in the same round), each
+    round's rate taken at its median iteration time; and the list of per-round ratios."""
+    ratios = [statistics.median(theirs) / statistics.median(ours)
+              for ours, theirs in zip(own_rounds, reference_rounds)]
+    return statistics.median(ratios), ratios
+
+
+# ---- the Paddle subject ------------------------------------------------------------------------
+
+def _select_device(name):
+    if name == "auto":
+        name = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
+    if name == "gpu" and not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
+        raise ConfigError("--device gpu but this Paddle has no CUDA or no GPU is visible; use --device cpu")
+    place = "gpu:0" if name == "gpu" else "cpu"
+    paddle.set_device(place)
+    return place
+
+
+class PaddleSubject:
+    """The project's model (or data pipeline) set up for one mode and engine; `timed(n)` returns
+    n per-iteration times in seconds."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.place = _select_device(settings.device)
+        self.gpu = self.place.startswith("gpu")
+        paddle.seed(settings.seed)
+        self._temporary_dir = None
+        if settings.mode == "data":
+            self._setup_data()
+        else:
+            self._setup_model()
+
+    # -- set-up
+    def _setup_model(self):
+        from .models import ViT
+
+        settings = self.settings
+        self.vit_config = settings.vit_config()
+        model = ViT(self.vit_config)
+        self.num_parameters = int(sum(parameter.numel() for parameter in model.parameters()))
+        dtype = DTYPES[settings.dtype]
+        config = self.vit_config
+        shape = [settings.batch_size, config.in_channels, config.image_size, config.image_size]
+        self.images = paddle.randn(shape, dtype="float32")
+        self.labels = paddle.randint(0, max(config.num_classes, 1), [settings.batch_size], dtype="int64")
+        self.autocast_dtype = None
+        if settings.mode == "infer":
+            model.eval()
+            if dtype != "float32":  # pure low-precision inference (weights and activations)
+                model.to(dtype=dtype)
+                self.images = self.images.astype(dtype)
+            if settings.engine == "predictor":
+                self._setup_predictor(model, dtype)
+            else:
+                self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
+            self.step = self._infer_step if settings.engine != "predictor" else self._predictor_step
+            return
+        from .config import OptimizerConfig
+        from .engine.optim import build_optimizer
+
+        model.train()
+        if dtype != "float32":
+            if not self.gpu:
+                raise ConfigError(f"--mode train --dtype {settings.dtype}: Paddle's mixed precision (autocast) "
+                                  f"acts on GPU only; on CPU train in fp32")
+            self.autocast_dtype = dtype
+        self.optimizer_config = OptimizerConfig()
+        self.optimizer = build_optimizer(model, self.optimizer_config, self.optimizer_config.lr)
+        self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if dtype == "float16" else None
+        self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
+        self.step = self._train_step
+
+    def _setup_predictor(self, model, dtype):
+        """`paddle.jit.save` the model to a temporary folder and load it with `paddle.inference`."""
+        from paddle.static import InputSpec
+
+        config = self.vit_config
+        self._temporary_dir = tempfile.mkdtemp(prefix="paddle_vit_bench_")
+        prefix = os.path.join(self._temporary_dir, "model")
+        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype, name="images")
+        paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True), prefix)
+        model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
+        predictor_config = paddle.inference.Config(model_file, prefix + ".pdiparams")
+        if self.gpu:
+            predictor_config.enable_use_gpu(256, 0)
+        else:
+            predictor_config.disable_gpu()
+            predictor_config.set_cpu_math_library_num_threads(self.settings.resolved_threads())
+            if self.settings.onednn:
+                predictor_config.enable_mkldnn()
+            else:
+                predictor_config.disable_mkldnn()
+        predictor_config.disable_glog_info()
+        self.predictor = paddle.inference.create_predictor(predictor_config)
+        self.input_handle = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
+        self.output_handle = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        self.host_images = self.images.numpy()
+
+    def _setup_data(self):
+        from .config import DataConfig
+        from .data import build_dataloader, build_datasets
+
+        settings = self.settings
+        self.vit_config = settings.vit_config()
+        self.num_parameters = None
+        data_config = settings.data_config or DataConfig(dataset="synthetic")
+        if data_config.dataset == "synthetic":
+            needed = (settings.warmup + settings.iters * settings.rounds + 1) * settings.batch_size
+            data_config = dataclasses.replace(data_config,
+                                              synthetic_train_size=max(data_config.synthetic_train_size, needed))
+        self.data_config = data_config
+        train_set, _, _ = build_datasets(data_config, self.vit_config.image_size, seed=settings.seed)
+        self.loader = build_dataloader(train_set, settings.batch_size, shuffle=True, drop_last=True,
+                                       num_workers=settings.num_workers, seed=settings.seed, distributed=False)
+        self.epoch, self.batches = 0, iter(self.loader)
+        self.step = self._data_step
+
+    # -- one iteration of each kind
+    def _infer_step(self):
+        with paddle.no_grad():
+            return self.model(self.images)
+
+    def _predictor_step(self):
+        self.input_handle.reshape(list(self.host_images.shape))
+        self.input_handle.copy_from_cpu(self.host_images)
+        self.predictor.run()
+        return self.output_handle.copy_to_cpu()
+
+    def _train_step(self):
+        import paddle.nn.functional as F
+
+        autocast = (paddle.amp.auto_cast(enable=True, dtype=self.autocast_dtype, level="O1")
+                    if self.autocast_dtype else contextlib.nullcontext())
+        with autocast:
+            logits = self.model(self.images)
+        loss = F.cross_entropy(logits.astype("float32"), self.labels)
+        if self.scaler:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.clear_grad()
+        return loss
+
+    def _data_step(self):
+        try:
+            return next(self.batches)
+        except StopIteration:  # a new epoch (worker start-up included in this iteration)
+            self.epoch += 1
+            self.loader.set_epoch(self.epoch)
+            self.batches = iter(self.loader)
+            return next(self.batches)
+
+    # -- timing
+    def synchronize(self):
+        if self.gpu:
+            paddle.device.synchronize()
+
+    def timed(self, iterations):
+        seconds = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.step()
+            self.synchronize()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    def gpu_max_allocated_mb(self):
+        if not self.gpu:
+            return None
+        return paddle.device.cuda.max_memory_allocated() / 2 ** 20
+
+    def close(self):
+        if getattr(self, "batches", None) is not None:
+            self.batches = None  # ends the workers of an unfinished epoch
+        if self._temporary_dir:
+            shutil.rmtree(self._temporary_dir, ignore_errors=True)
+            self._temporary_dir = None
+
+
+# ---- the timm reference, in another process ----------------------------------------------------
+
+class ReferenceProcess:
+    """timm's model of the same configuration, timed in `torch_python` by `worker_script`
+    (tools/torch_reference.py), one round per `timed(n)` call."""
+
+    def __init__(self, settings, vit_config, torch_python, worker_script):
+        if not torch_python or not os.path.exists(torch_python):
+            raise ConfigError(f"--compare timm needs a Python with torch and timm installed; --torch-python "
+                              f"{torch_python!r} does not exist (pass --torch-python /path/to/venv/bin/python "
+                              f"or set PADDLE_VIT_TORCH_PYTHON)")
+        if not os.path.isfile(worker_script):
+            raise ConfigError(f"--compare timm: the worker script {worker_script} is missing (run from a "
+                              f"checkout of the repository)")
+        self.python = torch_python
+        request = {"mode": settings.mode, "dtype": settings.dtype, "device": settings.device,
+                   "batch_size": settings.batch_size, "warmup": settings.warmup,
+                   "threads": settings.resolved_threads(), "seed": settings.seed,
+                   "vit": dataclasses.asdict(vit_config), "optimizer": None}
+        if settings.mode == "train":
+            from .config import OptimizerConfig
+            request["optimizer"] = dataclasses.asdict(OptimizerConfig())
+        environment = dict(os.environ, OMP_NUM_THREADS=str(settings.resolved_threads()),
+                           MKL_NUM_THREADS=str(settings.resolved_threads()))
+        self.process = subprocess.Popen([torch_python, worker_script, "benchmark", json.dumps(request)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=environment)
+        ready = self._read()
+        self.num_parameters = ready["num_parameters"]
+        self.threads = ready["threads"]
+        self.versions = ready["versions"]
+        self.peak_rss_mb, self.gpu_max_allocated_mb = None, None
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.startswith(PROTOCOL_PREFIX):
+                message = json.loads(line[len(PROTOCOL_PREFIX):])
+                if "error" in message:
+                    self.close()
+                    raise ConfigError(f"--compare timm: the PyTorch side failed: {message['error']}"
+                                      f"{self._hint(message['error'])}")
+                return message
+        self.process.wait()
+        stderr = self.process.stderr.read().strip().splitlines()
+        last = stderr[-1] if stderr else f"exit code {self.process.returncode}"
+        raise ConfigError(f"--compare timm: the PyTorch worker stopped: {last}{self._hint(last)}")
+
+    def _hint(self, message):
+        if "No module named" in message:
+            return f" in {self.python} (pass --torch-python PATH to a Python with torch and timm installed)"
+        return ""
+
+    def timed(self, iterations):
+        self.process.stdin.write(f"run {iterations}\n")
+        self.process.stdin.flush()
+        return self._read()["seconds"]
+
+    def close(self):
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write("quit\n")
+                self.process.stdin.flush()
+                final = self._read()
+                self.peak_rss_mb = final["peak_rss_mb"]
+                self.gpu_max_allocated_mb = final["gpu_max_allocated_mb"]
+            except (OSError, ValueError, PaddleVitError):
+                pass
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# ---- the whole run -----------------------------------------------------------------------------
+
+def run_benchmark(settings, compare=None, torch_python=None, worker_script=None):
+    """Time `settings` (and, with ``compare="timm"``, timm's twin in `torch_python`, A B A B);
+    returns a JSON-ready dict (see `format_report` for what it holds)."""
+    settings.validate()
+    if compare is not None and compare not in REFERENCES:
+        raise ConfigError(f"--compare must be one of {', '.join(REFERENCES)}, got {compare!r}")
+    if compare and settings.mode == "data":
+        raise ConfigError("--compare timm compares models; mode data times only the project's input pipeline")
+    threads = settings.resolved_threads()
+    set_threads(threads)
+    load_before = os.getloadavg()[0]
+    vit_config = settings.vit_config()
+    reference = None
+    if compare:  # start it first: its set-up overlaps nothing we time
+        reference = ReferenceProcess(settings, vit_config, torch_python, worker_script)
+    subject = None
+    try:
+        subject = PaddleSubject(settings)
+        subject.timed(settings.warmup)
+        own_rounds, reference_rounds = [], []
+        for _ in range(settings.rounds):
+            own_rounds.append(subject.timed(settings.iters))
+            if reference is not None:
+                reference_rounds.append(reference.timed(settings.iters))
+    finally:
+        if subject is not None:
+            subject.close()
+        if reference is not None:
+            reference.close()
+
+    load_after = os.getloadavg()[0]
+    flops = analytic_flops_per_image(vit_config, settings.mode)
+    own = summarise([s for r in own_rounds for s in r], settings.batch_size, flops, settings.peak_tflops)
+    own["peak_rss_mb"] = peak_rss_mb()
+    if settings.mode == "data" and settings.num_workers > 0:
+        own["workers_peak_rss_mb"] = peak_rss_mb(children=True)
+        own["images_per_sec_per_worker"] = own["images_per_sec"]["median"] / settings.num_workers
+    own["gpu_max_allocated_mb"] = subject.gpu_max_allocated_mb()
+    result = {
+        "model": settings.model, "mode": settings.mode, "engine": settings.engine, "dtype": settings.dtype,
+        "device": subject.place, "batch_size": settings.batch_size, "image_size": vit_config.image_size,
+        "threads": threads, "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
+        "num_parameters": subject.num_parameters, "flops_per_image": flops, "peak_tflops": settings.peak_tflops,
+        "vit_config": dataclasses.asdict(vit_config),
+        "paddle": own,
+        "environment": environment_report(),
+        "load_average_1min": [load_before, load_after],  # other processes on the machine: > 0 means noise
+    }
+    if settings.engine == "predictor":
+        result["onednn"] = settings.onednn
+    if settings.mode == "data":
+        result["dataset"] = subject.data_config.dataset
+        result["num_workers"] = settings.num_workers
+    if reference is not None:
+        theirs = summarise([s for r in reference_rounds for s in r], settings.batch_size, flops,
+                           settings.peak_tflops)
+        theirs.update(peak_rss_mb=reference.peak_rss_mb, gpu_max_allocated_mb=reference.gpu_max_allocated_mb,
+                      num_parameters=reference.num_parameters, threads=reference.threads,
+                      engine="eager", **reference.versions)
+        ratio, per_round = paired_ratio(own_rounds, reference_rounds)
+        result["timm"] = theirs
+        result["ratio"] = ratio
+        result["ratio_per_round"] = per_round
+    return result
+
+
+def environment_report():
+    """The versions and switches that change the numbers."""
+    from . import runtime
+
+    flags = paddle.get_flags(["FLAGS_use_stride_kernel"])
+    return {"paddle": paddle.__version__, "numpy": np.__version__, "cpu_count": os.cpu_count(),
+            "MKL_DEBUG_CPU_TYPE": os.environ.get("MKL_DEBUG_CPU_TYPE"),
+            "FLAGS_use_stride_kernel": flags["FLAGS_use_stride_kernel"]}
+
+
+def format_report(result):
+    """A few human-readable lines for `result` (what `tools/benchmark.py` prints without --json)."""
+    def line(name, part):
+        rate = part["images_per_sec"]
+        text = (f"{name:<7} {rate['median']:8.1f} images/s (min {rate['min']:.1f}, max {rate['max']:.1f}), "
+                f"{part['ms_per_iter']['median']:.1f} ms/iter")
+        if part.get("tflops") is not None:
+            text += f", {part['tflops']:.3f} TFLOP/s"
+            if part.get("mfu") is not None:
+                text += f", MFU {100 * part['mfu']:.1f}%"
+        if part.get("peak_rss_mb") is not None:
+            text += f", peak RSS {part['peak_rss_mb']:.0f} MiB"
+        if part.get("gpu_max_allocated_mb") is not None:
+            text += f", GPU max allocated {part['gpu_max_allocated_mb']:.0f} MiB"
+        return text
+
+    head = (f"{result['model']} {result['mode']} engine={result['engine']} dtype={result['dtype']} "
+            f"device={result['device']} batch={result['batch_size']} image={result['image_size']} "
+            f"threads={result['threads']} ({result['rounds']} rounds x {result['iters']} iters, "
+            f"{result['warmup']} warm-up)")
+    if result.get("onednn"):
+        head += " onednn"
+    lines = [head]
+    if result.get("flops_per_image"):
+        lines.append(f"analytic {result['flops_per_image'] / 1e9:.2f} GFLOP per image per iteration")
+    if result["mode"] == "data":
+        lines[0] += f" dataset={result['dataset']} workers={result['num_workers']}"
+    lines.append(line("paddle", result["paddle"]))
+    if "images_per_sec_per_worker" in result["paddle"]:
+        lines.append(f"        {result['paddle']['images_per_sec_per_worker']:.1f} images/s per worker")
+    if "timm" in result:
+        lines.append(line("timm", result["timm"]))
+        per_round = ", ".join(f"{r:.2f}" for r in result["ratio_per_round"])
+        lines.append(f"paddle / timm = {result['ratio']:.2f}x (median of paired rounds: {per_round})")
+    lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
+    return "\n".join(lines)

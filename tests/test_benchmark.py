@@ -1,0 +1,239 @@
+"""The benchmark: analytic FLOPs against paddle.flops, every CPU mode and engine runs and gives
+well-formed JSON, the timm comparison fails clearly without a torch Python, the runtime
+settings pick the right machines. No test here asserts a speed."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import paddle
+import paddle.nn as nn
+import pytest
+
+from paddle_vit import ConfigError, ViT
+from paddle_vit import benchmark as bench
+from paddle_vit import runtime
+from paddle_vit.models.linear import Linear
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(REPO, "tools")
+sys.path.insert(0, TOOLS)
+import benchmark as benchmark_tool  # noqa: E402  (tools/benchmark.py)
+
+# a ViT small enough that every engine sets up and times in about a second
+TINY = ["vit_tiny_patch16_224", "-o", "model.image_size=32", "-o", "model.patch_size=8", "-o", "model.depth=2",
+        "-o", "model.embed_dim=48", "-o", "model.num_heads=3", "-o", "model.num_classes=10",
+        "--batch-size", "2", "--warmup", "1", "--iters", "1", "--rounds", "2", "--threads", "1", "--json"]
+
+
+@pytest.fixture
+def paddle_flops_with_numpy2(monkeypatch):
+    """paddle.flops (Paddle 3.3) converts its 1-element 1-D counters with int(), which numpy 2.4
+    refuses ("only 0-dimensional arrays can be converted"); let int() read such a tensor."""
+    original = paddle.Tensor.__int__
+
+    def to_int(tensor):
+        return original(tensor.reshape([])) if tensor.ndim == 1 and tensor.shape[0] == 1 else original(tensor)
+
+    monkeypatch.setattr(paddle.Tensor, "__int__", to_int)
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_analytic_macs_match_paddle_flops(paddle_flops_with_numpy2, pool):
+    """paddle.flops counts multiply-accumulates of Linear and Conv2D layers (plus one op per conv
+    output for its bias); the attention products q k^T and attention @ v are functional calls, so
+    they are counted from the explicit path's Softmax output [B, H, N, N] (2 N^2 d per head)."""
+    model = ViT(image_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10, pool=pool,
+                fused_attention=False)
+    head_dim = 48 // 3
+
+    def count_linear(layer, inputs, output):
+        layer.total_ops += int(layer.weight.shape[0] * output.numel())
+
+    def count_attention_products(layer, inputs, output):
+        layer.total_ops += int(2 * output.numel() * head_dim)
+
+    counted = paddle.flops(model, [1, 3, 32, 32], custom_ops={Linear: count_linear, nn.Softmax: count_attention_products})
+    conv_bias_ops = model.config.num_patches * model.config.embed_dim
+    assert counted == model.config.count_macs() + conv_bias_ops
+    assert bench.analytic_flops_per_image(model.config, "infer") == 2 * model.config.count_macs()
+    assert bench.analytic_flops_per_image(model.config, "train") == 6 * model.config.count_macs()
+    assert bench.analytic_flops_per_image(model.config, "data") is None
+
+
+def run_tool(capsys, *arguments):
+    assert benchmark_tool.main(list(arguments)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def check_result(result, mode, engine):
+    assert result["mode"] == mode and result["engine"] == engine and result["device"] == "cpu"
+    assert result["threads"] == 1 and result["batch_size"] == 2 and result["rounds"] == 2
+    own = result["paddle"]
+    assert own["iterations"] == 2
+    rate = own["images_per_sec"]
+    assert 0 < rate["min"] <= rate["median"] <= rate["max"]
+    assert own["peak_rss_mb"] > 0
+    assert own["gpu_max_allocated_mb"] is None
+    assert "timm" not in result
+    json.dumps(result)  # every value is JSON
+
+
+@pytest.mark.parametrize("mode,engine", [("infer", "dynamic"), ("infer", "to_static"), ("infer", "predictor"),
+                                         ("train", "dynamic"), ("train", "to_static")])
+def test_every_mode_and_engine_runs_on_cpu_and_reports_json(capsys, mode, engine):
+    result = run_tool(capsys, *TINY, "--mode", mode, "--engine", engine, "--peak-tflops", "1.0")
+    check_result(result, mode, engine)
+    flops = 2 * 3 ** (mode == "train") * ViT(image_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3,
+                                              num_classes=10).config.count_macs()
+    assert result["flops_per_image"] == flops
+    assert result["paddle"]["tflops"] == pytest.approx(result["paddle"]["images_per_sec"]["median"] * flops / 1e12)
+    assert result["paddle"]["mfu"] == pytest.approx(result["paddle"]["tflops"] / 1.0)
+    assert result["num_parameters"] > 0
+
+
+def test_data_mode_times_the_input_pipeline(capsys):
+    result = run_tool(capsys, *TINY, "--mode", "data", "--dataset", "synthetic")
+    check_result(result, "data", "dynamic")
+    assert result["dataset"] == "synthetic" and result["num_workers"] == 0
+    assert result["flops_per_image"] is None and "tflops" not in result["paddle"]
+
+
+def test_report_is_readable_lines(capsys):
+    assert benchmark_tool.main([arg for arg in TINY if arg != "--json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("vit_tiny_patch16_224 infer engine=dynamic")
+    assert any(line.startswith("paddle ") and "images/s" in line for line in lines)
+
+
+def test_impossible_settings_are_one_line_errors():
+    with pytest.raises(ConfigError, match="predictor runs inference only"):
+        bench.BenchmarkSettings(mode="train", engine="predictor").validate()
+    with pytest.raises(ConfigError, match="--batch-size"):
+        bench.BenchmarkSettings(batch_size=0).validate()
+    with pytest.raises(ConfigError, match="mode data"):
+        bench.run_benchmark(bench.BenchmarkSettings(mode="data"), compare="timm", torch_python=sys.executable,
+                            worker_script=os.path.join(TOOLS, "torch_reference.py"))
+
+
+def test_compare_timm_without_torch_python_is_a_clear_error(tmp_path):
+    missing = str(tmp_path / "no-such-python")
+    completed = subprocess.run([sys.executable, os.path.join(TOOLS, "benchmark.py"), *TINY, "--compare", "timm",
+                                "--torch-python", missing], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[-1] == (
+        f"error: --compare timm needs a Python with torch and timm installed; --torch-python '{missing}' does "
+        f"not exist (pass --torch-python /path/to/venv/bin/python or set PADDLE_VIT_TORCH_PYTHON)")
+
+
+def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module():
+    try:
+        import torch  # noqa: F401
+        pytest.skip("this Python has torch")
+    except ImportError:
+        pass
+    settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", batch_size=1, warmup=0, iters=1, rounds=1,
+                                       threads=1, model_overrides=dict(image_size=32, patch_size=8, depth=1))
+    with pytest.raises(ConfigError, match=r"No module named 'torch'.*--torch-python"):
+        bench.run_benchmark(settings, compare="timm", torch_python=sys.executable,
+                            worker_script=os.path.join(TOOLS, "torch_reference.py"))
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    ours = [[0.5, 0.5], [1.0, 1.0], [0.25, 0.25]]  # seconds per iteration
+    theirs = [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+    ratio, per_round = bench.paired_ratio(ours, theirs)
+    assert per_round == [2.0, 1.0, 4.0] and ratio == 2.0
+    summary = bench.summarise([0.5, 0.25, 1.0], batch_size=4, flops_per_image=1e12, peak_tflops=16.0)
+    assert summary["images_per_sec"] == {"median": 8.0, "min": 4.0, "max": 16.0}
+    assert summary["tflops"] == 8.0 and summary["mfu"] == 0.5
+
+
+def write_cpuinfo(tmp_path, name, vendor, flags):
+    path = tmp_path / name
+    path.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: {' '.join(flags)}\n\n"
+                    f"processor\t: 1\nvendor_id\t: {vendor}\nflags\t\t: {' '.join(flags)}\n")
+    return str(path)
+
+
+def test_mkl_avx2_dispatch_only_on_amd_with_avx2_and_never_over_the_user(tmp_path):
+    amd = write_cpuinfo(tmp_path, "amd", "AuthenticAMD", ["sse2", "avx", "avx2", "fma"])
+    assert runtime.mkl_avx2_wanted({}, amd)
+    assert not runtime.mkl_avx2_wanted({"MKL_DEBUG_CPU_TYPE": "4"}, amd)  # the user's value wins
+    assert not runtime.mkl_avx2_wanted({"PADDLE_VIT_MKL_AVX2": "0"}, amd)  # the opt-out
+    old_amd = write_cpuinfo(tmp_path, "old_amd", "AuthenticAMD", ["sse2", "avx"])
+    assert not runtime.mkl_avx2_wanted({}, old_amd)  # no AVX2: never select it
+    intel = write_cpuinfo(tmp_path, "intel", "GenuineIntel", ["sse2", "avx2", "fma", "avx512f"])
+    assert not runtime.mkl_avx2_wanted({}, intel)  # would downgrade AVX-512
+    assert not runtime.mkl_avx2_wanted({}, str(tmp_path / "missing"))
+    environ = {}
+    assert runtime.configure_cpu_math(environ, amd)["MKL_DEBUG_CPU_TYPE"] == "5"
+    assert environ["MKL_DEBUG_CPU_TYPE"] == "5"
+
+
+def test_stride_kernel_flag_respects_the_user(monkeypatch):
+    before = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
+    try:
+        assert runtime.configure_paddle_flags({"PADDLE_VIT_STRIDE_KERNELS": "1"}) == {}
+        assert runtime.configure_paddle_flags({"FLAGS_use_stride_kernel": "1"}) == {}
+        assert runtime.configure_paddle_flags({}) == {"FLAGS_use_stride_kernel": False}
+        assert paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"] is False
+    finally:
+        paddle.set_flags({"FLAGS_use_stride_kernel": before})
+
+
+def test_linear_with_bias_in_the_product_matches_paddle_linear():
+    paddle.seed(3)
+    fast = Linear(6, 5)
+    stock = nn.Linear(6, 5)
+    stock.set_state_dict(fast.state_dict())
+    assert list(fast.state_dict()) == ["weight", "bias"] and isinstance(fast, nn.Linear)
+    for shape in ([4, 6], [2, 3, 6], [2, 1, 3, 6]):
+        x = paddle.randn(shape)
+        x.stop_gradient = False
+        fast_out, stock_out = fast(x), stock(x)
+        assert fast_out.shape == stock_out.shape
+        np.testing.assert_allclose(fast_out.numpy(), stock_out.numpy(), atol=1e-6)
+        fast_grads = paddle.grad(fast_out.square().sum(), [x, fast.weight, fast.bias])
+        stock_grads = paddle.grad(stock_out.square().sum(), [x, stock.weight, stock.bias])
+        for ours, theirs in zip(fast_grads, stock_grads):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
+
+
+@pytest.mark.skipif(not os.environ.get("PADDLE_VIT_TORCH_PYTHON"),
+                    reason="set PADDLE_VIT_TORCH_PYTHON to a Python with torch and timm")
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_compare_timm_runs_both_sides_in_turns(capsys, mode):
+    result = run_tool(capsys, *TINY, "--mode", mode, "--compare", "timm",
+                      "--torch-python", os.environ["PADDLE_VIT_TORCH_PYTHON"])
+    assert result["timm"]["num_parameters"] == result["num_parameters"]  # the same architecture
+    assert result["timm"]["iterations"] == result["paddle"]["iterations"] == 2
+    assert len(result["ratio_per_round"]) == 2 and result["ratio"] > 0
+    assert result["timm"]["threads"] == 1 and result["timm"]["peak_rss_mb"] > 0
+
+
+@pytest.mark.parametrize("pool", ["cls", "walkthrough"])
+def test_fast_cpu_paths_match_the_walkthrough_path_in_values_and_gradients(pool):
+    """The default model (fused attention: the packed CPU path; Linear with addmm) against the
+    walkthrough's explicit attention with Paddle's stock Linear, weights shared."""
+    paddle.seed(5)
+    fast = ViT(image_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=7, pool=pool)
+    assert fast.config.fused_attention  # the default
+    reference = ViT(fast.config.replace(fused_attention=False))
+    for name, layer in list(reference.named_sublayers()):
+        if isinstance(layer, Linear):  # swap in Paddle's own Linear, same parameters
+            stock = nn.Linear(layer.weight.shape[0], layer.weight.shape[1], bias_attr=layer.bias is not None)
+            parent = reference
+            for part in name.split(".")[:-1]:
+                parent = getattr(parent, part)
+            setattr(parent, name.split(".")[-1], stock)
+    reference.set_state_dict(fast.state_dict())
+    assert not any(type(layer) is Linear for layer in reference.sublayers())
+    x = paddle.randn([3, 3, 32, 32])
+    fast_logits, reference_logits = fast(x), reference(x)
+    np.testing.assert_allclose(fast_logits.numpy(), reference_logits.numpy(), atol=1e-5)
+    fast_grads = paddle.grad(fast_logits.square().sum(), fast.parameters())
+    reference_grads = paddle.grad(reference_logits.square().sum(), reference.parameters())
+    for (name, _), ours, theirs in zip(fast.named_parameters(), fast_grads, reference_grads):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-4, err_msg=name)

@@ -1,0 +1,173 @@
+"""The PyTorch side of the project's reference checks (run with a Python that has torch + timm,
+never with Paddle): importing timm where torchvision does not match torch, and the timm half of
+``tools/benchmark.py --compare timm``.
+
+    import_timm()   used by tools/make_reference_fixtures.py and by the worker below
+    python tools/torch_reference.py benchmark '<settings json>'
+        the benchmark worker: builds timm's model of the given configuration, warms it up,
+        then times `run N` requests from stdin one at a time, so that the Paddle process and
+        this one take turns (A B A B) and never share the cores while timing.
+
+Only the standard library is imported at module level: the Paddle side imports nothing from here.
+"""
+import json
+import resource
+import sys
+import time
+
+PROTOCOL_PREFIX = "BENCH_JSON "  # worker answers are the stdout lines that start with this
+
+
+def import_timm():
+    """Import timm (and torch) and return the timm module.
+
+    torchvision from PyPI does not always match the torch build: its import registers fake
+    kernels for C++ ops that were never defined ("operator torchvision::nms does not exist"),
+    and timm imports torchvision. Declaring the schemas first lets the import finish; the ops
+    are never called.
+    """
+    import torch
+
+    for op in ("nms", "qnms"):
+        try:
+            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        except RuntimeError:  # already defined: torchvision matches torch, or imported twice
+            pass
+    import timm
+
+    return timm
+
+
+def _peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def _say(**message):
+    sys.stdout.write(PROTOCOL_PREFIX + json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _build_timm_model(timm, vit):
+    """timm's VisionTransformer with the configuration of our `ViTConfig` fields `vit` (a dict).
+
+    Pools map as our "cls" -> timm "token" and "mean" -> "avg" (with fc_norm); our
+    "walkthrough" pool (mean over every token) has no timm twin and is timed as "avg", which
+    costs the same. Position-embedding kinds cost nothing measurable and are timm's learned one.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    pool = {"cls": "token"}.get(vit["pool"], "avg")
+    return VisionTransformer(
+        img_size=vit["image_size"], patch_size=vit["patch_size"], in_chans=vit["in_channels"],
+        num_classes=vit["num_classes"], embed_dim=vit["embed_dim"], depth=vit["depth"],
+        num_heads=vit["num_heads"], mlp_ratio=vit["mlp_ratio"], qkv_bias=vit["qkv_bias"],
+        global_pool=pool, fc_norm=vit["pool"] == "mean", pre_norm=False,
+        drop_rate=vit["dropout"], attn_drop_rate=vit["attention_dropout"], drop_path_rate=vit["drop_path"])
+
+
+class _TimmSubject:
+    """One timm model set up for `settings["mode"]` ("infer" or "train"), timed per iteration."""
+
+    def __init__(self, settings):
+        import torch
+
+        self.torch = torch
+        timm = import_timm()
+        self.versions = {"torch": torch.__version__, "timm": timm.__version__}
+        torch.manual_seed(settings["seed"])
+        torch.set_num_threads(settings["threads"])
+        self.device = torch.device("cuda" if settings["device"].startswith("gpu") else "cpu")
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[settings["dtype"]]
+        self.mode = settings["mode"]
+        vit = settings["vit"]
+        model = _build_timm_model(timm, vit).to(self.device)
+        self.num_parameters = sum(parameter.numel() for parameter in model.parameters())
+        batch, size = settings["batch_size"], vit["image_size"]
+        self.images = torch.randn(batch, vit["in_channels"], size, size, device=self.device)
+        self.labels = torch.randint(0, max(vit["num_classes"], 1), (batch,), device=self.device)
+        if self.mode == "infer":
+            model.eval()
+            if self.dtype != torch.float32:  # pure low-precision inference, as the Paddle side does
+                model = model.to(self.dtype)
+                self.images = self.images.to(self.dtype)
+        else:
+            model.train()
+            # the project's recipe: no decay on biases, norms, class token and position embedding
+            decay = [p for name, p in model.named_parameters()
+                     if p.ndim > 1 and name not in ("cls_token", "pos_embed")]
+            no_decay = [p for name, p in model.named_parameters()
+                        if not (p.ndim > 1 and name not in ("cls_token", "pos_embed"))]
+            optim = settings["optimizer"]
+            self.optimizer = torch.optim.AdamW(
+                [{"params": decay, "weight_decay": optim["weight_decay"]},
+                 {"params": no_decay, "weight_decay": 0.0}],
+                lr=optim["lr"], betas=(optim["beta1"], optim["beta2"]), eps=optim["epsilon"])
+            self.clip = optim["clip_grad_norm"]
+        self.model = model
+
+    def step(self):
+        torch = self.torch
+        if self.mode == "infer":
+            with torch.inference_mode():
+                return self.model(self.images)
+        low_precision = self.dtype != torch.float32
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=low_precision):
+            logits = self.model(self.images)
+        loss = torch.nn.functional.cross_entropy(logits.float(), self.labels)
+        loss.backward()
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def synchronize(self):
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def timed(self, iterations):
+        seconds = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.step()
+            self.synchronize()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    def gpu_max_allocated_mb(self):
+        if self.device.type != "cuda":
+            return None
+        return self.torch.cuda.max_memory_allocated() / 2 ** 20
+
+
+def serve_benchmark(settings):
+    """The worker loop: set up, warm up, say ready, then answer `run N` / `quit` from stdin."""
+    try:
+        subject = _TimmSubject(settings)
+        subject.timed(settings["warmup"])
+    except Exception as error:  # the parent turns this into one readable line
+        _say(error=f"{type(error).__name__}: {error}")
+        return 1
+    _say(ready=True, num_parameters=subject.num_parameters, threads=subject.torch.get_num_threads(),
+         versions=subject.versions)
+    for line in sys.stdin:
+        command = line.split()
+        if not command:
+            continue
+        if command[0] == "run":
+            _say(seconds=subject.timed(int(command[1])))
+        elif command[0] == "quit":
+            break
+    _say(peak_rss_mb=_peak_rss_mb(), gpu_max_allocated_mb=subject.gpu_max_allocated_mb())
+    return 0
+
+
+def main(argv):
+    if len(argv) != 2 or argv[0] != "benchmark":
+        sys.stderr.write("usage: python tools/torch_reference.py benchmark '<settings json>'\n")
+        return 2
+    return serve_benchmark(json.loads(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
