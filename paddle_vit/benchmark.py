@@ -485,6 +485,7 @@ def environment_report():
     flags = paddle.get_flags(["FLAGS_use_stride_kernel"])
     return {"paddle": paddle.__version__, "numpy": np.__version__, "cpu_count": os.cpu_count(),
             "MKL_DEBUG_CPU_TYPE": os.environ.get("MKL_DEBUG_CPU_TYPE"),
+            "mallopt": runtime.APPLIED.get("mallopt"),
             "FLAGS_use_stride_kernel": flags["FLAGS_use_stride_kernel"]}
 
 

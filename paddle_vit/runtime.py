@@ -1,6 +1,7 @@
 """Process-wide settings for speed, applied once when `paddle_vit` is imported: one for the CPU
-math library (before Paddle computes anything), one Paddle flag. Each is measured, documented
-here and in docs/benchmarks.md, and can be switched off with an environment variable.
+math library (before Paddle computes anything), one Paddle flag, and an opt-in one for the C
+allocator. Each is measured, documented here and in docs/benchmarks.md, and controlled by an
+environment variable.
 
 MKL on AMD processors. Paddle's CPU wheels (3.x) do their float32 matrix products with the
 Intel MKL 2019 build they ship (``libmklml_intel.so``), which picks its kernels by CPU *vendor*:
@@ -20,6 +21,18 @@ that has already multiplied matrices keeps the slow path (set the variable in th
 MKL 2020.1 and later ignore the variable (they detect AMD themselves), so it does no harm there.
 Child processes (DataLoader workers, `paddle.distributed.launch` ranks) inherit it.
 
+The C allocator (opt-in). Paddle's CPU tensors come from glibc's malloc, which by default
+hands a freed block of a few MB back to the kernel (unmapped, or trimmed off the top of the
+heap), so the next tensor of that size page-faults on every 4 KiB page it touches: an
+elementwise product of 2.4 M floats took 11.5 ms, 9 of them page faults. With
+``PADDLE_VIT_MALLOC_TUNING=1``, `configure_cpu_math()` fixes glibc's ``M_MMAP_THRESHOLD`` at its
+maximum (32 MiB) and ``M_TRIM_THRESHOLD`` at 1 GiB with `mallopt`, so freed blocks stay in the
+heap and are reused (the same product: 2.5 ms). It is off by default because on whole models
+it trades memory for speed unevenly (docs/benchmarks.md): ViT-Ti/16 inference +20-35%, S/16
+within noise, but peak RSS +60 MiB (S/16 inference), +250 MiB (B/16 inference) and several
+times more with `to_static` training (S/16: 4.3 GB instead of about 1.5 GB). glibc's own
+``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only.
+
 Stride kernels. Since Paddle 2.6, `transpose`, `slice`, `split`, `unbind` and friends return
 strided *views* in dynamic mode (``FLAGS_use_stride_kernel``, on by default); the next kernel
 that needs contiguous memory (matmul, most of them) first copies the view with a generic
@@ -34,13 +47,20 @@ longer shares memory with its source, so writing into it in place does not write
 ``PADDLE_VIT_STRIDE_KERNELS=1``; an explicit ``FLAGS_use_stride_kernel`` in the environment is
 respected as well.
 """
+import ctypes
+import ctypes.util
 import os
+import sys
 
 MKL_CPU_TYPE_VARIABLE = "MKL_DEBUG_CPU_TYPE"
 MKL_AVX2 = "5"
 OPT_OUT_VARIABLE = "PADDLE_VIT_MKL_AVX2"
-STRIDE_OPT_IN_VARIABLE = "PADDLE_VIT_STRIDE_KERNELS"
-APPLIED = {}  # what configure_cpu_math() set in this process (paddle_vit's import calls it)
+STRIDE_KERNELS_VARIABLE = "PADDLE_VIT_STRIDE_KERNELS"
+MALLOC_OPT_IN_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+MMAP_THRESHOLD_BYTES = 32 * 2 ** 20  # glibc's maximum on 64-bit systems
+TRIM_THRESHOLD_BYTES = 2 ** 30
+APPLIED = {}  # what configure_cpu_math() / configure_paddle_flags() set (paddle_vit's import calls them)
 
 
 def cpu_vendor_and_flags(cpuinfo_path="/proc/cpuinfo"):
@@ -71,26 +91,48 @@ def mkl_avx2_wanted(environ=None, cpuinfo_path="/proc/cpuinfo"):
     return vendor == "AuthenticAMD" and {"avx2", "fma"} <= flags
 
 
+def malloc_tuning_wanted(environ=None):
+    """True when `configure_cpu_math` would call mallopt: only on request (module docstring)."""
+    environ = os.environ if environ is None else environ
+    return (sys.platform.startswith("linux") and environ.get(MALLOC_OPT_IN_VARIABLE, "0") == "1"
+            and "MALLOC_MMAP_THRESHOLD_" not in environ and "MALLOC_TRIM_THRESHOLD_" not in environ)
+
+
+def tune_malloc():
+    """Keep freed blocks in glibc's heap (see the module docstring); True if mallopt took both."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD,
+                                                                                  TRIM_THRESHOLD_BYTES))
+
+
 def configure_paddle_flags(environ=None):
     """Turn Paddle's stride kernels off (see the module docstring) unless the user chose;
     returns what it set. Call after importing paddle."""
     import paddle
 
     environ = os.environ if environ is None else environ
-    if environ.get(STRIDE_OPT_IN_VARIABLE, "0") == "1" or "FLAGS_use_stride_kernel" in environ:
+    if environ.get(STRIDE_KERNELS_VARIABLE, "0") == "1" or "FLAGS_use_stride_kernel" in environ:
         return {}
     paddle.set_flags({"FLAGS_use_stride_kernel": False})
     APPLIED["FLAGS_use_stride_kernel"] = False
     return {"FLAGS_use_stride_kernel": False}
 
 
-def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo"):
+def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo", malloc=True):
     """Set MKL's AVX2 dispatch in `environ` (os.environ: this process and its children) when
-    `mkl_avx2_wanted`; returns what it set, as a dict."""
+    `mkl_avx2_wanted`, and tune this process's malloc when `malloc` and `malloc_tuning_wanted`;
+    returns what it set, as a dict."""
     environ = os.environ if environ is None else environ
     applied = {}
     if mkl_avx2_wanted(environ, cpuinfo_path):
         environ[MKL_CPU_TYPE_VARIABLE] = MKL_AVX2
         applied[MKL_CPU_TYPE_VARIABLE] = MKL_AVX2
+    if malloc and malloc_tuning_wanted(environ) and tune_malloc():
+        applied["mallopt"] = {"M_MMAP_THRESHOLD": MMAP_THRESHOLD_BYTES, "M_TRIM_THRESHOLD": TRIM_THRESHOLD_BYTES}
     APPLIED.update(applied)
     return applied

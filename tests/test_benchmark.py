@@ -168,8 +168,15 @@ def test_mkl_avx2_dispatch_only_on_amd_with_avx2_and_never_over_the_user(tmp_pat
     assert not runtime.mkl_avx2_wanted({}, intel)  # would downgrade AVX-512
     assert not runtime.mkl_avx2_wanted({}, str(tmp_path / "missing"))
     environ = {}
-    assert runtime.configure_cpu_math(environ, amd)["MKL_DEBUG_CPU_TYPE"] == "5"
+    assert runtime.configure_cpu_math(environ, amd, malloc=False) == {"MKL_DEBUG_CPU_TYPE": "5"}
     assert environ["MKL_DEBUG_CPU_TYPE"] == "5"
+
+
+def test_malloc_tuning_is_opt_in_and_yields_to_glibc_variables():
+    assert not runtime.malloc_tuning_wanted({})
+    assert runtime.malloc_tuning_wanted({"PADDLE_VIT_MALLOC_TUNING": "1"}) == sys.platform.startswith("linux")
+    assert not runtime.malloc_tuning_wanted({"PADDLE_VIT_MALLOC_TUNING": "1", "MALLOC_MMAP_THRESHOLD_": "131072"})
+    assert not runtime.malloc_tuning_wanted({"PADDLE_VIT_MALLOC_TUNING": "1", "MALLOC_TRIM_THRESHOLD_": "131072"})
 
 
 def test_stride_kernel_flag_respects_the_user(monkeypatch):
