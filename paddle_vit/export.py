@@ -16,7 +16,6 @@ The folder written by `export_classifier`:
 Everything is written to a hidden staging folder inside the target first and moved in at the
 end, ``preprocess.json`` last, so a failed export leaves the previous one as it was.
 """
-import contextlib
 import dataclasses
 import json
 import logging
@@ -120,32 +119,6 @@ def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metad
     onnx.save(onnx_model, path)
 
 
-@contextlib.contextmanager
-def _stock_linear_op():
-    """Trace every Linear as Paddle's own `linear` op.
-
-    `paddle_vit.models.linear.Linear` computes an `addmm` when it runs, or is traced, on a CPU
-    (a speed-up of eager CPU runs). In an exported graph that op is a liability: paddle2onnx
-    2.1 cannot map it (and aborts), and a graph traced on a CPU would carry it to GPU and
-    TensorRT runs, while paddle.inference's oneDNN passes fuse matmul + add by themselves
-    (ViT-Ti: the exported stock graph measured no slower than the addmm one).
-    """
-    try:
-        from .models import linear
-    except ImportError:  # a models package without the CPU Linear: nothing to switch
-        yield
-        return
-    original = getattr(linear, "_runs_on_cpu", None)
-    if original is None:
-        yield
-        return
-    linear._runs_on_cpu = lambda x: False
-    try:
-        yield
-    finally:
-        linear._runs_on_cpu = original
-
-
 def _saved_model_file(prefix):
     for extension in (".json", ".pdmodel"):
         if os.path.isfile(prefix + extension):
@@ -209,9 +182,9 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
         spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], "float32",
                          name=INPUT_NAME)  # None: any batch size
         prefix = os.path.join(staging, MODEL_PREFIX)
-        with _stock_linear_op():
-            static = paddle.jit.to_static(network, input_spec=[spec], full_graph=True)
-            paddle.jit.save(static, prefix)
+        # traced, not eager: models.Linear emits Paddle's own `linear` op here (paddle2onnx has no addmm)
+        static = paddle.jit.to_static(network, input_spec=[spec], full_graph=True)
+        paddle.jit.save(static, prefix)
         model_file, params_file = _saved_model_file(prefix), prefix + ".pdiparams"
 
         files = {}

@@ -137,6 +137,10 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     with open(exported["logits"]["metadata"]) as stream:
         metadata = json.load(stream)
     assert metadata["model_name"] == "vit_walkthrough" and metadata["class_names"] == ["0", "1", "2", "3"]
+    with open(os.path.join(folder, "inference.json")) as stream:
+        program = stream.read()
+    # the eager CPU Linear computes addmm; a traced graph must carry Paddle's linear/matmul instead
+    assert "addmm" not in program and ("matmul" in program or "linear" in program)
     assert metadata["output"] == "logits" and metadata["input_shape"] == [-1, 3, 14, 14]
     preprocess = metadata["preprocess"]
     assert (preprocess["image_size"], preprocess["resize_size"], preprocess["center_crop"]) == (14, 16, 14)
