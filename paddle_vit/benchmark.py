@@ -297,7 +297,7 @@ class PaddleSubject:
         else:
             loss.backward()
             self.optimizer.step()
-        self.optimizer.clear_grad()
+        self.optimizer.clear_grad(set_to_zero=False)  # free the gradients between steps, as torch does
         return loss
 
     def _data_step(self):
