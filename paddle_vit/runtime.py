@@ -1,7 +1,7 @@
 """Process-wide settings for speed, applied once when `paddle_vit` is imported: one for the CPU
-math library (before Paddle computes anything), one Paddle flag, and an opt-in one for the C
-allocator. Each is measured, documented here and in docs/benchmarks.md, and controlled by an
-environment variable.
+math library (before Paddle computes anything), one for the C allocator, and one Paddle flag.
+Each is measured, documented here and in docs/benchmarks.md, and controlled by an environment
+variable.
 
 MKL on AMD processors. Paddle's CPU wheels (3.x) do their float32 matrix products with the
 Intel MKL 2019 build they ship (``libmklml_intel.so``), which picks its kernels by CPU *vendor*:
@@ -21,17 +21,19 @@ that has already multiplied matrices keeps the slow path (set the variable in th
 MKL 2020.1 and later ignore the variable (they detect AMD themselves), so it does no harm there.
 Child processes (DataLoader workers, `paddle.distributed.launch` ranks) inherit it.
 
-The C allocator (opt-in). Paddle's CPU tensors come from glibc's malloc, which by default
-hands a freed block of a few MB back to the kernel (unmapped, or trimmed off the top of the
-heap), so the next tensor of that size page-faults on every 4 KiB page it touches: an
-elementwise product of 2.4 M floats took 11.5 ms, 9 of them page faults. With
-``PADDLE_VIT_MALLOC_TUNING=1``, `configure_cpu_math()` fixes glibc's ``M_MMAP_THRESHOLD`` at its
+The C allocator. Paddle's CPU tensors come from glibc's malloc, and in a Paddle process every
+freed tensor of more than 128 KiB goes straight back to the kernel (glibc's adaptive mmap
+threshold never rises there: strace shows an mmap/munmap pair per elementwise op), so the next
+tensor page-faults on every 4 KiB page it touches: multiplying 2.4 M floats took 10 ms, 9 of
+them page faults. `configure_cpu_math()` therefore fixes glibc's ``M_MMAP_THRESHOLD`` at its
 maximum (32 MiB) and ``M_TRIM_THRESHOLD`` at 1 GiB with `mallopt`, so freed blocks stay in the
-heap and are reused (the same product: 2.5 ms). It is off by default because on whole models
-it trades memory for speed unevenly (docs/benchmarks.md): ViT-Ti/16 inference +20-35%, S/16
-within noise, but peak RSS +60 MiB (S/16 inference), +250 MiB (B/16 inference) and several
-times more with `to_static` training (S/16: 4.3 GB instead of about 1.5 GB). glibc's own
-``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only.
+heap and are reused (the same product: 1.3 ms). Measured side by side with timm
+(docs/benchmarks.md), batch 8: inference ViT-Ti/16 0.75x -> 0.98x of timm, S/16 0.92x -> 1.07x,
+B/16 1.03x -> 1.08x; training Ti/16 unchanged (0.79x), S/16 0.90x -> 0.92x. The price is memory
+kept for reuse: peak RSS +0 (Ti/16), +62 MiB (S/16 inference), +121 MiB (B/16 inference),
++112 MiB (S/16 training). Opt out with ``PADDLE_VIT_MALLOC_TUNING=0``; glibc's own
+``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only
+(elsewhere nothing is changed).
 
 Stride kernels. Since Paddle 2.6, `transpose`, `slice`, `split`, `unbind` and friends return
 strided *views* in dynamic mode (``FLAGS_use_stride_kernel``, on by default); the next kernel
@@ -56,7 +58,7 @@ MKL_CPU_TYPE_VARIABLE = "MKL_DEBUG_CPU_TYPE"
 MKL_AVX2 = "5"
 OPT_OUT_VARIABLE = "PADDLE_VIT_MKL_AVX2"
 STRIDE_KERNELS_VARIABLE = "PADDLE_VIT_STRIDE_KERNELS"
-MALLOC_OPT_IN_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
+MALLOC_TUNING_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 MMAP_THRESHOLD_BYTES = 32 * 2 ** 20  # glibc's maximum on 64-bit systems
 TRIM_THRESHOLD_BYTES = 2 ** 30
@@ -92,9 +94,10 @@ def mkl_avx2_wanted(environ=None, cpuinfo_path="/proc/cpuinfo"):
 
 
 def malloc_tuning_wanted(environ=None):
-    """True when `configure_cpu_math` would call mallopt: only on request (module docstring)."""
+    """True when `configure_cpu_math` would call mallopt: on Linux, unless opted out or glibc's
+    own variables are set (module docstring)."""
     environ = os.environ if environ is None else environ
-    return (sys.platform.startswith("linux") and environ.get(MALLOC_OPT_IN_VARIABLE, "0") == "1"
+    return (sys.platform.startswith("linux") and environ.get(MALLOC_TUNING_VARIABLE, "1") != "0"
             and "MALLOC_MMAP_THRESHOLD_" not in environ and "MALLOC_TRIM_THRESHOLD_" not in environ)
 
 
