@@ -34,10 +34,8 @@ import json
 import logging
 import os
 import resource
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from typing import Optional
 
@@ -66,7 +64,8 @@ class BenchmarkSettings:
     peak_tflops: the device's peak for `dtype`, to report MFU (model FLOPs utilisation).
     data_config: a `config.DataConfig` for mode ``data`` (None: the synthetic set).
     num_workers: DataLoader worker processes in mode ``data``.
-    onednn: engine ``predictor`` on CPU: Paddle Inference's oneDNN (MKLDNN) kernels and passes.
+    onednn: engine ``predictor`` on CPU: Paddle Inference's oneDNN (MKLDNN) kernels and passes
+        (on by default, as for tools/predict.py).
     """
     model: str = "vit_small_patch16_224"
     batch_size: int = 8
@@ -82,7 +81,7 @@ class BenchmarkSettings:
     model_overrides: dict = dataclasses.field(default_factory=dict)
     data_config: Optional[object] = None
     num_workers: int = 0
-    onednn: bool = False
+    onednn: bool = True
     seed: int = 0
 
     def validate(self):
@@ -183,7 +182,6 @@ class PaddleSubject:
         self.place = _select_device(settings.device)
         self.gpu = self.place.startswith("gpu")
         paddle.seed(settings.seed)
-        self._temporary_dir = None
         if settings.mode == "data":
             self._setup_data()
         else:
@@ -230,29 +228,13 @@ class PaddleSubject:
         self.step = self._train_step
 
     def _setup_predictor(self, model, dtype):
-        """`paddle.jit.save` the model to a temporary folder and load it with `paddle.inference`."""
-        from paddle.static import InputSpec
+        """Run the model as tools/eval.py and tools/predict.py run an export: traced once and
+        loaded by `paddle_vit.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn` is off)."""
+        from .inference import InferenceOptions, predictor_for_model
 
-        config = self.vit_config
-        self._temporary_dir = tempfile.mkdtemp(prefix="paddle_vit_bench_")
-        prefix = os.path.join(self._temporary_dir, "model")
-        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype, name="images")
-        paddle.jit.save(paddle.jit.to_static(model, input_spec=[spec], full_graph=True), prefix)
-        model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
-        predictor_config = paddle.inference.Config(model_file, prefix + ".pdiparams")
-        if self.gpu:
-            predictor_config.enable_use_gpu(256, 0)
-        else:
-            predictor_config.disable_gpu()
-            predictor_config.set_cpu_math_library_num_threads(self.settings.resolved_threads())
-            if self.settings.onednn:
-                predictor_config.enable_mkldnn()
-            else:
-                predictor_config.disable_mkldnn()
-        predictor_config.disable_glog_info()
-        self.predictor = paddle.inference.create_predictor(predictor_config)
-        self.input_handle = self.predictor.get_input_handle(self.predictor.get_input_names()[0])
-        self.output_handle = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
+                                   cpu_threads=self.settings.resolved_threads())
+        self.runner = predictor_for_model(model, options, dtype)
         self.host_images = self.images.numpy()
 
     def _setup_data(self):
@@ -280,10 +262,7 @@ class PaddleSubject:
             return self.model(self.images)
 
     def _predictor_step(self):
-        self.input_handle.reshape(list(self.host_images.shape))
-        self.input_handle.copy_from_cpu(self.host_images)
-        self.predictor.run()
-        return self.output_handle.copy_to_cpu()
+        return self.runner(self.host_images)
 
     def _train_step(self):
         import paddle.nn.functional as F
@@ -334,9 +313,6 @@ class PaddleSubject:
     def close(self):
         if getattr(self, "batches", None) is not None:
             self.batches = None  # ends the workers of an unfinished epoch
-        if self._temporary_dir:
-            shutil.rmtree(self._temporary_dir, ignore_errors=True)
-            self._temporary_dir = None
 
 
 # ---- the timm reference, in another process ----------------------------------------------------

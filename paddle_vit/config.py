@@ -178,16 +178,24 @@ class TrainConfig:
     weights_format: str = "pdparams"
 
 
+EVAL_ENGINES = ("predictor", "dynamic", "to_static")
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """Evaluation: batch_size per device; every `interval` epochs during training;
     confusion_matrix: also write confusion_matrix.png (tools/eval.py);
     attention_map_interval: every this many epochs, log the attention rollout of the first
-    validation image to VisualDL's image tab (0: never)."""
+    validation image to VisualDL's image tab (0: never);
+    engine: how tools/eval.py runs the model: ``predictor`` (the model traced once and run by
+    paddle.inference, with oneDNN on CPU: the fastest on CPU, docs/benchmarks.md), ``dynamic``
+    (eager, as during training) or ``to_static`` (a paddle.jit.to_static graph). The evaluation
+    during training always runs the training model eagerly."""
     batch_size: int = 128
     interval: int = 1
     confusion_matrix: bool = False
     attention_map_interval: int = 0
+    engine: str = "predictor"
 
 
 SECTIONS = {
@@ -442,4 +450,5 @@ def validate(config):
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)
     _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
+    _choice("eval.engine", config.eval.engine, EVAL_ENGINES)
     return config

@@ -42,7 +42,7 @@ _EXPORT_FILES = (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel", f"{MODEL_PRE
                  WEIGHTS_FILE)
 
 
-def _network(model, with_softmax):
+def inference_network(model, with_softmax=False):
     """The layer that is traced: the ViT in eval mode, with a softmax on its logits if asked."""
     import paddle.nn as nn
     import paddle.nn.functional as F
@@ -178,7 +178,7 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     staging = _prepare(out_dir)
     config = classifier.model.config
     try:
-        network = _network(classifier.model, softmax)
+        network = inference_network(classifier.model, softmax)
         spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], "float32",
                          name=INPUT_NAME)  # None: any batch size
         prefix = os.path.join(staging, MODEL_PREFIX)

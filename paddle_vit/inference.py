@@ -16,13 +16,15 @@ Backends:
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from typing import Optional
 
 import numpy as np
 
 from .errors import ConfigError
 from .errors import ExportError
-from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT
+from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, inference_network
 from .predict import Preprocess, check_class_names, softmax
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
@@ -109,7 +111,10 @@ def _usable_cores():
         return os.cpu_count() or 1
 
 
-class _PaddleRunner:
+class PaddleRunner:
+    """A paddle.inference predictor for an exported program, configured by `InferenceOptions`;
+    call it with a float32 [B, 3, S, S] batch (numpy) for the [B, K] output."""
+
     def __init__(self, model_file, params_file, options):
         import paddle
         from paddle import inference
@@ -146,6 +151,33 @@ class _PaddleRunner:
         self.input.copy_from_cpu(batch)
         self.predictor.run()
         return self.predictor.get_output_handle(self.output_name).copy_to_cpu()
+
+
+def predictor_for_model(model, options=None, dtype="float32"):
+    """Trace `model` (a `paddle_vit.ViT`) for any batch size, save it to a temporary folder and
+    load it into a `PaddleRunner` (the folder is removed once loaded). `options` defaults to
+    this process's device with the cores it may use."""
+    import paddle
+    from paddle.static import InputSpec
+
+    config = model.config
+    if options is None:  # this process's device: "cpu" or "gpu:<id>" (each rank its own GPU)
+        device = paddle.get_device()
+        options = (InferenceOptions(device="gpu", gpu_id=int(device.partition(":")[2] or 0))
+                   if device.startswith("gpu") else InferenceOptions(device="cpu"))
+    folder = tempfile.mkdtemp(prefix="paddle_vit_predictor_")
+    try:
+        prefix = os.path.join(folder, "model")
+        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype, name="images")
+        was_training = model.training
+        network = inference_network(model)  # a wrapper is traced, so `model` itself stays eager
+        paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
+        if was_training:
+            model.train()
+        model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
+        return PaddleRunner(model_file, prefix + ".pdiparams", options)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _OnnxRunner:
@@ -195,7 +227,7 @@ class InferenceModel:
         onnx_file = os.path.join(self.directory, files.get("onnx", "model.onnx"))
         if paddle_model is not None:
             self.backend = "paddle"
-            self._run = _PaddleRunner(*paddle_model, self.options)
+            self._run = PaddleRunner(*paddle_model, self.options)
         elif backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
             self.backend = "onnxruntime"
             self._run = _OnnxRunner(onnx_file, self.options)

@@ -1,5 +1,6 @@
 """Training and evaluation end to end on small data: loss falls, logs, checkpoints, exact resume,
 fine-tuning at a new resolution, eval output, device and AMP handling."""
+import dataclasses
 import json
 import os
 import signal
@@ -233,6 +234,20 @@ def test_eval_of_ema_weights(tmp_path):
     from paddle_vit.engine.evaluator import run_evaluation
     metrics = run_evaluation(config, str(tmp_path / "run" / "checkpoints" / "last.pdckpt"), use_ema=True)
     assert metrics["top1"] == pytest.approx(read_metrics(tmp_path / "run")[0]["val_ema_top1"], abs=1e-6)
+
+
+def test_every_eval_engine_gives_the_training_runs_numbers(tmp_path):
+    config = small_config(tmp_path / "run", train={"epochs": 1})
+    Trainer(config).fit()
+    from paddle_vit.engine.evaluator import run_evaluation
+    record = read_metrics(tmp_path / "run")[0]
+    weights = str(tmp_path / "run" / "checkpoints" / "last.pdparams")
+    for engine in ("dynamic", "to_static", "predictor"):
+        metrics = run_evaluation(dataclasses.replace(config, eval=dataclasses.replace(config.eval, engine=engine)),
+                                 weights)
+        assert metrics["num_samples"] == 40, engine
+        assert metrics["top1"] == pytest.approx(record["val_top1"], abs=1e-6), engine
+        assert metrics["loss"] == pytest.approx(record["val_loss"], abs=1e-5), engine
 
 
 def test_gpu_requested_on_cpu_build_is_a_clear_error(tmp_path):

@@ -50,7 +50,9 @@ def build_parser():
     parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for --dtype, to report MFU")
     parser.add_argument("--dataset", help="mode data: digits, synthetic, ... (default: the config's, else synthetic)")
     parser.add_argument("--num-workers", type=int, help="mode data: DataLoader workers (default: the config's)")
-    parser.add_argument("--onednn", action="store_true", help="engine predictor on CPU: enable oneDNN (MKLDNN)")
+    parser.add_argument("--onednn", action=argparse.BooleanOptionalAction, default=True,
+                        help="engine predictor on CPU: Paddle Inference's oneDNN kernels (default on, as in "
+                             "tools/predict.py; --no-onednn for its plain CPU kernels)")
     parser.add_argument("--compare", choices=REFERENCES, help="also time timm's model of the same configuration")
     parser.add_argument("--torch-python", default=os.environ.get("PADDLE_VIT_TORCH_PYTHON", sys.executable),
                         help="a Python with torch and timm, for --compare (default: $PADDLE_VIT_TORCH_PYTHON, "

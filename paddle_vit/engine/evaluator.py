@@ -125,6 +125,32 @@ def load_weights_for_eval(model, path, use_ema=False):
     return report
 
 
+class PredictorModel:
+    """A `paddle_vit.inference.PaddleRunner` with the calling convention of a model in eval
+    mode: images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    def eval(self):
+        return self
+
+    def __call__(self, images):
+        logits = self.runner(np.ascontiguousarray(images.numpy(), dtype=np.float32))
+        return paddle.to_tensor(logits)
+
+
+def model_for_engine(model, engine):
+    """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, or a predictor."""
+    if engine == "to_static":
+        return paddle.jit.to_static(model, full_graph=True)
+    if engine == "predictor":
+        from ..inference import predictor_for_model
+
+        return PredictorModel(predictor_for_model(model))
+    return model
+
+
 def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
     (plus `class_names`)."""
@@ -140,7 +166,7 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
                               num_workers=config.data.num_workers, seed=config.train.seed)
     model = build_model(config, len(class_names), load_weights=False)
     load_weights_for_eval(model, weights, use_ema)
-    metrics = evaluate(model, loader, len(class_names))
+    metrics = evaluate(model_for_engine(model, config.eval.engine), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     if confusion_png and dist.get_rank() == 0:
         save_confusion_matrix_png(metrics["confusion_matrix"], class_names, confusion_png)
