@@ -210,6 +210,14 @@ def test_linear_with_bias_in_the_product_matches_paddle_linear():
         stock_grads = paddle.grad(stock_out.square().sum(), [x, stock.weight, stock.bias])
         for ours, theirs in zip(fast_grads, stock_grads):
             np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
+    # frozen parameters and an input without gradient: only what is asked for is computed
+    fast.weight.stop_gradient = stock.weight.stop_gradient = True
+    x = paddle.randn([2, 3, 6])
+    (bias_grad,) = paddle.grad(fast(x).square().sum(), [fast.bias])
+    (stock_bias_grad,) = paddle.grad(stock(x).square().sum(), [stock.bias])
+    np.testing.assert_allclose(bias_grad.numpy(), stock_bias_grad.numpy(), atol=1e-5)
+    with paddle.no_grad():
+        np.testing.assert_allclose(fast(x).numpy(), stock(x).numpy(), atol=1e-6)
 
 
 @pytest.mark.skipif(not os.environ.get("PADDLE_VIT_TORCH_PYTHON"),
