@@ -126,6 +126,24 @@ def _saved_model_file(prefix):
     raise ExportError(f"paddle.jit.save wrote neither {prefix}.json nor {prefix}.pdmodel")
 
 
+def save_traced(model, prefix, softmax=False, dtype="float32"):
+    """Trace `model` (a ViT) for any batch size and `paddle.jit.save` it at `prefix`; returns
+    (program file, parameters file). `model` itself stays eager (a wrapper is traced), and
+    models.Linear emits Paddle's own `linear` op when traced (paddle2onnx has no addmm)."""
+    import paddle
+    from paddle.static import InputSpec
+
+    config = model.config
+    was_training = model.training
+    network = inference_network(model, softmax)
+    spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype,
+                     name=INPUT_NAME)  # None: any batch size
+    paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
+    if was_training:
+        model.train()
+    return _saved_model_file(prefix), prefix + ".pdiparams"
+
+
 def build_metadata(classifier, softmax, files):
     """The ``preprocess.json`` content of an export."""
     import paddle
@@ -164,9 +182,6 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     softmax: put a softmax on the output, so the model returns probabilities.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata").
     """
-    import paddle
-    from paddle.static import InputSpec
-
     from .weights import save_weights
 
     formats = list(dict.fromkeys(formats))
@@ -176,16 +191,8 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     paddle2onnx = import_paddle2onnx() if "onnx" in formats else None
     out_dir = os.fspath(out_dir)
     staging = _prepare(out_dir)
-    config = classifier.model.config
     try:
-        network = inference_network(classifier.model, softmax)
-        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], "float32",
-                         name=INPUT_NAME)  # None: any batch size
-        prefix = os.path.join(staging, MODEL_PREFIX)
-        # traced, not eager: models.Linear emits Paddle's own `linear` op here (paddle2onnx has no addmm)
-        static = paddle.jit.to_static(network, input_spec=[spec], full_graph=True)
-        paddle.jit.save(static, prefix)
-        model_file, params_file = _saved_model_file(prefix), prefix + ".pdiparams"
+        model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
 
         files = {}
         if "paddle" in formats:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .errors import ExportError
-from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, inference_network
+from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, save_traced
 from .predict import Preprocess, check_class_names, softmax
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
@@ -158,24 +158,14 @@ def predictor_for_model(model, options=None, dtype="float32"):
     load it into a `PaddleRunner` (the folder is removed once loaded). `options` defaults to
     this process's device with the cores it may use."""
     import paddle
-    from paddle.static import InputSpec
 
-    config = model.config
     if options is None:  # this process's device: "cpu" or "gpu:<id>" (each rank its own GPU)
         device = paddle.get_device()
         options = (InferenceOptions(device="gpu", gpu_id=int(device.partition(":")[2] or 0))
                    if device.startswith("gpu") else InferenceOptions(device="cpu"))
     folder = tempfile.mkdtemp(prefix="paddle_vit_predictor_")
     try:
-        prefix = os.path.join(folder, "model")
-        spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype, name="images")
-        was_training = model.training
-        network = inference_network(model)  # a wrapper is traced, so `model` itself stays eager
-        paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
-        if was_training:
-            model.train()
-        model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
-        return PaddleRunner(model_file, prefix + ".pdiparams", options)
+        return PaddleRunner(*save_traced(model, os.path.join(folder, MODEL_PREFIX), dtype=dtype), options)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

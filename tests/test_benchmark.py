@@ -17,8 +17,8 @@ from paddle_vit import benchmark as bench
 from paddle_vit import runtime
 from paddle_vit.models.linear import Linear
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(REPO, "tools")
+from repo_paths import TOOLS
+
 sys.path.insert(0, TOOLS)
 import benchmark as benchmark_tool  # noqa: E402  (tools/benchmark.py)
 

@@ -6,7 +6,6 @@ once per variant; the tests compare what the exported models and the tools give 
 dynamic model.
 """
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -27,18 +26,11 @@ from paddle_vit.export import export_classifier
 from paddle_vit.inference import InferenceModel, find_paddle_model
 from paddle_vit.predict import load_classifier, softmax
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(REPO, "tools")
+from repo_paths import TOOLS, load_tool
+
 SMALL_MODEL = {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2}
 MODEL_FLAGS = ["--model", "vit_walkthrough"] + [arg for key, value in SMALL_MODEL.items() if key != "name"
                                                 for arg in ("-o", f"model.{key}={value}")]
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(TOOLS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 PREDICT, EXPORT = load_tool("predict"), load_tool("export")

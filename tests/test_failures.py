@@ -1,7 +1,6 @@
 """Every failure a user can meet, inflicted for real: one clear line and exit code 2, nothing
 half-written, nothing lost. The README's fault table lists these cases."""
 import errno
-import importlib.util
 import json
 import os
 import resource
@@ -21,18 +20,8 @@ from paddle_vit.engine import checkpoint as checkpoint_module
 from paddle_vit.engine.checkpoint import load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
+from repo_paths import REPO, TOOLS, load_tool
 from test_train import final_weights, read_metrics, small_config
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(REPO, "tools")
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(TOOLS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 TRAIN, EVAL = load_tool("train"), load_tool("eval")
 

@@ -18,8 +18,7 @@ from paddle_vit.engine import trainer as trainer_module
 from paddle_vit.engine.checkpoint import find_latest_checkpoint, load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(REPO, "tools")
+from repo_paths import REPO, TOOLS
 
 
 def small_config(output_dir, **sections):

@@ -14,8 +14,7 @@ from paddle_vit import ConfigError, DataError, viz
 from paddle_vit.config import load_config
 from paddle_vit.models import ViT, sincos_2d_embedding
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(REPO, "tools")
+from repo_paths import TOOLS
 
 
 def tiny_model(**overrides):

@@ -226,7 +226,7 @@ class Trainer:
             skipped = bool(found_inf) if found_inf is not None else False
         elif not skipped:
             self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=False)  # free the gradients until the next backward (lower peak memory)
+        self.optimizer.clear_grad(set_to_zero=False)  # freed until the next backward: lower peak memory
         self.schedule.step()
         self.global_step += 1
         self.window_not_finite = False
