@@ -128,16 +128,15 @@ def test_compare_timm_without_torch_python_is_a_clear_error(tmp_path):
         f"not exist (pass --torch-python /path/to/venv/bin/python or set PADDLE_VIT_TORCH_PYTHON)")
 
 
-def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module():
-    try:
-        import torch  # noqa: F401
-        pytest.skip("this Python has torch")
-    except ImportError:
-        pass
+def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module(tmp_path):
+    # this Python without its site-packages (-S): the standard library only, so never torch
+    python_without_packages = tmp_path / "python"
+    python_without_packages.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python_without_packages.chmod(0o755)
     settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", batch_size=1, warmup=0, iters=1, rounds=1,
                                        threads=1, model_overrides=dict(image_size=32, patch_size=8, depth=1))
     with pytest.raises(ConfigError, match=r"No module named 'torch'.*--torch-python"):
-        bench.run_benchmark(settings, compare="timm", torch_python=sys.executable,
+        bench.run_benchmark(settings, compare="timm", torch_python=str(python_without_packages),
                             worker_script=os.path.join(TOOLS, "torch_reference.py"))
 
 
