@@ -1,10 +1,12 @@
 """The data package: sources, decoding, transforms, keyed randomness, resume, sharding, mixing."""
+import copy
 import dataclasses
 import io
 import logging
 import os
 import pickle
 import tarfile
+import threading
 
 import numpy as np
 import paddle
@@ -207,6 +209,36 @@ def test_a_bug_in_a_worker_is_raised_in_the_main_process_and_loaders_keep_workin
         list(build_dataloader(dataset, 4, shuffle=False, drop_last=False, num_workers=2))
     dataset.transform = working
     assert len(list(build_dataloader(dataset, 4, shuffle=False, drop_last=False, num_workers=2))) == 2
+
+
+def test_a_late_report_of_an_abandoned_iterations_worker_is_not_raised_in_the_next_one():
+    """The race CI once hit: a worker of a failed iteration, still shutting down, finishes a
+    sample and reports its error after the next loader began. Replayed here deterministically:
+    a copy of the dataset as that worker holds it reports from a reading thread."""
+    dataset = synthetic_train(size=8)
+    working = dataset.transform
+
+    def broken(image, rng):
+        raise ValueError("transform bug")
+
+    loader = build_dataloader(dataset, 4, shuffle=False, drop_last=False, num_workers=0)
+    batches = iter(loader)
+    next(batches)  # the first iteration has begun
+    abandoned_worker = copy.copy(dataset)  # shares the shared-memory report slot, like a worker
+    abandoned_worker.transform = broken
+    del batches
+
+    later = iter(loader)
+    first = next(later)  # the next iteration has begun
+    reporter = threading.Thread(target=abandoned_worker.__getitem__, args=(6,))
+    reporter.start()
+    reporter.join()
+    assert len([first, *later]) == 2  # the late report is not raised here
+
+    dataset.transform = broken  # a report of the current iteration still is, over the stale one
+    with pytest.raises(RuntimeError, match="transform bug"):
+        list(loader)
+    dataset.transform = working
 
 
 def build_imagefolder(root):

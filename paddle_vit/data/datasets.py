@@ -107,6 +107,14 @@ def digits_sources(val_fraction, split_seed):
             ArraySource(images[val], labels[val], class_names, indices=val), class_names)
 
 
+def _split_report(message):
+    """'7|Dtext' -> (7, 'Dtext'); an empty message -> (None, '')."""
+    if not message:
+        return None, ""
+    iteration, _, report = message.partition("|")
+    return int(iteration), report
+
+
 class AugmentedDataset(paddle.io.Dataset):
     """`dataset[index] -> (float32 [3, S, S] normalised image, int64 label)`.
 
@@ -120,7 +128,10 @@ class AugmentedDataset(paddle.io.Dataset):
     "blocking queue is killed" SystemError, and later multi-process loaders in the same process
     can hang. The worker instead writes the message to shared memory and returns a blank
     sample; `ResumableDataLoader` raises it in the main process before yielding that batch
-    (see `take_worker_error`).
+    (see `take_worker_error`). Each report carries the number of the iteration whose workers
+    wrote it (`begin_iteration`): a worker of an abandoned iteration that is still shutting down
+    can finish a sample and report after the next iteration began, and that late report must
+    not be raised there.
     """
 
     def __init__(self, source, transform, image_size, seed=0):
@@ -128,10 +139,15 @@ class AugmentedDataset(paddle.io.Dataset):
         self.source, self.transform = source, transform
         self.image_size, self.seed = int(image_size), int(seed)
         self.epoch = 0
+        self._iteration = 0  # copied into each worker when the workers of an iteration start
         self._worker_error = SharedBytes(_WORKER_ERROR_BYTES)
 
     def set_epoch(self, epoch):
         self.epoch = int(epoch)
+
+    def begin_iteration(self):
+        """Start a new iteration: from now on only reports of its workers are taken."""
+        self._iteration += 1
 
     def __len__(self):
         return len(self.source)
@@ -150,19 +166,25 @@ class AugmentedDataset(paddle.io.Dataset):
             else:
                 report = (f"{_BUG}{type(error).__name__} in a DataLoader worker on sample {index}:\n"
                           f"{traceback.format_exc()}")
-            if not self._worker_error.read_message():
-                self._worker_error.write_message(report)
+            self._record_worker_error(report)
             return np.zeros((3, self.image_size, self.image_size), np.float32), np.int64(0)
 
     def _load(self, index):
         image, label = self.source.load(index)
         return self.transform(image, sample_rng(self.seed, self.epoch, index)), np.int64(label)
 
+    def _record_worker_error(self, report):
+        """Keep the first report of this iteration; a newer iteration's report replaces an older one's."""
+        iteration, _ = _split_report(self._worker_error.read_message())
+        if iteration is None or iteration < self._iteration:
+            self._worker_error.write_message(f"{self._iteration}|{report}")
+
     def take_worker_error(self):
-        """The first error a worker process recorded since the last call, as an exception to
-        raise (DataError for a data problem, RuntimeError with the traceback for a bug), or None."""
-        report = self._worker_error.read_message()
-        if not report:
+        """The first error a worker of the current iteration recorded since the last call, as an
+        exception to raise (DataError for a data problem, RuntimeError with the traceback for a
+        bug), or None. Reports of earlier iterations are ignored."""
+        iteration, report = _split_report(self._worker_error.read_message())
+        if iteration != self._iteration:
             return None
         self._worker_error.clear()
         return DataError(report[1:]) if report[0] == _DATA_PROBLEM else RuntimeError(report[1:])

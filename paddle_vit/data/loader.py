@@ -137,8 +137,8 @@ class ResumableDataLoader:
     def __iter__(self):
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.batch_sampler.epoch)
-        if hasattr(self.dataset, "take_worker_error"):
-            self.dataset.take_worker_error()  # forget what an abandoned iteration left behind
+        if hasattr(self.dataset, "begin_iteration"):
+            self.dataset.begin_iteration()  # reports an abandoned iteration's workers still write are ignored
         try:
             for images, labels in self._loader:
                 # a worker's error arrives through shared memory (see AugmentedDataset)
