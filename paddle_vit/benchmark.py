@@ -337,7 +337,10 @@ class ReferenceProcess:
         if settings.mode == "train":
             from .config import OptimizerConfig
             request["optimizer"] = dataclasses.asdict(OptimizerConfig())
-        environment = dict(os.environ, OMP_NUM_THREADS=str(settings.resolved_threads()),
+        from .runtime import environment_without_relaunch
+
+        # started as the user started us: without the tcmalloc our relaunch added (runtime.py)
+        environment = dict(environment_without_relaunch(), OMP_NUM_THREADS=str(settings.resolved_threads()),
                            MKL_NUM_THREADS=str(settings.resolved_threads()))
         self.process = subprocess.Popen([torch_python, worker_script, "benchmark", json.dumps(request)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -464,6 +467,7 @@ def environment_report():
     flags = paddle.get_flags(["FLAGS_use_stride_kernel"])
     return {"paddle": paddle.__version__, "numpy": np.__version__, "cpu_count": os.cpu_count(),
             "MKL_DEBUG_CPU_TYPE": os.environ.get("MKL_DEBUG_CPU_TYPE"),
+            "allocator": runtime.active_allocator(), "LD_PRELOAD": os.environ.get("LD_PRELOAD"),
             "mallopt": runtime.APPLIED.get("mallopt"),
             "FLAGS_use_stride_kernel": flags["FLAGS_use_stride_kernel"]}
 
@@ -490,6 +494,8 @@ def format_report(result):
             f"{result['warmup']} warm-up)")
     if result.get("onednn"):
         head += " onednn"
+    if result.get("environment", {}).get("allocator"):
+        head += f" malloc={result['environment']['allocator']}"
     lines = [head]
     if result.get("flops_per_image"):
         lines.append(f"analytic {result['flops_per_image'] / 1e9:.2f} GFLOP per image per iteration")

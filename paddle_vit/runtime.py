@@ -1,7 +1,8 @@
 """Process-wide settings for speed, applied once when `paddle_vit` is imported: one for the CPU
-math library (before Paddle computes anything), one for the C allocator, and one Paddle flag.
-Each is measured, documented here and in docs/benchmarks.md, and controlled by an environment
-variable.
+math library (before Paddle computes anything), one for the C allocator, and one Paddle flag;
+and one that only the long-running tools apply, because it restarts the process: tcmalloc as
+the C allocator. Each is measured, documented here and in docs/benchmarks.md, and controlled
+by an environment variable.
 
 MKL on AMD processors. Paddle's CPU wheels (3.x) do their float32 matrix products with the
 Intel MKL 2019 build they ship (``libmklml_intel.so``), which picks its kernels by CPU *vendor*:
@@ -48,6 +49,23 @@ longer shares memory with its source, so writing into it in place does not write
 (Paddle's own view APIs, `Tensor.view` and `as_strided`, need stride kernels on). Opt out with
 ``PADDLE_VIT_STRIDE_KERNELS=1``; an explicit ``FLAGS_use_stride_kernel`` in the environment is
 respected as well.
+
+tcmalloc. Even tuned, glibc's heap fragments under Paddle's allocation pattern: recorded for
+ViT-Ti/16 training at batch 8, the tensors of 64 KiB and more peak at 342 MiB live, glibc's
+heap spans 502 MiB for them, and an ideal best-fit allocator replaying the same trace needs
+375 MiB. That is the gap between paddle-vit's and timm's peak memory in training
+(docs/benchmarks.md). No mallopt setting closes it (thresholds, one arena: all tried); a
+different malloc does. gperftools' tcmalloc (``libtcmalloc-minimal4`` on Debian and Ubuntu,
+``gperftools`` elsewhere), measured side by side with timm: ViT-Ti/16 training peak RSS
+812 -> 722 MiB (timm 721) at the same speed, S/16 inference peak RSS -25 to -80 MiB and no
+slower. jemalloc, tried the same way, was 37% slower in training (it hands pages back).
+A malloc can only be chosen when a process starts (``LD_PRELOAD``), so `tools/train.py`,
+`tools/eval.py` and `tools/benchmark.py` call `relaunch_with_allocator()` first: when tcmalloc
+is installed and ``LD_PRELOAD`` is not set, the process re-executes itself, same arguments,
+with tcmalloc preloaded (about a second: Paddle is imported twice). ``PADDLE_VIT_ALLOCATOR``
+chooses: unset or ``auto`` (tcmalloc when installed), ``system`` (never restart), or the file
+name of another malloc library to preload. Importing `paddle_vit` never restarts anything: in
+a notebook or your own script, start Python with ``LD_PRELOAD=libtcmalloc_minimal.so.4``.
 """
 import ctypes
 import ctypes.util
@@ -62,6 +80,10 @@ MALLOC_TUNING_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 MMAP_THRESHOLD_BYTES = 32 * 2 ** 20  # glibc's maximum on 64-bit systems
 TRIM_THRESHOLD_BYTES = 2 ** 30
+ALLOCATOR_VARIABLE = "PADDLE_VIT_ALLOCATOR"
+PRELOADED_VARIABLE = "PADDLE_VIT_PRELOADED"  # what relaunch_with_allocator put in LD_PRELOAD
+ALLOCATOR_LIBRARIES = ("tcmalloc_minimal", "tcmalloc")  # gperftools, the lean build first
+KNOWN_ALLOCATORS = ("tcmalloc", "jemalloc", "mimalloc")
 APPLIED = {}  # what configure_cpu_math() / configure_paddle_flags() set (paddle_vit's import calls them)
 
 
@@ -135,7 +157,91 @@ def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo", malloc=True):
     if mkl_avx2_wanted(environ, cpuinfo_path):
         environ[MKL_CPU_TYPE_VARIABLE] = MKL_AVX2
         applied[MKL_CPU_TYPE_VARIABLE] = MKL_AVX2
-    if malloc and malloc_tuning_wanted(environ) and tune_malloc():
+    if malloc and malloc_tuning_wanted(environ) and active_allocator() == "glibc" and tune_malloc():
         applied["mallopt"] = {"M_MMAP_THRESHOLD": MMAP_THRESHOLD_BYTES, "M_TRIM_THRESHOLD": TRIM_THRESHOLD_BYTES}
     APPLIED.update(applied)
     return applied
+
+
+def active_allocator(maps_path="/proc/self/maps"):
+    """Which malloc serves this process: "tcmalloc", "jemalloc" or "mimalloc" when one of them
+    is loaded, else "glibc" on Linux and "system" elsewhere."""
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as stream:
+            maps = stream.read()
+    except OSError:
+        return "glibc" if sys.platform.startswith("linux") else "system"
+    for name in KNOWN_ALLOCATORS:
+        if f"/lib{name}" in maps:
+            return name
+    return "glibc"
+
+
+def find_allocator_library(environ=None, find_library=ctypes.util.find_library):
+    """The malloc library the tools preload, or None (``PADDLE_VIT_ALLOCATOR``, module docstring).
+    Raises ValueError, naming the variable, for a library file that does not exist."""
+    environ = os.environ if environ is None else environ
+    choice = environ.get(ALLOCATOR_VARIABLE, "auto").strip() or "auto"
+    if choice == "system":
+        return None
+    if choice != "auto":
+        if os.sep in choice and not os.path.isfile(choice):
+            raise ValueError(f"{ALLOCATOR_VARIABLE}={choice}: no such file; expected 'auto', 'system' or "
+                             f"a malloc library such as libtcmalloc_minimal.so.4")
+        return choice
+    for name in ALLOCATOR_LIBRARIES:
+        found = find_library(name)
+        if found:
+            return found
+    return None
+
+
+def relaunch_environment(environ=None, find_library=ctypes.util.find_library):
+    """The environment to re-execute this process in so that the chosen malloc serves it, or
+    None to go on as is: off Linux, when ``LD_PRELOAD`` is set (the user's choice, or this is
+    the relaunched process), or when no library is chosen or installed."""
+    environ = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux") or environ.get("LD_PRELOAD") or PRELOADED_VARIABLE in environ:
+        return None
+    library = find_allocator_library(environ, find_library)
+    if library is None:
+        return None
+    return dict(environ, LD_PRELOAD=library, **{PRELOADED_VARIABLE: library})
+
+
+def relaunch_with_allocator():
+    """Re-execute this process (same interpreter, options and arguments; same process id) with
+    tcmalloc preloaded when `relaunch_environment` says so; return when it does not. Call it
+    first thing in a tool's ``__main__``. A bad ``PADDLE_VIT_ALLOCATOR`` exits with code 2."""
+    try:
+        environ = relaunch_environment()
+    except ValueError as error:
+        sys.stderr.write(f"error: {error}\n")
+        raise SystemExit(2)
+    if environ is None:
+        return
+    arguments = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *arguments[1:]], environ)
+
+
+def environment_without_relaunch(environ=None):
+    """A copy of `environ` with what `relaunch_with_allocator` added taken out again: for a child
+    process that should start as the user started this one (the timm side of a benchmark)."""
+    environ = dict(os.environ if environ is None else environ)
+    library = environ.pop(PRELOADED_VARIABLE, None)
+    if library is not None and environ.get("LD_PRELOAD") == library:
+        del environ["LD_PRELOAD"]
+    return environ
+
+
+def describe_allocator():
+    """One line for a run's log: which malloc serves the process, and how to change it."""
+    name = active_allocator()
+    if name != "glibc":
+        return f"{name} (PADDLE_VIT_ALLOCATOR=system for glibc's)"
+    tuned = " with freed memory kept for reuse" if "mallopt" in APPLIED else ""
+    hint = "" if find_allocator_library() else (
+        "; installing tcmalloc (libtcmalloc-minimal4) lowers training's peak memory about 11%, see docs/benchmarks.md")
+    return f"glibc{tuned}{hint}"

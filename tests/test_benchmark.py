@@ -182,6 +182,87 @@ def test_malloc_tuning_is_the_default_with_an_opt_out_and_yields_to_glibc_variab
     assert not runtime.malloc_tuning_wanted({"PADDLE_VIT_MALLOC_TUNING": "1", "MALLOC_TRIM_THRESHOLD_": "131072"})
 
 
+def fake_find_library(installed):
+    return lambda name: {"tcmalloc_minimal": "libtcmalloc_minimal.so.4"}.get(name) if installed else None
+
+
+def test_tools_choose_tcmalloc_when_installed_and_never_over_the_user(tmp_path):
+    installed, missing = fake_find_library(True), fake_find_library(False)
+    assert runtime.find_allocator_library({}, installed) == "libtcmalloc_minimal.so.4"
+    assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "auto"}, installed) == "libtcmalloc_minimal.so.4"
+    assert runtime.find_allocator_library({}, missing) is None
+    assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "system"}, installed) is None
+    library = tmp_path / "libother.so"
+    library.write_bytes(b"")
+    assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": str(library)}, missing) == str(library)
+    with pytest.raises(ValueError, match="PADDLE_VIT_ALLOCATOR=/no/such/libmalloc.so: no such file"):
+        runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "/no/such/libmalloc.so"}, installed)
+
+    if not sys.platform.startswith("linux"):
+        assert runtime.relaunch_environment({}, installed) is None
+        return
+    relaunch = runtime.relaunch_environment({"HOME": "/h"}, installed)
+    assert relaunch == {"HOME": "/h", "LD_PRELOAD": "libtcmalloc_minimal.so.4",
+                        "PADDLE_VIT_PRELOADED": "libtcmalloc_minimal.so.4"}
+    assert runtime.relaunch_environment(relaunch, installed) is None  # the relaunched process goes on
+    assert runtime.relaunch_environment({"LD_PRELOAD": "libjemalloc.so.2"}, installed) is None  # the user's
+    assert runtime.relaunch_environment({}, missing) is None
+    assert runtime.relaunch_environment({"PADDLE_VIT_ALLOCATOR": "system"}, installed) is None
+    # a child that should start as the user started us gets back what the relaunch changed
+    assert runtime.environment_without_relaunch(relaunch) == {"HOME": "/h"}
+    assert runtime.environment_without_relaunch({"LD_PRELOAD": "libjemalloc.so.2"}) == {"LD_PRELOAD": "libjemalloc.so.2"}
+
+
+def test_active_allocator_reads_the_process_memory_map(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f0 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert runtime.active_allocator(str(maps)) == "glibc"
+    maps.write_text(maps.read_text() + "7f1 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.10\n")
+    assert runtime.active_allocator(str(maps)) == "tcmalloc"
+
+
+def run_benchmark_tool(**environ):
+    env = {key: value for key, value in os.environ.items() if key not in ("LD_PRELOAD", "PADDLE_VIT_PRELOADED")}
+    env.update(environ)
+    return subprocess.run([sys.executable, os.path.join(TOOLS, "benchmark.py"), *TINY], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def this_processes_libc():
+    with open("/proc/self/maps") as maps:
+        return next(line.split()[-1] for line in maps if "/libc.so" in line or "/libc-" in line)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and /proc are Linux's")
+def test_a_tool_restarts_itself_with_the_chosen_malloc_and_the_same_arguments():
+    """glibc's own libc stands in for a malloc library: preloading it changes nothing but the
+    environment, which the relaunched process reports in its JSON."""
+    libc = this_processes_libc()
+    completed = run_benchmark_tool(PADDLE_VIT_ALLOCATOR=libc)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["environment"]["LD_PRELOAD"] == libc
+    assert result["model"] == "vit_tiny_patch16_224" and result["batch_size"] == 2  # the same arguments
+
+    completed = run_benchmark_tool(PADDLE_VIT_ALLOCATOR="/no/such/libmalloc.so")
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert completed.stderr.strip().splitlines() == [
+        "error: PADDLE_VIT_ALLOCATOR=/no/such/libmalloc.so: no such file; expected 'auto', 'system' or a malloc "
+        "library such as libtcmalloc_minimal.so.4"]
+
+
+@pytest.mark.skipif(not runtime.find_allocator_library({}), reason="tcmalloc is not installed (apt install "
+                    "libtcmalloc-minimal4); .ci/run installs it where it can")
+def test_tools_run_under_tcmalloc_by_default_where_it_is_installed():
+    completed = run_benchmark_tool()
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    environment = json.loads(completed.stdout.strip().splitlines()[-1])["environment"]
+    assert environment["allocator"] == "tcmalloc" and environment["mallopt"] is None  # glibc's knobs unused
+    completed = run_benchmark_tool(PADDLE_VIT_ALLOCATOR="system")
+    environment = json.loads(completed.stdout.strip().splitlines()[-1])["environment"]
+    assert environment["allocator"] == "glibc" and environment["LD_PRELOAD"] is None
+
+
 def test_stride_kernel_flag_respects_the_user(monkeypatch):
     before = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
     try:
@@ -277,7 +358,8 @@ def test_default_malloc_tuning_reuses_freed_tensors_instead_of_page_faulting_the
     """The freed 9.7 MB output is reused by the next op, so it touches few fresh pages. Opted out,
     each op maps new memory and faults in all of its pages (2,365 of 4 KiB here)."""
     def probe(**environ):
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("MALLOC_") and key not in ("LD_PRELOAD", "PADDLE_VIT_PRELOADED")}
         env.update(environ)
         result = subprocess.run([sys.executable, "-c", FAULT_PROBE], env=env, capture_output=True, text=True,
                                 timeout=120)

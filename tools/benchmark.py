@@ -23,6 +23,7 @@ TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(TOOLS))
 
 from paddle_vit.cli import add_common_arguments, run  # noqa: E402
+from paddle_vit.runtime import relaunch_with_allocator  # noqa: E402
 
 DEFAULT_MODEL = "vit_small_patch16_224"
 
@@ -94,4 +95,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    relaunch_with_allocator()  # with tcmalloc as malloc when installed (paddle_vit/runtime.py)
     sys.exit(run(main))

@@ -12,6 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
+from paddle_vit.runtime import relaunch_with_allocator  # noqa: E402
 
 
 def main(argv):
@@ -44,4 +45,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    relaunch_with_allocator()  # with tcmalloc as malloc when installed (paddle_vit/runtime.py)
     sys.exit(run(main))

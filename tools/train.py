@@ -13,6 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paddle_vit.cli import add_common_arguments, attach_log_file, run, setup_logging  # noqa: E402
+from paddle_vit.runtime import describe_allocator, relaunch_with_allocator  # noqa: E402
 
 
 def main(argv):
@@ -34,6 +35,7 @@ def main(argv):
     trainer = Trainer(config, progress_bar=sys.stderr.isatty())
     if main_process:
         attach_log_file(os.path.join(config.output_dir, "train.log"))
+        logging.getLogger("paddle_vit").info("C allocator: %s", describe_allocator())
     summary = trainer.fit()
     if dist.get_rank() == 0:
         print(json.dumps(summary))
@@ -41,4 +43,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    relaunch_with_allocator()  # with tcmalloc as malloc when installed (paddle_vit/runtime.py)
     sys.exit(run(main))
