@@ -135,6 +135,34 @@ def test_fused_and_explicit_attention_agree():
     np.testing.assert_allclose(explicit(x).numpy(), fused(x).numpy(), atol=1e-5)
 
 
+def test_training_through_the_recomputing_attention_gives_the_explicit_paths_gradients(monkeypatch):
+    """The CPU fast path recomputes the attention weights in the backward pass by hand
+    (RecomputedAttention); Paddle's own autograd of the explicit path is the reference."""
+    from paddle_vit.models import attention as attention_module
+
+    calls = []
+    apply = attention_module.RecomputedAttention.apply
+    monkeypatch.setattr(attention_module.RecomputedAttention, "apply", lambda *a: calls.append(1) or apply(*a))
+    paddle.seed(2)
+    explicit = tiny_vit(fused_attention=False)
+    fused = tiny_vit(fused_attention=True)
+    fused.set_state_dict(explicit.state_dict())
+    x = paddle.randn([3, 3, 32, 32])
+    mix = paddle.randn([3, 5])  # a loss whose gradient differs for every logit
+    for model in (explicit, fused):
+        model.train()
+        (model(x) * mix).sum().backward()
+    assert len(calls) == 2  # once per layer of the fused model, none for the explicit one
+    for (name, a), b in zip(explicit.named_parameters(), fused.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+    calls.clear()
+    tiny_vit(fused_attention=True, attention_dropout=0.1)(x).sum().backward()  # a mask cannot be redrawn
+    with paddle.no_grad():
+        fused(x)  # nothing to save for a backward pass
+    assert calls == []
+
+
 def test_attention_maps_available_with_fused_kernel():
     model = tiny_vit(fused_attention=True)
     model.eval()
