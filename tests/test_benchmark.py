@@ -222,7 +222,8 @@ def test_active_allocator_reads_the_process_memory_map(tmp_path):
 
 
 def run_benchmark_tool(**environ):
-    env = {key: value for key, value in os.environ.items() if key not in ("LD_PRELOAD", "PADDLE_VIT_PRELOADED")}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("LD_PRELOAD", "PADDLE_VIT_PRELOADED", "PADDLE_VIT_ALLOCATOR")}  # the defaults
     env.update(environ)
     return subprocess.run([sys.executable, os.path.join(TOOLS, "benchmark.py"), *TINY], env=env,
                           capture_output=True, text=True, timeout=300)
