@@ -242,6 +242,7 @@ def describe_allocator():
     if name != "glibc":
         return f"{name} (PADDLE_VIT_ALLOCATOR=system for glibc's)"
     tuned = " with freed memory kept for reuse" if "mallopt" in APPLIED else ""
-    hint = "" if find_allocator_library() else (
+    chosen = os.environ.get(ALLOCATOR_VARIABLE, "auto").strip() not in ("", "auto")
+    hint = "" if chosen or find_allocator_library() else (
         "; installing tcmalloc (libtcmalloc-minimal4) lowers training's peak memory about 11%, see docs/benchmarks.md")
     return f"glibc{tuned}{hint}"

@@ -221,6 +221,17 @@ def test_active_allocator_reads_the_process_memory_map(tmp_path):
     assert runtime.active_allocator(str(maps)) == "tcmalloc"
 
 
+def test_the_training_log_line_names_the_allocator_and_how_to_change_it(monkeypatch):
+    monkeypatch.setattr(runtime, "active_allocator", lambda: "tcmalloc")
+    assert runtime.describe_allocator() == "tcmalloc (PADDLE_VIT_ALLOCATOR=system for glibc's)"
+    monkeypatch.setattr(runtime, "active_allocator", lambda: "glibc")
+    monkeypatch.delenv("PADDLE_VIT_ALLOCATOR", raising=False)
+    monkeypatch.setattr(runtime, "find_allocator_library", lambda: None)
+    assert "installing tcmalloc (libtcmalloc-minimal4)" in runtime.describe_allocator()
+    monkeypatch.setenv("PADDLE_VIT_ALLOCATOR", "system")  # chosen: no advice
+    assert runtime.describe_allocator().startswith("glibc") and "install" not in runtime.describe_allocator()
+
+
 def run_benchmark_tool(**environ):
     env = {key: value for key, value in os.environ.items()
            if key not in ("LD_PRELOAD", "PADDLE_VIT_PRELOADED", "PADDLE_VIT_ALLOCATOR")}  # the defaults
