@@ -42,6 +42,7 @@ from typing import Optional
 import numpy as np
 import paddle
 
+from . import runtime
 from .errors import ConfigError, PaddleVitError
 
 logger = logging.getLogger("paddle_vit")
@@ -337,10 +338,8 @@ class ReferenceProcess:
         if settings.mode == "train":
             from .config import OptimizerConfig
             request["optimizer"] = dataclasses.asdict(OptimizerConfig())
-        from .runtime import environment_without_relaunch
-
         # started as the user started us: without the tcmalloc our relaunch added (runtime.py)
-        environment = dict(environment_without_relaunch(), OMP_NUM_THREADS=str(settings.resolved_threads()),
+        environment = dict(runtime.environment_without_relaunch(), OMP_NUM_THREADS=str(settings.resolved_threads()),
                            MKL_NUM_THREADS=str(settings.resolved_threads()))
         self.process = subprocess.Popen([torch_python, worker_script, "benchmark", json.dumps(request)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -462,8 +461,6 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
 
 def environment_report():
     """The versions and switches that change the numbers."""
-    from . import runtime
-
     flags = paddle.get_flags(["FLAGS_use_stride_kernel"])
     return {"paddle": paddle.__version__, "numpy": np.__version__, "cpu_count": os.cpu_count(),
             "MKL_DEBUG_CPU_TYPE": os.environ.get("MKL_DEBUG_CPU_TYPE"),

@@ -177,11 +177,16 @@ def active_allocator(maps_path="/proc/self/maps"):
     return "glibc"
 
 
+def allocator_choice(environ=None):
+    """``PADDLE_VIT_ALLOCATOR`` as given: "auto" (also when unset or empty), "system" or a library."""
+    environ = os.environ if environ is None else environ
+    return environ.get(ALLOCATOR_VARIABLE, "auto").strip() or "auto"
+
+
 def find_allocator_library(environ=None, find_library=ctypes.util.find_library):
     """The malloc library the tools preload, or None (``PADDLE_VIT_ALLOCATOR``, module docstring).
     Raises ValueError, naming the variable, for a library file that does not exist."""
-    environ = os.environ if environ is None else environ
-    choice = environ.get(ALLOCATOR_VARIABLE, "auto").strip() or "auto"
+    choice = allocator_choice(environ)
     if choice == "system":
         return None
     if choice != "auto":
@@ -242,7 +247,6 @@ def describe_allocator():
     if name != "glibc":
         return f"{name} (PADDLE_VIT_ALLOCATOR=system for glibc's)"
     tuned = " with freed memory kept for reuse" if "mallopt" in APPLIED else ""
-    chosen = os.environ.get(ALLOCATOR_VARIABLE, "auto").strip() not in ("", "auto")
-    hint = "" if chosen or find_allocator_library() else (
+    hint = "" if allocator_choice() != "auto" or find_allocator_library() else (
         "; installing tcmalloc (libtcmalloc-minimal4) lowers training's peak memory about 11%, see docs/benchmarks.md")
     return f"glibc{tuned}{hint}"

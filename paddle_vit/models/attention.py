@@ -14,7 +14,7 @@ Two paths compute the same numbers:
   the backward pass and computes the weights again there (`RecomputedAttention`), as PyTorch's
   fused CPU attention and flash attention do: the [B, H, N, N] weights of every layer are not
   held from the forward to the backward pass. ViT-Ti/16 training at batch 8: peak memory
-  -47 MiB, about 5% slower (docs/benchmarks.md).
+  -44 MiB, about 5% slower (docs/benchmarks.md).
 """
 import paddle
 import paddle.nn as nn
@@ -32,15 +32,18 @@ class RecomputedAttention(PyLayer):
     """
 
     @staticmethod
+    def weights(q, k):
+        return F.softmax(paddle.matmul(q, k, transpose_y=True), axis=-1)  # [B, H, N, N]
+
+    @staticmethod
     def forward(ctx, q, k, v):
         ctx.save_for_backward(q, k, v)
-        weights = F.softmax(paddle.matmul(q, k, transpose_y=True), axis=-1)  # [B, H, N, N]
-        return paddle.matmul(weights, v)  # [B, H, N, d]
+        return paddle.matmul(RecomputedAttention.weights(q, k), v)  # [B, H, N, d]
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v = ctx.saved_tensor()
-        weights = F.softmax(paddle.matmul(q, k, transpose_y=True), axis=-1)  # [B, H, N, N], again
+        weights = RecomputedAttention.weights(q, k)  # [B, H, N, N], again
         grad_v = paddle.matmul(weights, grad_out, transpose_x=True)  # [B, H, N, d]
         grad_weights = paddle.matmul(grad_out, v, transpose_y=True)  # [B, H, N, N]
         grad_scores = weights * (grad_weights - (grad_weights * weights).sum(axis=-1, keepdim=True))
