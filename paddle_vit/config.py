@@ -86,6 +86,9 @@ class ModelConfig:
     num_heads: Optional[int] = None
     mlp_ratio: Optional[float] = None
     qkv_bias: Optional[bool] = None
+    qk_scale: Optional[float] = None
+    layer_norm_epsilon: Optional[float] = None
+    gelu: Optional[str] = None
     dropout: Optional[float] = None
     attention_dropout: Optional[float] = None
     drop_path: Optional[float] = None

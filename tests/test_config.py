@@ -34,6 +34,11 @@ def test_override_values_are_yaml_scalars_not_code(tmp_path):
         load_config(overrides=["train.output_dir=[__import__('os')]"])
 
 
+def test_the_options_of_other_codes_are_model_keys():
+    config = load_config(overrides=["model.layer_norm_epsilon=1e-12", "model.gelu=tanh", "model.qk_scale=0.036"])
+    assert config.model.vit_overrides() == {"layer_norm_epsilon": 1e-12, "gelu": "tanh", "qk_scale": 0.036}
+
+
 def test_integer_given_for_float_is_accepted_but_not_the_reverse():
     assert load_config(overrides=["optimizer.lr=1"]).optimizer.lr == 1.0
     with pytest.raises(ConfigError, match="train.epochs must be an integer, got 2.5"):
@@ -60,6 +65,9 @@ def test_integer_given_for_float_is_accepted_but_not_the_reverse():
     ("model.num_heads=5", "model.embed_dim 16 is not divisible by model.num_heads 5"),
     ("data.dataset=mnist", "data.dataset must be one of digits, imagefolder"),
     ("data.mean=[0.5, 0.5]", "data.mean must be a list of 3 numbers"),
+    ("model.gelu=erf", "model.gelu must be one of exact, tanh"),
+    ("model.layer_norm_epsilon=.inf", "model.layer_norm_epsilon must be a finite number > 0"),
+    ("model.qk_scale=0", "model.qk_scale must be a finite number > 0"),
     ("train.epochs", "has no '='"),
     ("epochs=3", "must name section.key"),
 ])

@@ -6,6 +6,7 @@ once per variant; the tests compare what the exported models and the tools give 
 dynamic model.
 """
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -176,6 +177,37 @@ def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
     import onnx
     properties = {entry.key: entry.value for entry in onnx.load(onnx_export["onnx"]).metadata_props}
     assert json.loads(properties["paddle_vit"])["class_names"] == ["0", "1", "2", "3"]
+
+
+def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
+    """A model with the options other codes compute with (Hugging Face's epsilon, the JAX tanh
+    GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
+    logits, which differ from the same weights computed with the defaults."""
+    from paddle_vit.config import DataConfig
+    from paddle_vit.predict import Classifier, Preprocess
+
+    options = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
+    paddle.seed(5)
+    model = ViT(ViTConfig(image_size=14, patch_size=7, embed_dim=16, depth=2, num_heads=2, num_classes=3, **options))
+    with paddle.no_grad():
+        for parameter in model.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.5)
+    model.eval()
+    default = ViT(ViTConfig(**dict(vars(model.config), layer_norm_epsilon=1e-6, gelu="exact", qk_scale=None)))
+    default.set_state_dict(model.state_dict())
+    default.eval()
+    batch = random_batch(2, seed=7)
+    with paddle.no_grad():
+        eager, with_defaults = model(paddle.to_tensor(batch)).numpy(), default(paddle.to_tensor(batch)).numpy()
+    assert np.abs(eager - with_defaults).max() > 1e-3
+    formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") and importlib.util.find_spec(
+        "onnxruntime") else ("paddle",)
+    classifier = Classifier(model, Preprocess.from_config(DataConfig(), 14), None, "custom")
+    with kept_logger():
+        export_classifier(classifier, tmp_path / "export", formats=formats)
+    for backend in ("paddle", "onnxruntime")[:len(formats)]:
+        outputs = InferenceModel(tmp_path / "export", backend=backend).outputs(batch)
+        np.testing.assert_allclose(outputs, eager, atol=1e-4, rtol=0, err_msg=backend)
 
 
 def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):

@@ -284,3 +284,140 @@ def test_no_weight_decay_parameters_are_biases_norms_and_embeddings():
 def test_public_api_is_exported():
     for name in ("create_model", "list_models", "load_pretrained", "ViT", "ViTConfig"):
         assert hasattr(paddle_vit, name), name
+
+
+# ---- the options other codes compute with: layer_norm_epsilon, gelu, qk_scale -----------------
+
+def numpy_vit_logits(model, images):
+    """The model's forward pass written out in numpy (float64) from its parameters, with its
+    config's LayerNorm epsilon, GELU and q.k scale: an independent reference (cls pooling,
+    learned position embedding)."""
+    import math
+    config = model.config
+    state = {name: tensor.numpy().astype("float64") for name, tensor in model.state_dict().items()}
+    erf = np.vectorize(math.erf)
+
+    def layer_norm(x, prefix):
+        mean, variance = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(variance + config.layer_norm_epsilon) * state[prefix + ".weight"] + \
+            state[prefix + ".bias"]
+
+    def gelu(x):
+        if config.gelu == "tanh":
+            return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+    batch, patch, width = images.shape[0], config.patch_size, config.embed_dim
+    grid = config.image_size // patch
+    patches = images.astype("float64").reshape(batch, 3, grid, patch, grid, patch).transpose(0, 2, 4, 1, 3, 5)
+    patches = patches.reshape(batch, grid * grid, -1)  # [B, N, C * P * P]
+    kernel = state["patch_embed.patch_embedding.weight"].reshape(width, -1)
+    x = patches @ kernel.T + state["patch_embed.patch_embedding.bias"]
+    cls = np.broadcast_to(state["patch_embed.class_token"], (batch, 1, width))
+    x = np.concatenate([cls, x], 1) + state["patch_embed.position_embedding"]
+    heads, head_dim = config.num_heads, width // config.num_heads
+    scale = config.qk_scale if config.qk_scale is not None else head_dim ** -0.5
+    for index in range(config.depth):
+        prefix = f"encoder.layers.{index}."
+        y = layer_norm(x, prefix + "norm1")
+        qkv = y @ state[prefix + "attn.qkv.weight"] + state.get(prefix + "attn.qkv.bias", 0.0)
+        q, k, v = (part.reshape(batch, -1, heads, head_dim).transpose(0, 2, 1, 3) for part in np.split(qkv, 3, -1))
+        scores = q @ k.transpose(0, 1, 3, 2) * scale
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        attended = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, -1, width)
+        x = x + attended @ state[prefix + "attn.proj.weight"] + state[prefix + "attn.proj.bias"]
+        y = layer_norm(x, prefix + "norm2")
+        y = gelu(y @ state[prefix + "mlp.fc1.weight"] + state[prefix + "mlp.fc1.bias"])
+        x = x + y @ state[prefix + "mlp.fc2.weight"] + state[prefix + "mlp.fc2.bias"]
+    x = layer_norm(x, "encoder.norm")[:, 0]
+    return x @ state["head.weight"] + state["head.bias"]
+
+
+OTHER_CODES_OPTIONS = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
+
+
+def perturbed_tiny_vit(**overrides):
+    """A tiny ViT whose LayerNorms and position embedding are off their initial values, so
+    that the epsilon and every other option changes the logits measurably."""
+    paddle.seed(3)
+    model = tiny_vit(**overrides)
+    with paddle.no_grad():
+        for parameter in model.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_layer_norm_epsilon_gelu_and_qk_scale_match_a_numpy_forward(fused):
+    model = perturbed_tiny_vit(fused_attention=fused, **OTHER_CODES_OPTIONS)
+    images = np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype("float32")
+    with paddle.no_grad():
+        ours = model(paddle.to_tensor(images)).numpy()
+    np.testing.assert_allclose(ours, numpy_vit_logits(model, images), atol=3e-5)
+    # each option matters at this tolerance: the reference computed with the default instead differs
+    for option, default in (("layer_norm_epsilon", 1e-6), ("gelu", "exact"), ("qk_scale", None)):
+        other = dict(OTHER_CODES_OPTIONS, **{option: default})
+        model.config = model.config.replace(**other)
+        assert np.abs(numpy_vit_logits(model, images) - ours).max() > 1e-4, option
+        model.config = model.config.replace(**OTHER_CODES_OPTIONS)
+
+
+def test_fused_scaled_dot_product_path_honours_qk_scale(monkeypatch):
+    """The GPU path (Paddle's scaled_dot_product_attention, which scales by head_dim^-0.5
+    itself), run here on the CPU by pretending the device is not one."""
+    from paddle_vit.models import attention as attention_module
+
+    explicit = perturbed_tiny_vit(fused_attention=False, **OTHER_CODES_OPTIONS)
+    fused = perturbed_tiny_vit(fused_attention=True, **OTHER_CODES_OPTIONS)
+    calls = []
+    sdpa = attention_module.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention_module, "runs_on_cpu", lambda: False)
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    x = paddle.randn([2, 3, 32, 32])
+    with paddle.no_grad():
+        np.testing.assert_allclose(fused(x).numpy(), explicit(x).numpy(), atol=1e-4)
+    assert len(calls) == 2
+
+
+def test_recomputed_backward_honours_qk_scale_and_tanh_gelu():
+    paddle.seed(4)
+    explicit = perturbed_tiny_vit(fused_attention=False, **OTHER_CODES_OPTIONS)
+    fused = perturbed_tiny_vit(fused_attention=True, **OTHER_CODES_OPTIONS)
+    x = paddle.randn([3, 3, 32, 32])
+    mix = paddle.randn([3, 5])
+    for model in (explicit, fused):
+        model.train()
+        (model(x) * mix).sum().backward()
+    for (name, a), b in zip(explicit.named_parameters(), fused.parameters()):
+        reference = a.grad.numpy()  # float32 rounding of gradients up to ~25 here: relative to the largest
+        np.testing.assert_allclose(b.grad.numpy(), reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max(),
+                                   err_msg=name)
+
+
+def test_to_static_graph_honours_the_options():
+    model = perturbed_tiny_vit(**OTHER_CODES_OPTIONS)
+    images = np.random.default_rng(1).normal(size=(2, 3, 32, 32)).astype("float32")
+    static = paddle.jit.to_static(model, full_graph=True)
+    with paddle.no_grad():
+        np.testing.assert_allclose(static(paddle.to_tensor(images)).numpy(), numpy_vit_logits(model, images),
+                                   atol=3e-5)
+
+
+def test_every_layer_norm_takes_the_epsilon():
+    model = tiny_vit(layer_norm_epsilon=1e-12, pool="mean")
+    epsilons = [layer._epsilon for layer in model.sublayers() if isinstance(layer, paddle.nn.LayerNorm)]
+    assert len(epsilons) == 2 * 2 + 1 and set(epsilons) == {1e-12}  # norm1/norm2 per layer, fc_norm
+
+
+@pytest.mark.parametrize("option,value,expected", [
+    ("layer_norm_epsilon", 0, "finite number > 0"), ("layer_norm_epsilon", float("nan"), "finite number > 0"),
+    ("layer_norm_epsilon", float("inf"), "finite number > 0"), ("layer_norm_epsilon", True, "finite number > 0"),
+    ("layer_norm_epsilon", 0.01, "<= 1e-3"),
+    ("qk_scale", -1.0, "qk_scale must be a finite number > 0"), ("qk_scale", float("inf"), "qk_scale"),
+    ("gelu", "erf", "gelu must be one of exact, tanh")])
+def test_bad_option_values_name_the_key(option, value, expected):
+    with pytest.raises(ConfigError, match=f"model.{option}.*" if option != "gelu" else expected) as error:
+        tiny_vit(**{option: value})
+    assert expected in str(error.value)

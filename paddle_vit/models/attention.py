@@ -1,7 +1,8 @@
 """Multi-head self-attention (paper Eq. 2, Appendix A).
 
 Two paths compute the same numbers:
-- the walkthrough's explicit path: q @ k^T * head_dim^-0.5, softmax, @ v. Readable, and the only
+- the walkthrough's explicit path: q @ k^T * scale (head_dim^-0.5 unless `qk_scale` says otherwise),
+  softmax, @ v. Readable, and the only
   one that can hand back the attention weights;
 - the fast path, used when ``fused=True`` (the registry's default) and no weights are asked for:
   Paddle's fused ``scaled_dot_product_attention`` (flash attention on GPU in fp16/bf16). On CPU
@@ -60,9 +61,11 @@ class Attention(nn.Layer):
         dropout: dropout after the output projection.
         attention_dropout: dropout on the attention weights.
         fused: use Paddle's fused scaled_dot_product_attention when weights are not requested.
+        qk_scale: the factor of q k^T; None is head_dim^-0.5 (paper Eq. 5). Every path uses it.
     """
 
-    def __init__(self, embed_dim, num_heads, qkv_bias=True, dropout=0.0, attention_dropout=0.0, fused=False):
+    def __init__(self, embed_dim, num_heads, qkv_bias=True, dropout=0.0, attention_dropout=0.0, fused=False,
+                 qk_scale=None):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ConfigError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}: "
@@ -70,7 +73,7 @@ class Attention(nn.Layer):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.all_head_dim = self.head_dim * num_heads
-        self.scales = self.head_dim ** -0.5
+        self.scales = qk_scale if qk_scale is not None else self.head_dim ** -0.5
         self.fused = fused
         self.attention_dropout_rate = attention_dropout
         # walkthrough bug fixed: its `bias_attr=False if qkv_bias is True else None` dropped the bias when asked for
@@ -110,6 +113,10 @@ class Attention(nn.Layer):
         if x.dtype == paddle.float32 and runs_on_cpu():
             return self._forward_packed(qkv)
         q, k, v = qkv.unbind(axis=2)  # 3 x [B, N, H, d]
+        if self.scales != self.head_dim ** -0.5:
+            # the fused kernels scale by head_dim^-0.5 and not every backend takes another
+            # factor (flash attention ignores `scale`): fold the rest into q
+            q = q * (self.scales * self.head_dim ** 0.5)
         out = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.attention_dropout_rate if self.training else 0.0,
             training=self.training)  # [B, N, H, d]

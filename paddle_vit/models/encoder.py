@@ -1,21 +1,44 @@
 """The Transformer encoder (paper Eq. 2-4): Mlp, pre-norm EncoderLayer, the Encoder stack."""
+import math
+
 import paddle
 import paddle.nn as nn
+import paddle.nn.functional as F
 
 from .attention import Attention
 from .linear import Linear
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
+# "exact": GELU with the Gaussian CDF (timm, PyTorch, Paddle, Hugging Face "gelu"); "tanh": its tanh
+# approximation, flax's nn.gelu default, which the original JAX checkpoints were trained with
+GELUS = ("exact", "tanh")
+
+
+class TanhGELU(nn.Layer):
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as flax's
+    nn.gelu computes it. Eagerly it is Paddle's gelu(approximate=True); in a traced graph it is
+    written out, because paddle2onnx converts every gelu to the exact erf form (measured: 2.4e-4
+    off on the logits of a small model), so exported models compute what the eager one does."""
+
+    def forward(self, x):
+        if paddle.in_dynamic_mode():
+            return F.gelu(x, approximate=True)
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + paddle.tanh(inner))
 
 
 class Mlp(nn.Layer):
-    """Two Linear layers with a GELU between (paper Eq. 3), [B, N, D] -> [B, N, D]."""
+    """Two Linear layers with a GELU between (paper Eq. 3), [B, N, D] -> [B, N, D].
 
-    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0):
+    Args:
+        gelu: "exact" or "tanh" (the approximation of the original JAX code, see `GELUS`).
+    """
+
+    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0, gelu="exact"):
         super().__init__()
         hidden_dim = int(embed_dim * mlp_ratio)
         self.fc1 = Linear(embed_dim, hidden_dim)
-        self.act = nn.GELU()
+        self.act = TanhGELU() if gelu == "tanh" else nn.GELU()
         self.fc2 = Linear(hidden_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
 
@@ -53,17 +76,24 @@ class DropPath(nn.Layer):
 
 class EncoderLayer(nn.Layer):
     """Pre-norm Transformer block, [B, N, D] -> [B, N, D]:
-    x = x + attn(norm1(x)); x = x + mlp(norm2(x)) (paper Eq. 2 and 3)."""
+    x = x + attn(norm1(x)); x = x + mlp(norm2(x)) (paper Eq. 2 and 3).
 
-    def __init__(self, embed_dim=768, num_heads=12, qkv_bias=True, mlp_ratio=4.0, dropout=0.0,
-                 attention_dropout=0.0, drop_path=0.0, fused_attention=False):
+    Args:
+        config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio,
+            gelu, layer_norm_epsilon, dropout, attention_dropout, fused_attention are read).
+        drop_path: this layer's stochastic-depth rate (the Encoder spreads config.drop_path).
+    """
+
+    def __init__(self, config, drop_path=0.0):
         super().__init__()
-        self.norm1 = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON)
-        self.attn = Attention(embed_dim, num_heads, qkv_bias=qkv_bias, dropout=dropout,
-                              attention_dropout=attention_dropout, fused=fused_attention)
+        embed_dim = config.embed_dim
+        self.norm1 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
+        self.attn = Attention(embed_dim, config.num_heads, qkv_bias=config.qkv_bias, dropout=config.dropout,
+                              attention_dropout=config.attention_dropout, fused=config.fused_attention,
+                              qk_scale=config.qk_scale)
         self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON)
-        self.mlp = Mlp(embed_dim, mlp_ratio, dropout)
+        self.norm2 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
+        self.mlp = Mlp(embed_dim, config.mlp_ratio, config.dropout, gelu=config.gelu)
 
     def forward(self, x, return_attention=False):
         """x: [B, N, D]. Returns [B, N, D], and the attention weights [B, H, N, N] when asked."""
@@ -76,24 +106,22 @@ class EncoderLayer(nn.Layer):
 
 
 class Encoder(nn.Layer):
-    """`depth` EncoderLayers and a final LayerNorm (paper Eq. 4), [B, N, D] -> [B, N, D].
+    """`config.depth` EncoderLayers and a final LayerNorm (paper Eq. 4), [B, N, D] -> [B, N, D].
 
     Args:
+        config: the model's `ViTConfig`. Its drop_path is the stochastic-depth rate of the last
+            layer; the rate rises linearly from 0 at the first.
         final_norm: False when the head normalises after pooling instead (timm's `fc_norm`
             for average pooling), so that those checkpoints load one to one.
-        drop_path: the stochastic-depth rate of the last layer; it rises linearly from 0.
-        Other arguments as in `EncoderLayer`.
     """
 
-    def __init__(self, embed_dim=768, depth=12, num_heads=12, qkv_bias=True, mlp_ratio=4.0, dropout=0.0,
-                 attention_dropout=0.0, drop_path=0.0, fused_attention=False, final_norm=True):
+    def __init__(self, config, final_norm=True):
         super().__init__()
-        drop_path_rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
-        self.layers = nn.LayerList([
-            EncoderLayer(embed_dim, num_heads, qkv_bias, mlp_ratio, dropout, attention_dropout, rate,
-                         fused_attention)
-            for rate in drop_path_rates])
-        self.norm = nn.LayerNorm(embed_dim, epsilon=LAYER_NORM_EPSILON) if final_norm else nn.Identity()
+        depth = config.depth
+        drop_path_rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
+        self.layers = nn.LayerList([EncoderLayer(config, rate) for rate in drop_path_rates])
+        self.norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if final_norm
+                     else nn.Identity())
 
     def forward(self, x, return_attention=False):
         """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked."""

@@ -7,7 +7,7 @@ import paddle
 import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
-from .encoder import LAYER_NORM_EPSILON, Encoder
+from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
 from .linear import Linear
 from .patch_embed import POSITION_EMBEDDINGS, PatchEmbedding, grid_size
 
@@ -29,6 +29,12 @@ class ViTConfig:
         num_heads: attention heads ("Heads").
         mlp_ratio: MLP hidden width / D ("MLP size" = 4 D).
         qkv_bias: bias in the q/k/v projection.
+        qk_scale: the factor of q k^T before the softmax; None is head_dim^-0.5 (paper Eq. 5).
+            PaddleClas's ViT_small_patch16_224 uses embed_dim^-0.5.
+        layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in ViT (timm, JAX); Hugging Face's
+            configs say 1e-12, PaddleClas's small model and PLSC's huge one 1e-5.
+        gelu: "exact" (erf; timm, Hugging Face "gelu", PaddleClas) or "tanh" (the approximation
+            flax's nn.gelu computes, which the original JAX checkpoints were trained with).
         dropout: dropout after the embeddings, in the MLP and after the attention projection.
         attention_dropout: dropout on the attention weights.
         drop_path: stochastic depth rate of the last layer (linearly rising from 0).
@@ -52,6 +58,9 @@ class ViTConfig:
     num_heads: int = 12
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
+    qk_scale: Optional[float] = None
+    layer_norm_epsilon: float = LAYER_NORM_EPSILON
+    gelu: str = "exact"
     dropout: float = 0.0
     attention_dropout: float = 0.0
     drop_path: float = 0.0
@@ -86,6 +95,14 @@ class ViTConfig:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {value!r}")
         if self.mlp_ratio <= 0:
             raise ConfigError(f"model.mlp_ratio must be > 0, got {self.mlp_ratio!r}")
+        if not _positive_finite(self.layer_norm_epsilon) or self.layer_norm_epsilon > 1e-3:
+            raise ConfigError(f"model.layer_norm_epsilon must be a finite number > 0 and <= 1e-3 (Paddle's "
+                              f"LayerNorm takes no more; ViT: 1e-6), got {self.layer_norm_epsilon!r}")
+        if self.qk_scale is not None and not _positive_finite(self.qk_scale):
+            raise ConfigError(f"model.qk_scale must be a finite number > 0, or null for head_dim^-0.5, "
+                              f"got {self.qk_scale!r}")
+        if self.gelu not in GELUS:
+            raise ConfigError(f"model.gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
         if self.pool not in POOLS:
             raise ConfigError(f"model.pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
         if self.init not in INITS:
@@ -121,6 +138,11 @@ class ViTConfig:
         return patch_embed + self.depth * per_layer + head
 
 
+def _positive_finite(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
+
+
 class PreLogits(nn.Layer):
     """The paper's pre-training head hidden layer: Linear + tanh, [B, D] -> [B, R]."""
 
@@ -148,11 +170,9 @@ class ViT(nn.Layer):
         self.embed_dim = config.embed_dim
         self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
                                           config.embed_dim, config.dropout, config.position_embedding)
-        self.encoder = Encoder(config.embed_dim, config.depth, config.num_heads, config.qkv_bias,
-                               config.mlp_ratio, config.dropout, config.attention_dropout, config.drop_path,
-                               config.fused_attention, final_norm=config.pool != "mean")
+        self.encoder = Encoder(config, final_norm=config.pool != "mean")
         if config.pool == "mean":
-            self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=LAYER_NORM_EPSILON)
+            self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon)
         elif config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
         if config.representation_size:
