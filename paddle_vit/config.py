@@ -72,11 +72,18 @@ class ModelConfig:
     """Which ViT to build: a registered `name`, with any `ViTConfig` field overridden here
     (None keeps the registered value; `num_classes: null` takes the data set's class count).
 
-    pretrained: weights to start from (any format `load_pretrained` reads); the position
-        embedding is resampled and the head re-initialised as needed (fine-tuning).
+    pretrained: weights to start from: any file `load_pretrained` reads, or a Hugging Face
+        save_pretrained folder. The model is built with the options the checkpoint implies (a
+        pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...); keys set
+        here win, and the data set decides the class count. The position embedding is resampled
+        and the head re-initialised as needed (fine-tuning).
+    pretrained_resample: how that position embedding is resampled to another grid
+        (bicubic_antialias, bicubic, bilinear, bilinear_align_corners); null: as the
+        checkpoint's own code does (README, "Pretrained weights").
     """
     name: str = "vit_walkthrough"
     pretrained: Optional[str] = None
+    pretrained_resample: Optional[str] = None
     image_size: Optional[int] = None
     patch_size: Optional[int] = None
     in_channels: Optional[int] = None
@@ -101,7 +108,7 @@ class ModelConfig:
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""
         return {name: value for name, value in dataclasses.asdict(self).items()
-                if name not in ("name", "pretrained") and value is not None}
+                if name not in ("name", "pretrained", "pretrained_resample") and value is not None}
 
 
 @dataclasses.dataclass
@@ -386,6 +393,9 @@ def validate(config):
     except ConfigError as error:
         message = str(error)
         raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
+    if model.pretrained_resample is not None:
+        from .weights import RESAMPLE_METHODS
+        _choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
 
     data = config.data
     _choice("data.dataset", data.dataset, ("digits", "imagefolder", "cifar10", "cifar100", "synthetic"))

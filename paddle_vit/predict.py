@@ -259,42 +259,13 @@ class Classifier:
         return softmax(self.logits(batch))
 
 
-def _head_size(path, checkpoint, use_ema):
-    """How many classes the weights at `path` (the read `checkpoint` for a .pdckpt) were trained
-    for: the rows of the head."""
-    from .weights import CONVERTERS, detect_format, read_checkpoint
+def model_for_weights(config, weights, use_ema=False):
+    """The model `config` describes, built for and loaded with `weights` as tools/eval.py loads
+    them, in eval mode: the class count and the options follow the weights unless the config
+    sets them (`paddle_vit.create_model(name, pretrained=...)`), so no data set is needed."""
+    from .engine.evaluator import model_for_evaluation
 
-    if checkpoint is not None:
-        state = checkpoint
-        model_config = state.get("model_config") or {}
-        if model_config.get("num_classes"):
-            return int(model_config["num_classes"])
-        arrays, description = read_checkpoint(state["ema" if use_ema and state.get("ema") else "model"])
-    else:
-        arrays, description = read_checkpoint(path)
-    converted = CONVERTERS[detect_format(arrays, description)](arrays)
-    for name in ("head.bias", "head.weight"):
-        if name in converted.tensors:
-            return int(np.shape(converted.tensors[name])[-1])
-    raise WeightsError(f"{path} holds no classification head (head.weight / head.bias); "
-                       f"set model.num_classes or pass weights trained for classification")
-
-
-def model_for_weights(config, weights, use_ema=False, checkpoint=None):
-    """The model `config` describes with `weights` loaded as tools/eval.py loads them, in eval
-    mode. A `model.num_classes` left null follows the weights' head, so no data set is needed.
-    `checkpoint`: the already-read .pdckpt behind `weights`, if any."""
-    from .engine.builder import build_model
-    from .engine.checkpoint import load_checkpoint
-    from .engine.evaluator import load_weights_for_eval
-
-    if checkpoint is None and os.fspath(weights).endswith(".pdckpt"):
-        checkpoint = load_checkpoint(weights)
-    num_classes = config.model.num_classes or _head_size(weights, checkpoint, use_ema)
-    model = build_model(config, num_classes, load_weights=False)
-    load_weights_for_eval(model, weights, use_ema=use_ema)
-    model.eval()
-    return model
+    return model_for_evaluation(config, os.fspath(weights) if not isinstance(weights, dict) else weights, use_ema)
 
 
 def load_classifier(weights, config_path=None, model_name=None, overrides=(), use_ema=False, labels=None):
@@ -311,10 +282,10 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
     from .engine.checkpoint import load_checkpoint
 
     weights = os.fspath(weights)
-    if not os.path.isfile(weights):
-        raise WeightsError(f"weights file {weights} does not exist" if not os.path.isdir(weights) else
-                           f"{weights} is a directory; --weights takes a weights file "
-                           f"(an exported model folder goes to --inference-model)")
+    if not os.path.exists(weights):
+        raise WeightsError(f"weights file {weights} does not exist")
+    if os.path.isdir(weights) and os.path.isfile(os.path.join(weights, "preprocess.json")):
+        raise WeightsError(f"{weights} is an exported model folder; it goes to --inference-model, not --weights")
     if config_path and model_name:
         raise ConfigError("give the recipe (-c CONFIG) or the model name (--model NAME), not both")
     checkpoint = load_checkpoint(weights) if weights.endswith(".pdckpt") else None
@@ -328,15 +299,13 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         raise ConfigError(f"{weights} is not a training checkpoint (.pdckpt), so the model cannot be read from it: "
                           f"name its recipe with -c CONFIG or its architecture with --model NAME")
 
-    model = model_for_weights(config, weights, use_ema, checkpoint)
+    model = model_for_weights(config, weights, use_ema)
 
     class_names = None
     if labels:
         class_names = check_class_names(read_labels(labels), model.config.num_classes, f"labels file {labels}")
-    elif checkpoint is not None and checkpoint.get("class_names"):
-        names = [str(name) for name in checkpoint["class_names"]]
-        if len(names) == model.config.num_classes:
-            class_names = names
+    elif model.class_names:  # recorded by the checkpoint: a .pdckpt, Hugging Face's id2label
+        class_names = list(model.class_names)
     preprocess = Preprocess.from_config(config.data, model.config.image_size)
     return Classifier(model, preprocess, class_names, config.model.name)
 

@@ -68,6 +68,7 @@ def test_integer_given_for_float_is_accepted_but_not_the_reverse():
     ("model.gelu=erf", "model.gelu must be one of exact, tanh"),
     ("model.layer_norm_epsilon=.inf", "model.layer_norm_epsilon must be a finite number > 0"),
     ("model.qk_scale=0", "model.qk_scale must be a finite number > 0"),
+    ("model.pretrained_resample=nearest", "model.pretrained_resample must be one of bicubic_antialias"),
     ("train.epochs", "has no '='"),
     ("epochs=3", "must name section.key"),
 ])

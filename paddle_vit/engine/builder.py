@@ -1,25 +1,84 @@
-"""Build the model a config describes, with its pretrained weights if any."""
+"""Build the model a config describes, with its pretrained weights if any.
+
+Two ways, one rule: a checkpoint decides the options it implies (class count, pre-logits layer,
+epsilon, GELU, ...), and the model keys a recipe sets win (`paddle_vit.create_model`).
+
+- `build_model` (training): ``model.pretrained`` is the checkpoint; the data set decides the
+  class count (fine-tuning re-initialises the head when it differs).
+- `build_model_for_weights` (evaluation, prediction, figures): the weights to evaluate are the
+  checkpoint, their head decides the class count; what they do not record themselves (a bare
+  ``.pdparams`` records no epsilon or GELU) comes from the recipe's ``model.pretrained``, the
+  checkpoint the run was fine-tuned from.
+"""
 import logging
 
-from ..models import ViT, get_model_config
+from ..models import ViT, create_model, get_model_config
 
 logger = logging.getLogger("paddle_vit")
 
+# the options that change what a checkpoint computes and that a fine-tuned run inherits from the
+# checkpoint it started from
+INHERITED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
 
-def resolve_model_config(config, num_classes=None):
-    """The `ViTConfig` of `config.model`; `num_classes` fills in a `model.num_classes: null`."""
+
+def model_overrides(config, num_classes=None):
+    """The ViTConfig fields `config.model` sets; `num_classes` fills in a `model.num_classes: null`."""
     overrides = config.model.vit_overrides()
     if config.model.num_classes is None and num_classes is not None:
         overrides["num_classes"] = num_classes
-    return get_model_config(config.model.name, **overrides).validate()
+    return overrides
+
+
+def resolve_model_config(config, num_classes=None):
+    """The `ViTConfig` the model section describes, before any checkpoint is read."""
+    return get_model_config(config.model.name, **model_overrides(config, num_classes)).validate()
 
 
 def build_model(config, num_classes=None, load_weights=True):
-    """Create the ViT of `config.model`; when `model.pretrained` names weights, load them
-    (resampling the position embedding and re-initialising the head as needed)."""
-    model = ViT(resolve_model_config(config, num_classes))
+    """Create the ViT of `config.model`; when `model.pretrained` names weights, build it with
+    the options they imply and load them (resampling the position embedding and
+    re-initialising the head as needed)."""
+    overrides = model_overrides(config, num_classes)
     if load_weights and config.model.pretrained:
-        from ..weights import load_pretrained
-        report = load_pretrained(model, config.model.pretrained, strict=True)
-        logger.info("loaded %s:\n%s", config.model.pretrained, report)
+        model = create_model(config.model.name, pretrained=config.model.pretrained,
+                             resample=config.model.pretrained_resample, **overrides)
+        logger.info("loaded %s:\n%s", config.model.pretrained, model.load_report)
+        return model
+    return ViT(get_model_config(config.model.name, **overrides).validate())
+
+
+def inherited_options(config, weights):
+    """{option: Implied} of `INHERITED_OPTIONS` that the recipe's ``model.pretrained`` implies
+    (none when it is unset or is `weights` itself)."""
+    from ..errors import WeightsError
+    from ..weights import Implied, implied_options
+
+    pretrained = config.model.pretrained
+    if not pretrained or (isinstance(weights, str) and weights == pretrained):
+        return {}
+    try:
+        implied = implied_options(pretrained)
+    except WeightsError as error:
+        raise WeightsError(f"model.pretrained, the checkpoint these weights were fine-tuned from, decides how they "
+                           f"compute (epsilon, GELU, q.k scale) but cannot be read: {error}; set those model keys "
+                           f"or model.pretrained=null") from None
+    return {option: Implied(value.value, f"from model.pretrained {pretrained}: {value.reason}")
+            for option, value in implied.items() if option in INHERITED_OPTIONS}
+
+
+def build_model_for_weights(config, weights):
+    """The model of `config.model` built for, and loaded with, `weights` (a path or a mapping)
+    as evaluation uses it: strict, the class count from the weights unless the config sets it,
+    the head never re-initialised."""
+    from ..errors import WeightsError
+    from ..weights import build_pretrained
+
+    where = weights if isinstance(weights, str) else "the weights"
+    model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
+                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample)
+    report = model.load_report
+    if report.reinitialized:
+        raise WeightsError(f"{where} does not fit the model for evaluation: {', '.join(report.reinitialized)} "
+                           f"had to be re-initialised ({report.notes[0] if report.notes else 'another class count'}); "
+                           f"evaluate with the config it was trained with")
     return model

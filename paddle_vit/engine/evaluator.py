@@ -100,29 +100,38 @@ def save_confusion_matrix_png(confusion, class_names, path):
     plt.close(figure)
 
 
-def load_weights_for_eval(model, path, use_ema=False):
-    """Load `path` into `model`: a training checkpoint (.pdckpt, its EMA weights with `use_ema`)
-    or any weights file `load_pretrained` reads. The class count must match: evaluation never
-    re-initialises a head."""
+def weights_source(path, use_ema=False):
+    """What evaluation loads for `path`: the path itself, or with `use_ema` the EMA weights of
+    a training checkpoint (.pdckpt), with the model config and class names it records."""
     from ..errors import WeightsError
-    from ..weights import load_pretrained
     from .checkpoint import load_checkpoint
 
-    source = path
-    if use_ema:
-        if not path.endswith(".pdckpt"):
-            raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
-                               f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
-        ema = load_checkpoint(path).get("ema")
-        if ema is None:
-            raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
-        source = {name: value.numpy() for name, value in ema.items()}
-    report = load_pretrained(model, source, strict=True)
-    if report.reinitialized:
-        raise WeightsError(f"{path} does not fit the model for evaluation: {', '.join(report.reinitialized)} "
-                           f"had to be re-initialised (another class count?); evaluate with the config it was "
-                           f"trained with")
-    return report
+    if not use_ema:
+        return path
+    if not str(path).endswith(".pdckpt"):
+        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
+                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+    checkpoint = load_checkpoint(path)
+    ema = checkpoint.get("ema")
+    if ema is None:
+        raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
+    return {"model": {name: value.numpy() for name, value in ema.items()},
+            "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
+
+
+def model_for_evaluation(config, path, use_ema=False, num_classes=None):
+    """The model `config` describes, built for and loaded with the weights at `path` (see
+    `builder.build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
+    must be the head's."""
+    from ..errors import WeightsError
+    from .builder import build_model_for_weights
+
+    model = build_model_for_weights(config, weights_source(path, use_ema))
+    if num_classes is not None and model.config.num_classes != num_classes:
+        raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
+                           f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
+    model.eval()
+    return model
 
 
 class PredictorModel:
@@ -155,7 +164,7 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
     (plus `class_names`)."""
     from ..data import build_dataloader, build_datasets
-    from .builder import build_model, resolve_model_config
+    from .builder import resolve_model_config
     from .device import init_distributed, select_device
 
     select_device(config.train.device)
@@ -164,8 +173,7 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
-    model = build_model(config, len(class_names), load_weights=False)
-    load_weights_for_eval(model, weights, use_ema)
+    model = model_for_evaluation(config, weights, use_ema, num_classes=len(class_names))
     metrics = evaluate(model_for_engine(model, config.eval.engine), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     if confusion_png and dist.get_rank() == 0:

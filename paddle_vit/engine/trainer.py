@@ -13,6 +13,7 @@ import paddle.nn.functional as F
 
 from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
 from ..errors import ConfigError, TrainingError, WeightsError
+from ..models import ViTConfig
 from ..viz import attention_overlay_image
 from ..weights import save_weights
 from . import checkpoint as ckpt
@@ -160,7 +161,9 @@ class Trainer:
                 logger.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.checkpoint_dir)
                 return
         state = ckpt.load_checkpoint(path)
-        if state["model_config"] != dataclasses.asdict(self.vit.config):
+        # fields added since a checkpoint was written (e.g. gelu) had their defaults' values then
+        recorded = {**dataclasses.asdict(ViTConfig()), **state["model_config"]}
+        if recorded != dataclasses.asdict(self.vit.config):
             raise ConfigError(f"checkpoint {path} was written for another model "
                               f"({state['model_config']['embed_dim']}-wide, depth {state['model_config']['depth']}, "
                               f"{state['model_config']['num_classes']} classes) than the config builds")

@@ -166,6 +166,7 @@ class ViT(nn.Layer):
         super().__init__()
         config = (config or ViTConfig()).replace(**overrides).validate()
         self.config = config
+        self.class_names = None  # set from a checkpoint that records them (create_model(pretrained=...))
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
         self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,

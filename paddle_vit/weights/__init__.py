@@ -1,0 +1,30 @@
+"""Pretrained weights: every ViT checkpoint family read into a `ViT`, computed as its own code
+computes it.
+
+One module per family (timm.py, jax.py, huggingface.py, paddleclas.py for PaddleClas and PLSC,
+native.py for this project's files), each with its detection rule, name map and the options
+it implies; resample.py for position embeddings; loader.py for fitting a checkpoint to a model
+and the report; reading.py and saving.py for files. `family.py` says what a family is.
+
+Layouts (DESIGN.md): Paddle Linear weights are [in, out], PyTorch's [out, in]; conv weights are
+OIHW in both; JAX Dense kernels are [in, out], the JAX conv kernel is HWIO, and JAX attention
+kernels are split per head: query/key/value [D, heads, head_dim], out [heads, head_dim, D].
+"""
+from .family import CheckpointFamily, ConvertedCheckpoint, Implied, detect_family, families
+from .loader import LoadReport, build_pretrained, implied_options, load_pretrained
+from .reading import Checkpoint, read_checkpoint
+from .resample import RESAMPLE_METHODS, resample_position_embedding
+from .saving import save_weights
+
+
+def detect_format(state, description="checkpoint"):
+    """The family name ("timm", "jax", "huggingface", "paddleclas" or "paddle-vit") of a dict
+    of arrays."""
+    if not hasattr(state, "items"):
+        raise TypeError("detect_format takes a dict of arrays (the layout is read off their shapes)")
+    return detect_family(Checkpoint({str(name): value for name, value in state.items()}, description)).name
+
+
+__all__ = ["CheckpointFamily", "Checkpoint", "ConvertedCheckpoint", "Implied", "LoadReport", "RESAMPLE_METHODS",
+           "build_pretrained", "detect_family", "detect_format", "families", "implied_options", "load_pretrained",
+           "read_checkpoint", "resample_position_embedding", "save_weights"]

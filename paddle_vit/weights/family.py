@@ -1,0 +1,142 @@
+"""What a checkpoint family is, and finding the one a checkpoint belongs to.
+
+A family is one code base's way of storing a ViT (timm, the original JAX code, Hugging Face
+transformers, PaddleClas/PLSC, this project). Each lives in one module of this package that
+defines ``FAMILY``, an instance of a `CheckpointFamily` subclass with:
+
+- ``detect(checkpoint)``: whether the whole checkpoint is of this family (one decision per
+  checkpoint, never per tensor; DESIGN.md's traps);
+- ``convert(checkpoint)``: its tensors in this project's names and layouts;
+- ``implied_options(checkpoint, converted)``: the `ViTConfig` options its own code computes
+  it with (Hugging Face's LayerNorm epsilon, the JAX tanh GELU, ...);
+- ``resample``: the position-embedding resampling its own code uses (resample.py).
+
+Adding a family means adding one module: `families()` imports every module of the package and
+collects their ``FAMILY``.
+"""
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any
+
+from ..errors import WeightsError
+from .reading import names
+
+POSITION_EMBEDDING = "patch_embed.position_embedding"
+HEAD = ("head.weight", "head.bias")
+PRE_LOGITS = ("pre_logits.fc.weight", "pre_logits.fc.bias")
+
+
+@dataclasses.dataclass
+class ConvertedCheckpoint:
+    """A checkpoint in this project's names and layouts.
+
+    tensors: {our name: array}; origin: {our name: (checkpoint name, checkpoint shape)};
+    unknown: checkpoint names no rule maps (unexpected in strict mode);
+    skipped: checkpoint names outside the parameters (e.g. optimizer state), always ignored.
+    """
+    format: str
+    tensors: dict
+    origin: dict
+    unknown: list
+    skipped: list = dataclasses.field(default_factory=list)
+
+    def checkpoint_name(self, name):
+        return self.origin.get(name, (name,))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Implied:
+    """An option a checkpoint implies: its value and why (for the report and errors)."""
+    value: Any
+    reason: str
+
+
+class CheckpointFamily:
+    """Base class of the families; see the module docstring. Attributes:
+
+    name: the report's `format` ("timm", "jax", ...); title: who writes such files;
+    example: a few of its tensor names, for the error that lists every format;
+    resample: the default method of resample.py; resample_source: the code it reproduces.
+    """
+    name = ""
+    title = ""
+    example = ""
+    resample = "bicubic_antialias"
+    resample_source = ""
+
+    def detect(self, checkpoint):
+        raise NotImplementedError
+
+    def convert(self, checkpoint):
+        raise NotImplementedError
+
+    def implied_options(self, checkpoint, converted):
+        """{option: Implied} beyond what the tensors show (see `options_from_tensors`)."""
+        return {}
+
+    def class_names(self, checkpoint, num_classes):
+        """The class names the checkpoint records for its `num_classes` classes, or None."""
+        names_ = checkpoint.class_names
+        return list(names_) if names_ and len(names_) == num_classes else None
+
+
+_FAMILIES = []
+
+
+def families():
+    """Every family, found by importing the modules of this package, sorted by name."""
+    if not _FAMILIES:
+        package = importlib.import_module(__package__)
+        for module_info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{__package__}.{module_info.name}")
+            family = getattr(module, "FAMILY", None)
+            if isinstance(family, CheckpointFamily):
+                _FAMILIES.append(family)
+        _FAMILIES.sort(key=lambda family: family.name)
+    return list(_FAMILIES)
+
+
+def family_named(name):
+    for family in families():
+        if family.name == name:
+            return family
+    raise KeyError(name)
+
+
+def detect_family(checkpoint):
+    """The one family `checkpoint` belongs to; a WeightsError naming every format when none
+    (or, which would be a bug of the rules, more than one) claims it."""
+    claimed = [family for family in families() if family.detect(checkpoint)]
+    if len(claimed) == 1:
+        return claimed[0]
+    if claimed:
+        raise WeightsError(f"{checkpoint.description}: the layouts of {' and '.join(f.name for f in claimed)} "
+                           f"all claim this checkpoint; please report it")
+    formats = "; ".join(f"{family.title} ({family.example})" for family in families())
+    raise WeightsError(f"{checkpoint.description}: cannot tell the naming scheme from names such as "
+                       f"{names(sorted(checkpoint.arrays), 3)}; the formats read are: {formats}")
+
+
+def options_from_tensors(converted):
+    """{option: Implied} that any converted checkpoint shows by its tensors alone: the class
+    count (head), a pre-logits layer, the q/k/v bias, and mean pooling with fc_norm."""
+    tensors, options = converted.tensors, {}
+    if "head.bias" in tensors:
+        options["num_classes"] = Implied(int(tensors["head.bias"].shape[0]),
+                                         f"{converted.checkpoint_name('head.bias')} has that many classes")
+    elif "encoder.norm.weight" in tensors or "fc_norm.weight" in tensors:
+        options["num_classes"] = Implied(0, "the checkpoint has no classification head")
+    if "pre_logits.fc.bias" in tensors:
+        options["representation_size"] = Implied(
+            int(tensors["pre_logits.fc.bias"].shape[0]),
+            f"{converted.checkpoint_name('pre_logits.fc.bias')}: a pre-logits layer (Linear + tanh)")
+    elif "encoder.layers.0.attn.qkv.weight" in tensors:
+        options["representation_size"] = Implied(None, "the checkpoint has no pre-logits layer")
+    if "encoder.layers.0.attn.qkv.weight" in tensors:
+        has_bias = "encoder.layers.0.attn.qkv.bias" in tensors
+        options["qkv_bias"] = Implied(has_bias, "the q/k/v projection " + ("has" if has_bias else "has no") + " bias")
+    if "fc_norm.weight" in tensors and "encoder.norm.weight" not in tensors:
+        options["pool"] = Implied("mean", f"{converted.checkpoint_name('fc_norm.weight')}: mean pooling, "
+                                          f"normalised after pooling (timm's global_pool='avg')")
+    return options

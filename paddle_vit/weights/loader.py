@@ -1,0 +1,379 @@
+"""Loading a checkpoint into a `ViT`, and building the model a checkpoint implies.
+
+``load_pretrained(model, source)`` reads a checkpoint, finds its family (family.py), converts it
+to this project's names and layouts, and fits it to the model:
+
+- the options the checkpoint's own code computes it with (Hugging Face's LayerNorm epsilon, the
+  JAX tanh GELU, PaddleClas's q.k scale, ...) must be the model's: a model that contradicts one
+  is an error under strict=True naming the option to set, unless the caller chose that value on
+  purpose (`explicit`);
+- the position embedding is resampled when the checkpoint's patch grid differs from the
+  model's (paper Section 3.2), as the checkpoint's own code does unless `resample` says otherwise;
+- the head is re-initialised to zeros when the class count differs (paper Section 3.2: "a
+  zero-initialized D x K feedforward layer"), and a pre-logits layer the model lacks is then
+  dropped, as fine-tuning does (paper Appendix B.1.1). With the class count unchanged, a model
+  without the checkpoint's pre-logits layer cannot compute its logits: an error under strict;
+- anything else that does not fit (a shape of another architecture, a missing or unexpected
+  tensor in strict mode) raises `WeightsError` naming the tensor and both shapes. Paddle's
+  ``set_state_dict`` only warns on a shape mismatch and leaves the tensor random; here nothing
+  is skipped silently, and the values are read back after setting them.
+
+``build_pretrained(name, source, overrides)`` (what ``create_model(name, pretrained=...)`` calls)
+first builds the registered model with the options the checkpoint implies, the caller's
+overrides winning, then loads it.
+"""
+import dataclasses
+import logging
+import math
+
+import numpy as np
+import paddle
+
+from ..errors import WeightsError
+from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
+from .reading import names, read_checkpoint
+from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
+
+logger = logging.getLogger(__name__)
+
+# options the checkpoint implies that a model contradicting them computes differently
+COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale", "qkv_bias", "pool", "position_embedding")
+
+
+@dataclasses.dataclass
+class LoadReport:
+    """What `load_pretrained` did. Every model tensor is in exactly one of `loaded`,
+    `resampled`, `reinitialized` or `missing`.
+
+    Attributes:
+        source: the file or folder, or "<dict>".
+        format: the family detected: "paddle-vit", "timm", "jax", "huggingface" or "paddleclas".
+        loaded: model tensors set from the checkpoint (after layout conversion).
+        resampled: (model tensor, old grid, new grid) for position embeddings interpolated to
+            the model's patch grid, with `resample_method` (and why it was that one).
+        reinitialized: model tensors set to zeros instead (the head, see `notes`).
+        ignored: checkpoint tensors not used (checkpoint names).
+        missing: model tensors the checkpoint lacks, left at their initial values (strict=False).
+        options: {option: (value, reason)}: what the checkpoint implies (class count, pre-logits
+            layer, epsilon, GELU, ...); with `create_model(name, pretrained=...)`, the options
+            the model was built with from the checkpoint.
+        overridden: {option: (the model's value, the checkpoint's value, reason)} for options
+            chosen on purpose against what the checkpoint implies.
+        class_names: the class names the checkpoint records (Hugging Face id2label, a .pdckpt),
+            or None.
+        notes: why tensors were re-initialised or ignored, one sentence each.
+    """
+    source: str
+    format: str
+    loaded: list = dataclasses.field(default_factory=list)
+    resampled: list = dataclasses.field(default_factory=list)
+    resample_method: str = None
+    resample_reason: str = None
+    reinitialized: list = dataclasses.field(default_factory=list)
+    ignored: list = dataclasses.field(default_factory=list)
+    missing: list = dataclasses.field(default_factory=list)
+    options: dict = dataclasses.field(default_factory=dict)
+    overridden: dict = dataclasses.field(default_factory=dict)
+    class_names: list = None
+    notes: list = dataclasses.field(default_factory=list)
+
+    def __str__(self):
+        from ..models import ViTConfig
+
+        lines = [f"loaded {len(self.loaded)} tensors from {self.source} ({self.format} naming)"]
+        defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
+        notable = {option: value for option, (value, _) in self.options.items()
+                   if option == "num_classes" or value != defaults.get(option)}
+        if notable:
+            lines.append("options from the checkpoint: " + ", ".join(f"{option}={value!r}"
+                                                                     for option, value in notable.items()))
+        for option, (chosen, implied, _) in self.overridden.items():
+            lines.append(f"chosen instead of the checkpoint's: {option}={chosen!r} (it implies {implied!r})")
+        for name, old_grid, new_grid in self.resampled:
+            lines.append(f"resampled {name}: grid {old_grid[0]}x{old_grid[1]} -> {new_grid[0]}x{new_grid[1]} "
+                         f"({self.resample_method}, {self.resample_reason})")
+        if self.reinitialized:
+            lines.append(f"re-initialised to zeros: {names(self.reinitialized)}")
+        if self.ignored:
+            lines.append(f"ignored from the checkpoint: {names(self.ignored)}")
+        if self.missing:
+            lines.append(f"missing, left at their initial values: {names(self.missing)}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def _shape(shape):
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+@dataclasses.dataclass
+class _Reading:
+    """A checkpoint read, its family found, converted, and what it implies."""
+    checkpoint: object
+    family: object
+    converted: object
+    implied: dict
+
+
+def _read(source):
+    checkpoint = read_checkpoint(source)
+    family = detect_family(checkpoint)
+    converted = family.convert(checkpoint)
+    implied = options_from_tensors(converted)
+    implied.update(family.implied_options(checkpoint, converted))
+    return _Reading(checkpoint, family, converted, implied)
+
+
+def implied_options(source):
+    """{option: Implied} the checkpoint at `source` implies (engine/builder.py reads a recipe's
+    model.pretrained this way)."""
+    return _read(source).implied
+
+
+def _same(a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6)
+    return a == b
+
+
+def _how_to_fix(option, value):
+    return f"build the model with {option}={value!r} (paddle_vit.create_model(name, pretrained=...) does)"
+
+
+def _check_options(model, reading, explicit, strict, report):
+    """Compare what the checkpoint implies with the model; raise (strict) or note each
+    contradiction, except for options in `explicit`, which are recorded as overridden."""
+    config = model.config
+    for option in COMPUTED_OPTIONS:
+        implied = reading.implied.get(option)
+        if implied is None or _same(getattr(config, option), implied.value):
+            if implied is not None:
+                report.options[option] = (implied.value, implied.reason)
+            continue
+        chosen = getattr(config, option)
+        if option in explicit:
+            report.overridden[option] = (chosen, implied.value, implied.reason)
+            continue
+        message = (f"{reading.checkpoint.description} implies {option}={implied.value!r} ({implied.reason}) but the "
+                   f"model has {option}={chosen!r}: {_how_to_fix(option, implied.value)}, or choose "
+                   f"{option}={chosen!r} on purpose: create_model(name, pretrained=..., {option}={chosen!r})")
+        if strict:
+            raise WeightsError(message)
+        report.notes.append(message)
+    for option in ("num_classes", "representation_size"):
+        if option in reading.implied:
+            report.options[option] = (reading.implied[option].value, reading.implied[option].reason)
+
+
+def _choose_resample(reading, resample):
+    if resample is not None:
+        return check_method(resample), "chosen explicitly"
+    family = reading.family
+    return family.resample, f"as {family.resample_source}"
+
+
+def _fit(model, reading, strict, resample, report):
+    """Decide, for every model tensor, where its value comes from; raise on what does not fit.
+    Returns {model name: array}."""
+    description = reading.checkpoint.description
+    converted = reading.converted
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    tensors, origin = converted.tensors, converted.origin
+    values = {}
+
+    def mismatch(name, expected):
+        checkpoint_name, file_shape = origin.get(name, (name, tensors[name].shape))
+        layout = "" if tuple(file_shape) == tensors[name].shape else f" ({_shape(file_shape)} in the file)"
+        return WeightsError(
+            f"{description}: {checkpoint_name} has shape {_shape(tensors[name].shape)}{layout} but the model's "
+            f"{name} is {_shape(expected)}; the checkpoint ({reading.family.title}) is of another architecture "
+            f"or size")
+
+    model_pre_logits = any(name.startswith("pre_logits.") for name in shapes)
+    checkpoint_pre_logits = any(name.startswith("pre_logits.") for name in tensors)
+    drops_pre_logits = checkpoint_pre_logits and not model_pre_logits
+    adds_pre_logits = model_pre_logits and not checkpoint_pre_logits
+
+    for name, shape in shapes.items():
+        if name in HEAD:
+            continue
+        if name not in tensors:
+            report.missing.append(name)
+        elif tensors[name].shape == shape:
+            values[name] = tensors[name]
+            report.loaded.append(name)
+        elif name == POSITION_EMBEDDING and tensors[name].ndim == 3 and tensors[name].shape[2] == shape[2]:
+            old_grid = checkpoint_grid(tensors[name].shape[1], description, converted.checkpoint_name(name))
+            new_grid = tuple(model.patch_embed.grid_size)
+            report.resample_method, report.resample_reason = _choose_resample(reading, resample)
+            values[name] = resample_position_embedding(tensors[name], new_grid, old_grid,
+                                                       method=report.resample_method)
+            report.resampled.append((name, old_grid, new_grid))
+        else:
+            raise mismatch(name, shape)
+
+    if "head.weight" in shapes:
+        reason = None
+        weight, bias = tensors.get("head.weight"), tensors.get("head.bias")
+        model_features, model_classes = shapes["head.weight"]
+        same_classes = bias is not None and bias.shape == (model_classes,)
+        if weight is None or bias is None:
+            reason = "the checkpoint has no classification head"
+        elif drops_pre_logits and same_classes:
+            width = tensors["pre_logits.fc.bias"].shape[0]
+            message = (f"{description} has a pre-logits layer ({converted.checkpoint_name('pre_logits.fc.weight')}, "
+                       f"{tensors['pre_logits.fc.weight'].shape[0]} -> {width}) that the model lacks, and its "
+                       f"{model_classes}-class head reads that layer's features: {_how_to_fix('representation_size', width)}, "
+                       f"or fine-tune with a new zero head by giving another num_classes")
+            if strict:
+                raise WeightsError(message)
+            reason = "the checkpoint's head reads the pre-logits features the model does not have"
+        elif drops_pre_logits:
+            reason = f"fine-tuning: the checkpoint has {bias.shape[0]} classes, the model {model_classes}"
+        elif adds_pre_logits:
+            reason = "the model's head reads the features of a pre_logits layer the checkpoint does not have"
+        elif weight.shape == shapes["head.weight"] and bias.shape == shapes["head.bias"]:
+            values.update({"head.weight": weight, "head.bias": bias})
+            report.loaded.extend(HEAD)
+        elif weight.ndim == 2 and weight.shape[0] == model_features and weight.shape[1] != model_classes:
+            reason = f"the checkpoint has {weight.shape[1]} classes, the model {model_classes}"
+        else:
+            name = "head.weight" if weight.shape != shapes["head.weight"] else "head.bias"
+            raise mismatch(name, shapes[name])
+        if reason:
+            for name in HEAD:
+                values[name] = np.zeros(shapes[name], "float32")
+            report.reinitialized.extend(HEAD)
+            report.notes.append(f"head re-initialised to zeros (paper Section 3.2): {reason}")
+
+    unexpected = []
+    for name in tensors:
+        if name in shapes:
+            continue
+        checkpoint_name = converted.checkpoint_name(name)
+        if name in PRE_LOGITS and drops_pre_logits:
+            report.ignored.append(checkpoint_name)
+        elif name in HEAD and "head.weight" not in shapes:
+            report.ignored.append(checkpoint_name)
+        else:
+            unexpected.append(checkpoint_name)
+    unexpected.extend(converted.unknown)
+    if drops_pre_logits:
+        report.notes.append("pre_logits (the pre-training head's hidden layer) dropped, as in fine-tuning")
+    if any(name in HEAD for name in tensors) and "head.weight" not in shapes:
+        report.notes.append("the checkpoint's head is ignored: the model has num_classes=0")
+    if converted.skipped:
+        report.ignored.extend(converted.skipped)
+        report.notes.append(f"{len(converted.skipped)} entries outside the parameters ignored")
+
+    if strict and (report.missing or unexpected):
+        problems = []
+        if report.missing:
+            problems.append(f"missing {names(report.missing)}")
+        if unexpected:
+            problems.append(f"unexpected {names(unexpected)}")
+        raise WeightsError(f"{description} does not fit the model: {'; '.join(problems)}"
+                           f"{_layout_hint(report.missing, unexpected)} (strict=False loads what fits)")
+    report.ignored.extend(unexpected)
+    return values
+
+
+def _layout_hint(missing, unexpected):
+    if "fc_norm.weight" in unexpected and "encoder.norm.weight" in missing:
+        return "; the checkpoint pools by mean with fc_norm: build the model with pool='mean'"
+    if "encoder.norm.weight" in unexpected and "fc_norm.weight" in missing:
+        return "; the checkpoint pools with the class token: build the model with pool='cls'"
+    if any(name.startswith("pre_logits.") for name in missing):
+        return "; the checkpoint has no pre_logits layer: build the model with representation_size=None"
+    return ""
+
+
+def _set_weights(model, values, report, description):
+    model_state = model.state_dict()
+    for name in report.missing:  # set too, so that set_state_dict has nothing to warn about
+        values[name] = model_state[name]
+    tensors = {}
+    for name, value in values.items():
+        target = model_state[name]
+        tensor = value if isinstance(value, paddle.Tensor) else paddle.to_tensor(np.ascontiguousarray(value))
+        tensors[name] = tensor.astype(target.dtype)
+    missing_keys, unexpected_keys = model.set_state_dict(tensors)
+    if missing_keys or unexpected_keys:
+        raise WeightsError(f"{description}: Paddle did not set {names(list(missing_keys) + list(unexpected_keys))}")
+    model_state = model.state_dict()
+    for name, tensor in tensors.items():  # set_state_dict skips mismatches with a warning: check
+        if not np.array_equal(model_state[name].astype("float32").numpy(), tensor.astype("float32").numpy()):
+            raise WeightsError(f"{description}: {name} was not set by set_state_dict")
+
+
+def _load(model, reading, strict, resample, explicit):
+    report = LoadReport(source=reading.checkpoint.description, format=reading.converted.format)
+    _check_options(model, reading, set(explicit), strict, report)
+    values = _fit(model, reading, strict, resample, report)
+    _set_weights(model, values, report, reading.checkpoint.description)
+    report.class_names = reading.family.class_names(reading.checkpoint, model.config.num_classes)
+    logger.debug("%s", report)
+    return report
+
+
+def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
+    """Load a checkpoint into `model` (a `paddle_vit.ViT`) and return a `LoadReport`.
+
+    Args:
+        model: the model to fill in place.
+        source: a path (this project's ``.pdparams``/``.pdckpt``/``.safetensors``; timm
+            ``.safetensors``/``.pth``/``.bin``; PaddleClas or PLSC ``.pdparams``; JAX ``.npz``;
+            a Hugging Face save_pretrained folder or its ``model.safetensors``) or a dict of
+            arrays in any of those namings; the family is detected once for the checkpoint.
+        strict: raise on checkpoint tensors the model lacks, model tensors the checkpoint
+            lacks, an option the checkpoint implies that the model contradicts, and a pre-logits
+            layer the model lacks while the class count matches; with False they are ignored /
+            left at their initial values / dropped and reported.
+        resample: the position-embedding resampling (resample.py's `RESAMPLE_METHODS`); None:
+            as the checkpoint's own code does.
+        explicit: options of the model chosen on purpose (e.g. ``{"gelu"}`` to compute a JAX
+            file with exact GELU, as timm does); contradicting the checkpoint is then no error.
+
+    A shape that does not fit is always an error, except the position embedding (resampled to
+    the model's grid) and the head's class count (re-initialised to zeros).
+    """
+    return _load(model, _read(source), strict, resample, explicit)
+
+
+def choose_options(implied, overrides, defaults=None):
+    """The options to build a model with from a checkpoint's `implied` ones: each, unless the
+    caller's `overrides` set it; `defaults` ({option: Implied}) for what the checkpoint does not
+    imply. Fine-tuning to another class count drops a pre-logits layer (paper Appendix B.1.1,
+    vit_jax's load_pretrained) unless representation_size is given."""
+    chosen = {option: value for option, value in (defaults or {}).items() if option not in overrides}
+    chosen.update({option: value for option, value in implied.items() if option not in overrides})
+    classes = implied.get("num_classes")
+    if ("num_classes" in overrides and classes is not None and overrides["num_classes"] != classes.value
+            and "representation_size" in chosen and chosen["representation_size"].value is not None):
+        chosen["representation_size"] = Implied(None, f"fine-tuning to {overrides['num_classes']} classes replaces "
+                                                      f"the whole pre-training head (paper Appendix B.1.1)")
+    return chosen
+
+
+def build_pretrained(name, source, overrides, *, resample=None, strict=True, defaults=None):
+    """The registered model `name` built with the options the checkpoint at `source` implies
+    (`overrides`, ViTConfig fields, win; `defaults`, {option: Implied}, fill in what the
+    checkpoint does not imply), with the checkpoint loaded. The model carries the `LoadReport`
+    as ``load_report`` and the checkpoint's class names as ``class_names``."""
+    from ..models import ViT, get_model_config
+
+    if resample is not None:
+        check_method(resample)
+    get_model_config(name, **overrides)  # an unknown name or option first, before reading a file
+    reading = _read(source)
+    chosen = choose_options(reading.implied, overrides, defaults)
+    config = get_model_config(name, **{option: value.value for option, value in chosen.items()}).replace(**overrides)
+    model = ViT(config)
+    report = _load(model, reading, strict, resample, explicit=set(overrides))
+    report.options = {option: (value.value, value.reason) for option, value in chosen.items()}
+    model.load_report = report
+    model.class_names = report.class_names
+    return model
+
+
+__all__ = ["LoadReport", "load_pretrained", "build_pretrained", "implied_options", "RESAMPLE_METHODS"]

@@ -1,0 +1,305 @@
+"""Reading checkpoints: files, Hugging Face folders and in-memory dicts -> a `Checkpoint`.
+
+Nothing here knows a naming scheme; the families (timm.py, jax.py, ...) read the arrays.
+"""
+import dataclasses
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping
+from typing import Optional
+
+import numpy as np
+import paddle
+
+from ..errors import WeightsError
+
+FILE_TYPES = ".pdparams, .pdckpt, .safetensors, .pth, .bin or .npz"
+HF_CONFIG = "config.json"
+# the weights of a Hugging Face save_pretrained folder, in the order transformers looks for them
+HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A checkpoint as read, before any conversion.
+
+    Attributes:
+        arrays: {checkpoint name: numpy array}, unwrapped from training checkpoints.
+        description: the path, or "<dict>", for messages.
+        folder: where a sidecar such as Hugging Face's config.json would be (None for a dict).
+        model_config: the ViTConfig fields a paddle-vit checkpoint records (.pdckpt, or the
+            metadata of a .safetensors written by `save_weights`), else None.
+        class_names: the class names a paddle-vit training checkpoint records, else None.
+        file_metadata: a .safetensors file's ``__metadata__`` (strings), else {}.
+    """
+    arrays: dict
+    description: str
+    folder: Optional[str] = None
+    model_config: Optional[dict] = None
+    class_names: Optional[list] = None
+    file_metadata: dict = dataclasses.field(default_factory=dict)
+
+    def sidecar(self, name):
+        """The path of file `name` beside the weights, or None when there is none."""
+        if self.folder is None:
+            return None
+        path = os.path.join(self.folder, name)
+        return path if os.path.isfile(path) else None
+
+
+def names(items, limit=6):
+    """'a, b, c ... (4 more)' for messages."""
+    items = list(items)
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f" ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def read_checkpoint(source):
+    """Read `source` (a path, a Hugging Face save_pretrained folder, or a mapping of numpy /
+    Paddle / PyTorch arrays) into a `Checkpoint`.
+
+    Training checkpoints that wrap the weights (``{"state_dict": ...}``, ``{"model": ...}``,
+    a paddle-vit ``.pdckpt``) and the ``module.`` prefix of data-parallel wrappers are unwrapped.
+    """
+    folder, file_metadata = None, {}
+    if isinstance(source, Mapping):
+        description, state = "<dict>", source
+    elif isinstance(source, (str, os.PathLike)):
+        description = os.fspath(source)
+        if os.path.isdir(description):
+            state, file_metadata = _read_hf_folder(description)
+            folder = description
+        else:
+            state, file_metadata = _read_file(description)
+            folder = os.path.dirname(os.path.abspath(description))
+    else:
+        raise WeightsError(f"weights source must be a file path, a folder or a dict of arrays, "
+                           f"got {type(source).__name__}")
+    model_config, class_names = _recorded_config(state, file_metadata, description)
+    state = _unwrap(state, description)
+    if any(str(name) in ("LR_Scheduler", "master_weights") or re.search(r"_(moment[12]|beta[12]_pow_acc)_\d+$", str(name))
+           for name in state):
+        raise WeightsError(f"{description} holds optimizer state (AdamW moments), not model weights; pass the "
+                           f".pdparams or .pdckpt written beside it")
+    arrays = {}
+    for name, value in state.items():
+        array = to_numpy(value)
+        if array is None:
+            raise WeightsError(f"{description}: entry {name!r} is a {type(value).__name__}, not an array")
+        arrays[str(name)] = array
+    if not arrays:
+        raise WeightsError(f"{description} holds no tensors; expected the weights of a ViT")
+    if all(name.startswith("module.") for name in arrays):
+        arrays = {name[len("module."):]: array for name, array in arrays.items()}
+    return Checkpoint(arrays, description, folder, model_config, class_names, file_metadata)
+
+
+def _recorded_config(state, file_metadata, description):
+    """The (model_config, class_names) a paddle-vit checkpoint records, or (None, None)."""
+    model_config, class_names = None, None
+    if isinstance(state.get("model_config"), Mapping):  # a .pdckpt (engine/checkpoint.py)
+        model_config = dict(state["model_config"])
+    elif "model_config" in file_metadata:  # a .safetensors written by save_weights
+        try:
+            model_config = json.loads(file_metadata["model_config"])
+        except ValueError:
+            raise WeightsError(f"{description}: its model_config metadata is not JSON") from None
+    names_value = state.get("class_names") if isinstance(state.get("class_names"), (list, tuple)) else None
+    if names_value:
+        class_names = [str(name) for name in names_value]
+    return model_config, class_names
+
+
+def _read_file(path):
+    """({name: value}, safetensors metadata) of a weights file."""
+    if not os.path.exists(path):
+        raise WeightsError(f"weights file {path} does not exist; expected a {FILE_TYPES} file or a Hugging Face "
+                           f"save_pretrained folder")
+    extension = os.path.splitext(path)[1].lower()
+    readers = {".safetensors": _read_safetensors, ".npz": _read_npz, ".pdparams": _read_pdparams,
+               ".pdckpt": _read_pdparams, ".pdopt": _read_pdparams,
+               ".pth": _read_torch, ".pt": _read_torch, ".bin": _read_torch}
+    if extension not in readers:
+        raise WeightsError(f"{path}: unknown weights file type {extension or '(no extension)'!r}; "
+                           f"expected {FILE_TYPES}, or a Hugging Face save_pretrained folder")
+    if not os.path.isfile(path):
+        raise WeightsError(f"{path} is not a regular file; expected a weights file ({FILE_TYPES})")
+    metadata = {}
+    if extension == ".safetensors":
+        metadata = dict(_safetensors_header(path).get("__metadata__") or {})
+    return readers[extension](path), metadata
+
+
+def _read_hf_folder(folder):
+    """The weights of a Hugging Face ``save_pretrained`` folder (one file or index + shards)."""
+    present = [name for name in HF_WEIGHTS if os.path.isfile(os.path.join(folder, name))]
+    if not present:
+        raise WeightsError(f"{folder} is a directory without {' or '.join(HF_WEIGHTS[::2])}; expected a weights "
+                           f"file ({FILE_TYPES}) or a Hugging Face save_pretrained folder")
+    first = os.path.join(folder, present[0])
+    if not first.endswith(".index.json"):
+        return _read_file(first)
+    try:
+        with open(first, encoding="utf-8") as stream:
+            weight_map = json.load(stream)["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise WeightsError(f"cannot read {first} as a Hugging Face shard index ({_first_line(error)})") from None
+    state, metadata = {}, {}
+    for shard in shards:
+        shard_state, metadata = _read_file(os.path.join(folder, shard))
+        state.update(shard_state)
+    return state, metadata
+
+
+def _read_safetensors(path):
+    from safetensors.numpy import load_file
+    try:
+        header = _safetensors_header(path)
+        if any(entry.get("dtype") == "BF16" for key, entry in header.items() if key != "__metadata__"):
+            return _read_safetensors_bf16(path, header)
+        return load_file(path)
+    except WeightsError:
+        raise
+    except Exception as error:  # safetensors raises its own SafetensorError, OSError, ...
+        raise WeightsError(f"cannot read {path} as a .safetensors file ({_first_line(error)}); "
+                           f"it may be truncated or corrupt") from error
+
+
+def _safetensors_header(path):
+    """The JSON header of a safetensors file: 8 bytes little-endian length, then JSON."""
+    try:
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise WeightsError(f"cannot read {path} as a .safetensors file: only {len(prefix)} bytes; "
+                                   f"it is truncated or not a safetensors file")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > os.path.getsize(path) - 8:
+                raise WeightsError(f"cannot read {path} as a .safetensors file: the header says {length} bytes "
+                                   f"but the file is shorter; it is truncated or not a safetensors file")
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError) as error:
+        raise WeightsError(f"cannot read {path} as a .safetensors file ({_first_line(error)})") from None
+    if not isinstance(header, dict):
+        raise WeightsError(f"cannot read {path} as a .safetensors file: its header is not a JSON object")
+    return header
+
+
+def _read_safetensors_bf16(path, header):
+    """numpy has no bfloat16: read the raw buffers and widen bfloat16 to float32 by hand."""
+    dtypes = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+              "I8": "i1", "U8": "u1", "BOOL": "?"}
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        handle.seek(8 + length)
+        data = handle.read()
+    arrays = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = entry["data_offsets"]
+        if end > len(data):
+            raise WeightsError(f"cannot read {path} as a .safetensors file: tensor {name} ends past the end "
+                               f"of the file; it is truncated")
+        raw = data[start:end]
+        if entry["dtype"] == "BF16":
+            # bfloat16 is the top half of a float32
+            array = (np.frombuffer(raw, "<u2").astype("<u4") << 16).view("<f4")
+        elif entry["dtype"] in dtypes:
+            array = np.frombuffer(raw, dtypes[entry["dtype"]])
+        else:
+            raise WeightsError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
+        arrays[name] = array.reshape(entry["shape"]).copy()
+    return arrays
+
+
+def _read_npz(path):
+    import zipfile
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        raise WeightsError(f"cannot read {path} as a numpy .npz archive ({_first_line(error)}); "
+                           f"it may be truncated or corrupt") from error
+
+
+def _read_pdparams(path):
+    try:
+        state = paddle.load(path)
+    except Exception as error:  # paddle.load raises ValueError, pickle errors, EOFError, ...
+        raise WeightsError(f"cannot read {path} as a Paddle .pdparams file ({_first_line(error)}); "
+                           f"it may be truncated or corrupt") from error
+    if not isinstance(state, Mapping):
+        raise WeightsError(f"{path} holds a {type(state).__name__}, not a state dict; "
+                           f"expected what paddle.save(model.state_dict()) writes")
+    return state
+
+
+def _read_torch(path):
+    try:
+        import torch
+    except ImportError:
+        raise WeightsError(f"reading {path} needs PyTorch (pip install torch); or convert it to .safetensors "
+                           f"where PyTorch is installed, e.g. safetensors.torch.save_file") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle errors, RuntimeError of the zip reader, EOFError, ...
+        raise WeightsError(f"cannot read {path} as a PyTorch checkpoint ({_first_line(error)}); "
+                           f"it may be truncated or corrupt, or hold more than tensors") from error
+    if not isinstance(state, Mapping):
+        raise WeightsError(f"{path} holds a {type(state).__name__}, not a state dict")
+    return state
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+_WRAPPER_KEYS = ("state_dict", "model", "model_state", "model_state_dict")
+
+
+def _unwrap(state, description):
+    """Descend into {"state_dict": {...}, "epoch": 3}-style training checkpoints."""
+    while not any(_is_array(value) for value in state.values()):
+        inner = next((state[key] for key in _WRAPPER_KEYS if isinstance(state.get(key), Mapping)), None)
+        if inner is None:
+            raise WeightsError(f"{description} holds no tensors at the top level nor under "
+                               f"{', '.join(_WRAPPER_KEYS)}; keys: {names(list(map(str, state)), 5)}")
+        state = inner
+    return state
+
+
+def _is_array(value):
+    return isinstance(value, np.ndarray) or hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def to_numpy(value):
+    """numpy array of a numpy / Paddle / PyTorch tensor (bfloat16 widened to float32), or None."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, paddle.Tensor):
+        if value.dtype == paddle.bfloat16:
+            value = value.astype("float32")
+        return value.numpy()
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        return value.numpy()
+    return None
+
+
+def read_json(path, what):
+    """A JSON object from `path`; a WeightsError naming `what` when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            value = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise WeightsError(f"cannot read {path} ({what}): {_first_line(error)}") from None
+    if not isinstance(value, dict):
+        raise WeightsError(f"{path} ({what}) must hold a JSON object, got {type(value).__name__}")
+    return value

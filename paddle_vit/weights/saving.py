@@ -1,0 +1,59 @@
+"""Writing weights in this project's own format, atomically."""
+import dataclasses
+import io
+import json
+import os
+
+import numpy as np
+import paddle
+
+from ..errors import WeightsError
+from ..fileio import atomic_write
+from .reading import to_numpy
+
+
+def save_weights(model_or_state_dict, path):
+    """Write a model's weights (or a state dict) in this project's names, atomically: to
+    ``.safetensors`` (readable without Paddle or pickle) or ``.pdparams`` (what
+    ``paddle.save(model.state_dict())`` writes), chosen by the extension. Returns the path.
+
+    A model's `ViTConfig` goes into the ``.safetensors`` metadata (``model_config``), so that
+    loading it implies the options it computes with (epsilon, GELU, q.k scale, ...). A
+    ``.pdparams`` holds tensors only; those options must then be given when it is loaded."""
+    path = os.fspath(path)
+    is_model = hasattr(model_or_state_dict, "state_dict")
+    state = model_or_state_dict.state_dict() if is_model else model_or_state_dict
+    extension = os.path.splitext(path)[1].lower()
+    if extension == ".safetensors":
+        from safetensors.numpy import save
+        arrays = {}
+        for name, value in state.items():
+            array = to_numpy(value)
+            if array is None:
+                raise WeightsError(f"cannot save {name!r} to {path}: a {type(value).__name__} is not an array")
+            arrays[name] = np.ascontiguousarray(array)
+        metadata = {"format": "paddle-vit"}
+        config = getattr(model_or_state_dict, "config", None) if is_model else None
+        if dataclasses.is_dataclass(config):
+            metadata["model_config"] = json.dumps(dataclasses.asdict(config))
+        data = save(arrays, metadata=metadata)
+    elif extension == ".pdparams":
+        buffer = io.BytesIO()
+        paddle.save({name: value if isinstance(value, paddle.Tensor) else paddle.to_tensor(to_numpy(value))
+                     for name, value in state.items()}, buffer)
+        data = buffer.getvalue()
+    else:
+        raise WeightsError(f"cannot save weights to {path}: the extension must be .safetensors or .pdparams")
+    _write_atomically(path, data)
+    return path
+
+
+def _write_atomically(path, data):
+    """Write the bytes `data` to `path` atomically; an OS error becomes a WeightsError."""
+    def write(temporary):
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+    try:
+        atomic_write(path, write)
+    except OSError as error:
+        raise WeightsError(f"cannot write {path}: {error.strerror or error}") from error

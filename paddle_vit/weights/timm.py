@@ -1,0 +1,108 @@
+"""timm `VisionTransformer` state dicts (.safetensors, .pth, .bin), the hub files most people have.
+
+Names: ``cls_token``, ``pos_embed``, ``patch_embed.proj``, ``blocks.N.{norm1,attn.qkv,attn.proj,
+norm2,mlp.fc1,mlp.fc2}``, ``norm`` (or ``fc_norm`` for average pooling), ``head``. Linear weights
+are PyTorch's [out, in]; PaddleClas and PLSC use the same names in Paddle's [in, out] layout
+(paddleclas.py), so the layout is decided once per checkpoint by `linear_layout`.
+
+timm computes them with exact GELU, LayerNorm epsilon 1e-6 and q.k scaled by head_dim^-0.5
+(the defaults), and resamples a position embedding in ``checkpoint_filter_fn`` with
+``resample_abs_pos_embed``: bicubic with antialias.
+"""
+import re
+
+import numpy as np
+
+from ..errors import WeightsError
+from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
+
+RENAMES = [
+    (r"cls_token", "patch_embed.class_token"),
+    (r"pos_embed", POSITION_EMBEDDING),
+    (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.patch_embedding.\1"),
+    (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias)", r"encoder.layers.\1.\2.\3"),
+    (r"norm\.(weight|bias)", r"encoder.norm.\1"),
+    (r"fc_norm\.(weight|bias)", r"fc_norm.\1"),
+    (r"pre_logits\.fc\.(weight|bias)", r"pre_logits.fc.\1"),  # timm < 0.9 kept the in21k representation layer
+    (r"head\.(weight|bias)", r"head.\1"),
+]
+
+
+def has_timm_names(arrays):
+    return any(name in ("cls_token", "pos_embed") or name.startswith(("blocks.", "patch_embed.proj."))
+               for name in arrays)
+
+
+# the Linear weights whose two sides always differ in a ViT, and which side is the token width D
+# in PyTorch's [out, in] layout: qkv is [3 D, D], fc1 [hidden, D], fc2 [D, hidden]
+_EVIDENCE = re.compile(r"blocks\.\d+\.(attn\.qkv|mlp\.fc1|mlp\.fc2)\.weight")
+
+
+def linear_layout(arrays, description):
+    """"torch" ([out, in], timm) or "paddle" ([in, out], PaddleClas/PLSC): the layout of every
+    Linear weight of a checkpoint with timm's names, read off the token width D (the patch
+    projection's output channels) against the q/k/v and MLP weights, whose two sides differ.
+    Square matrices (attn.proj, a pre-logits layer) then follow the checkpoint's decision: a
+    per-tensor "transpose where the shape does not fit" would load them wrong without a word."""
+    width = None
+    if "patch_embed.proj.weight" in arrays and arrays["patch_embed.proj.weight"].ndim == 4:
+        width = arrays["patch_embed.proj.weight"].shape[0]
+    elif "cls_token" in arrays:
+        width = arrays["cls_token"].shape[-1]
+    votes = {}
+    for name, array in arrays.items():
+        match = _EVIDENCE.fullmatch(name)
+        if width is None or not match or array.ndim != 2 or array.shape[0] == array.shape[1]:
+            continue
+        torch_width_axis = 0 if match.group(1) == "mlp.fc2" else 1  # where D is in [out, in]
+        if array.shape[torch_width_axis] == width and array.shape[1 - torch_width_axis] != width:
+            votes.setdefault("torch", []).append(name)
+        elif array.shape[1 - torch_width_axis] == width and array.shape[torch_width_axis] != width:
+            votes.setdefault("paddle", []).append(name)
+    if len(votes) == 2:
+        raise WeightsError(f"{description} mixes Linear layouts: {votes['torch'][0]} is PyTorch's [out, in], "
+                           f"{votes['paddle'][0]} Paddle's [in, out]; it was saved half converted")
+    return next(iter(votes), None)
+
+
+def rename(arrays, extra_renames=(), transpose=False, family="timm"):
+    """Apply `RENAMES` (and `extra_renames`); transpose every 2-D Linear weight when asked."""
+    tensors, origin, unknown = {}, {}, []
+    rules = list(extra_renames) + RENAMES
+    for name, array in arrays.items():
+        for pattern, replacement in rules:
+            if re.fullmatch(pattern, name):
+                ours = re.sub(pattern, replacement, name)
+                break
+        else:
+            unknown.append(name)
+            continue
+        if transpose and name.endswith(".weight") and array.ndim == 2:  # every 2-D weight of a ViT is a Linear
+            array = array.T
+        tensors[ours] = np.ascontiguousarray(array)
+        origin[ours] = (name, arrays[name].shape)
+    return ConvertedCheckpoint(family, tensors, origin, unknown)
+
+
+class TimmFamily(CheckpointFamily):
+    name = "timm"
+    title = "timm VisionTransformer"
+    example = "cls_token, pos_embed, blocks.0.attn.qkv.weight [3D, D]"
+    resample = "bicubic_antialias"
+    resample_source = "timm's checkpoint_filter_fn (resample_abs_pos_embed)"
+
+    def detect(self, checkpoint):
+        arrays = checkpoint.arrays
+        return has_timm_names(arrays) and linear_layout(arrays, checkpoint.description) in ("torch", None)
+
+    def convert(self, checkpoint):
+        """timm names -> ours; Linear weights transposed, the patch-embedding conv kept OIHW."""
+        return rename(checkpoint.arrays, transpose=True)
+
+    def implied_options(self, checkpoint, converted):
+        return {"layer_norm_epsilon": Implied(1e-6, "timm's ViT LayerNorm epsilon"),
+                "gelu": Implied("exact", "timm's ViT uses nn.GELU (erf)"),
+                "qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
+
+
+FAMILY = TimmFamily()
