@@ -207,6 +207,33 @@ def test_fine_tune_from_timm_checkpoint_at_new_resolution(tmp_path):
     assert read_metrics(tmp_path / "run")[0]["val_top1"] >= 0.0
 
 
+def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path):
+    """The run takes transformers' epsilon (1e-12) from the folder's config.json; its last.pdparams
+    records none, so tools/eval.py on the recipe must take it from model.pretrained again to
+    reproduce the run's own validation numbers."""
+    folder = os.path.join(REPO, "tests", "fixtures", "hf_vit_classifier")
+    config = small_config(tmp_path / "run", model={
+        "name": "vit_tiny_patch16_224", "image_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2,
+        "num_heads": 4, "mlp_ratio": 2, "pretrained": folder, "dropout": 0.0, "drop_path": 0.0},
+        data={"synthetic_classes": 10}, optimizer={"lr": 1e-6},  # its head kept, a small step: epsilon matters
+        train={"epochs": 1})
+    trainer = Trainer(config)
+    assert trainer.vit.config.layer_norm_epsilon == 1e-12 and trainer.vit.config.num_classes == 10
+    trainer.fit()
+    config.save(str(tmp_path / "recipe.yaml"))
+    record = read_metrics(tmp_path / "run")[-1]
+
+    def evaluated_loss(*overrides):
+        result = subprocess.run([sys.executable, os.path.join(TOOLS, "eval.py"), "-c", str(tmp_path / "recipe.yaml"),
+                                 "--weights", str(tmp_path / "run" / "checkpoints" / "last.pdparams"),
+                                 "-o", "eval.engine=dynamic", *overrides], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])["loss"]
+
+    assert evaluated_loss() == pytest.approx(record["val_loss"], abs=1e-5)
+    assert abs(evaluated_loss("-o", "model.layer_norm_epsilon=1e-6") - record["val_loss"]) > 1e-3
+
+
 def test_eval_tool_reproduces_training_accuracy(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 2})
     Trainer(config).fit()

@@ -15,7 +15,7 @@ import paddle
 import pytest
 from safetensors.numpy import load_file
 
-from paddle_vit import LoadReport, ViT, WeightsError, load_pretrained
+from paddle_vit import LoadReport, ViT, WeightsError, create_model, load_pretrained
 from paddle_vit.weights import detect_format, resample_position_embedding, save_weights
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,6 +148,29 @@ def test_resampled_position_embedding_matches_timm(tag, extension):
     position_embedding = model.patch_embed.position_embedding.numpy()
     assert np.abs(position_embedding - REFERENCE[f"{case}/pos_embed"]).max() < 1e-5
     assert_matches_timm(model, case)
+
+
+def test_timms_own_reading_of_a_jax_npz_is_exact_gelu_and_bilinear():
+    """timm's _load_weights at another resolution resamples bilinear without antialias (not
+    its checkpoint_filter_fn's bicubic); resample="bilinear" reproduces it."""
+    model = build("resample_up_npz")
+    report = load_pretrained(model, fixture("timm_vit_cls.npz"), explicit={"gelu"}, resample="bilinear")
+    assert report.resample_method == "bilinear" and report.resample_reason == "chosen explicitly"
+    np.testing.assert_allclose(model.patch_embed.position_embedding.numpy(), REFERENCE["resample_up_npz/pos_embed"],
+                               atol=1e-6)
+    assert_matches_timm(model, "resample_up_npz")
+
+
+def test_create_model_reads_pooling_and_class_count_from_a_timm_file():
+    sizes = {key: value for key, value in CASES["timm_vit_avg"].items() if key not in ("pool", "num_classes")}
+    model = create_model("vit_tiny_patch16_224", pretrained=fixture("timm_vit_avg.safetensors"), **sizes).eval()
+    assert (model.config.pool, model.config.num_classes) == ("mean", 10)
+    assert model.load_report.options["pool"][0] == "mean"
+    assert_matches_timm(model, "timm_vit_avg")
+    resampled = create_model("vit_tiny_patch16_224", pretrained=fixture("timm_vit_cls.safetensors"),
+                             **dict(sizes, image_size=48))
+    assert resampled.load_report.resample_method == "bicubic_antialias"
+    assert "checkpoint_filter_fn" in resampled.load_report.resample_reason
 
 
 def test_pos_embed_resample_preserves_class_token():

@@ -1,204 +1,40 @@
-"""Record timm reference outputs for tests/test_weights.py (run with PyTorch + timm, not Paddle).
+"""Record independent reference outputs for tests/test_weights.py and tests/test_families.py.
 
-    /work/refvenv/bin/python tools/make_reference_fixtures.py [--out tests/fixtures]
+Each family's reference runs in an environment of its own (none of them is a dependency of
+paddle-vit; tests/fixtures/README.md says how each was made):
 
-Builds a few small timm ``VisionTransformer``s with random but non-trivial weights (every
-tensor, LayerNorm scales and biases included, is perturbed so that each one changes the
-logits), and writes for each:
-- ``<case>.safetensors``: the timm state dict, as timm's own hub files are stored;
-- ``<case>.npz``: the same weights in the layout of the original JAX checkpoints, proven
-  right by loading it back with timm's own ``_load_weights`` and comparing logits;
-- ``timm_reference.npz``: the input batch and timm's logits per case, and
-  ``timm_reference.json``: the model configurations.
-The Paddle tests load these weights with ``paddle_vit.load_pretrained`` and compare logits.
+    /work/refvenv/bin/python            tools/make_reference_fixtures.py timm         # torch + timm
+    /work/refvenv/bin/python            tools/make_reference_fixtures.py huggingface  # torch + transformers
+    /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py jax --vit-jax DIR  # jax + flax, vit_jax code
+    /work/refvenv-paddleclas/bin/python tools/make_reference_fixtures.py paddleclas   # paddleclas + plsc
+
+Each builds small models with that code base's own classes and random, perturbed weights,
+saves them in that code base's own file format, and records that code's logits (and, where it
+resamples position embeddings, its resampled table and logits) in
+``tests/fixtures/<family>_reference.npz`` with the configurations in ``<family>_reference.json``.
 """
 import argparse
-import json
+import importlib
 import os
 import sys
 
-import numpy as np
-import torch
-
-from torch_reference import import_timm  # tools/ is on sys.path when run as a script
-
-import_timm()  # declares the torchvision op schemas this torch build lacks, then imports timm
-
-import safetensors.torch  # noqa: E402
-import timm  # noqa: E402
-from timm.layers import resample_abs_pos_embed  # noqa: E402
-from timm.models.vision_transformer import VisionTransformer, _load_weights, checkpoint_filter_fn  # noqa: E402
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# name -> timm VisionTransformer arguments (and the paddle-vit pool that matches global_pool)
-CASES = {
-    "timm_vit_cls": dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=10,
-                         global_pool="token"),
-    "timm_vit_avg": dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=10,
-                         global_pool="avg"),
-    "timm_vit_p16": dict(img_size=48, patch_size=16, embed_dim=48, depth=2, num_heads=3, num_classes=7,
-                         global_pool="token"),
-}
-POOL_NAMES = {"token": "cls", "avg": "mean"}
-BATCH = 2
-PRE_LOGITS_SIZE = 24  # != embed_dim, so a head wired to the wrong width cannot load
-PRE_LOGITS_CLASSES = 5
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(HERE)
+MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
+           "paddleclas": "paddleclas_fixtures"}
 
 
-def build(arguments):
-    model = VisionTransformer(**arguments)
-    return model.eval()
-
-
-@torch.no_grad()
-def perturb(model, generator):
-    """Add noise to every tensor so that none of them is at a trivial value (LayerNorm scale 1,
-    bias 0, class token ~0): a converter that drops or misplaces any tensor changes the logits.
-    The q/k weights get larger values so that attention is far from uniform."""
-    for name, parameter in model.named_parameters():
-        scale = 0.25 if "attn.qkv.weight" in name else 0.1
-        parameter.add_(torch.randn(parameter.shape, generator=generator) * scale)
-
-
-def timm_to_jax(state_dict, num_heads):
-    """A timm ViT state dict in the layout of the original JAX checkpoints (google-research/
-    vision_transformer): HWIO conv kernel, [in, out] Dense kernels, attention kernels split per
-    head. Keys and layout follow what timm's `_load_weights` reads."""
-    out = {}
-    numpy = {name: tensor.detach().cpu().numpy().astype("float32") for name, tensor in state_dict.items()}
-    embed_dim = numpy["cls_token"].shape[-1]
-    head_dim = embed_dim // num_heads
-    out["embedding/kernel"] = numpy["patch_embed.proj.weight"].transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    out["embedding/bias"] = numpy["patch_embed.proj.bias"]
-    out["cls"] = numpy["cls_token"]
-    out["Transformer/posembed_input/pos_embedding"] = numpy["pos_embed"]
-    depth = len({name.split(".")[1] for name in numpy if name.startswith("blocks.")})
-    for index in range(depth):
-        block, prefix = f"blocks.{index}.", f"Transformer/encoderblock_{index}/"
-        out[prefix + "LayerNorm_0/scale"] = numpy[block + "norm1.weight"]
-        out[prefix + "LayerNorm_0/bias"] = numpy[block + "norm1.bias"]
-        qkv_weight = numpy[block + "attn.qkv.weight"]  # [3 * D, D] (out, in), rows (3, heads, head_dim)
-        qkv_bias = numpy[block + "attn.qkv.bias"]
-        for part, role in enumerate(("query", "key", "value")):
-            rows = slice(part * embed_dim, (part + 1) * embed_dim)
-            out[prefix + f"MultiHeadDotProductAttention_1/{role}/kernel"] = (
-                qkv_weight[rows].T.reshape(embed_dim, num_heads, head_dim))
-            out[prefix + f"MultiHeadDotProductAttention_1/{role}/bias"] = qkv_bias[rows].reshape(num_heads, head_dim)
-        out[prefix + "MultiHeadDotProductAttention_1/out/kernel"] = (
-            numpy[block + "attn.proj.weight"].reshape(embed_dim, num_heads, head_dim).transpose(1, 2, 0))
-        out[prefix + "MultiHeadDotProductAttention_1/out/bias"] = numpy[block + "attn.proj.bias"]
-        out[prefix + "LayerNorm_2/scale"] = numpy[block + "norm2.weight"]
-        out[prefix + "LayerNorm_2/bias"] = numpy[block + "norm2.bias"]
-        for dense, fc in ((0, "fc1"), (1, "fc2")):
-            out[prefix + f"MlpBlock_3/Dense_{dense}/kernel"] = numpy[block + f"mlp.{fc}.weight"].T
-            out[prefix + f"MlpBlock_3/Dense_{dense}/bias"] = numpy[block + f"mlp.{fc}.bias"]
-    out["Transformer/encoder_norm/scale"] = numpy["norm.weight"]
-    out["Transformer/encoder_norm/bias"] = numpy["norm.bias"]
-    if "head.weight" in numpy:
-        out["head/kernel"] = numpy["head.weight"].T
-        out["head/bias"] = numpy["head.bias"]
-    return {name: np.ascontiguousarray(value) for name, value in out.items()}
-
-
-def max_diff(a, b):
-    return float((a - b).abs().max())
-
-
-@torch.no_grad()
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("family", choices=sorted(MODULES))
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "tests", "fixtures"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vit-jax", metavar="DIR",
+                        help="a checkout of google-research/vision_transformer (for the jax family)")
     args = parser.parse_args(argv)
+    sys.path.insert(0, os.path.join(HERE, "reference_fixtures"))
     os.makedirs(args.out, exist_ok=True)
-    torch.manual_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    references, configs, models = {}, {}, {}
-
-    for case, arguments in CASES.items():
-        model = build(arguments)
-        perturb(model, generator)
-        models[case] = model
-        size = arguments["img_size"]
-        images = torch.randn(BATCH, 3, size, size, generator=generator)
-        logits = model(images)
-        references[f"{case}/input"] = images.numpy()
-        references[f"{case}/logits"] = logits.numpy()
-        configs[case] = dict(image_size=size, patch_size=arguments["patch_size"], embed_dim=arguments["embed_dim"],
-                             depth=arguments["depth"], num_heads=arguments["num_heads"],
-                             num_classes=arguments["num_classes"], pool=POOL_NAMES[arguments["global_pool"]])
-        state_dict = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-        weights_path = os.path.join(args.out, f"{case}.safetensors")
-        safetensors.torch.save_file(state_dict, weights_path, metadata={"format": "pt"})
-        os.chmod(weights_path, 0o644)  # safetensors creates it owner-only
-        if arguments["global_pool"] == "avg":
-            # The JAX layout has no fc_norm (JAX GAP models normalise before pooling, and timm's
-            # _load_weights has no mapping for it), so this case is recorded in timm naming only.
-            print(f"{case}: max |logit| {float(logits.abs().max()):.3f}; no JAX npz (no fc_norm in that layout)")
-            continue
-        jax_path = os.path.join(args.out, f"{case}.npz")
-        np.savez(jax_path, **timm_to_jax(state_dict, arguments["num_heads"]))
-        # proof that the JAX layout is right: timm's own npz loader reads it back to the same logits
-        reloaded = build(arguments)
-        _load_weights(reloaded, jax_path)
-        difference = max_diff(reloaded(images), logits)
-        assert difference < 1e-5, f"{case}: timm's _load_weights of our npz differs by {difference}"
-        print(f"{case}: max |logit| {float(logits.abs().max()):.3f}; npz reloaded by timm: max diff {difference:.2e}")
-
-    # (d) position-embedding resampling: timm_vit_cls's weights in timm models built at another
-    # resolution; timm resamples the position embedding itself (checkpoint_filter_fn, which calls
-    # resample_abs_pos_embed: bicubic, antialias=True, align_corners=False).
-    source = "timm_vit_cls"
-    source_state = models[source].state_dict()
-    for tag, size in (("up", 48), ("down", 16)):
-        arguments = dict(CASES[source], img_size=size)
-        model = build(arguments)
-        model.load_state_dict(checkpoint_filter_fn(dict(source_state), model), strict=True)
-        images = torch.randn(BATCH, 3, size, size, generator=generator)
-        grid = size // arguments["patch_size"]
-        direct = resample_abs_pos_embed(source_state["pos_embed"], new_size=[grid, grid], num_prefix_tokens=1)
-        assert max_diff(direct, model.pos_embed) == 0.0
-        case = f"resample_{tag}"
-        references[f"{case}/input"] = images.numpy()
-        references[f"{case}/logits"] = model(images).numpy()
-        references[f"{case}/pos_embed"] = model.pos_embed.numpy()
-        references[f"{case}/pos_embed_no_antialias"] = resample_abs_pos_embed(
-            source_state["pos_embed"], new_size=[grid, grid], num_prefix_tokens=1, antialias=False).numpy()
-        configs[case] = dict(configs[source], image_size=size, weights=source)
-        print(f"{case}: {source} at {size}x{size}, grid 4x4 -> {grid}x{grid}")
-
-    # (e) a JAX in21k-style checkpoint with the paper's pre-training head: pre_logits (Linear +
-    # tanh, D -> R) and a head reading R features. timm no longer builds that layer, so the
-    # reference is timm's pooled features put through the two layers in numpy (float64).
-    model = models[source]
-    jax_weights = timm_to_jax(model.state_dict(), CASES[source]["num_heads"])
-    embed_dim = CASES[source]["embed_dim"]
-    pre_kernel = (torch.randn(embed_dim, PRE_LOGITS_SIZE, generator=generator) * 0.3).numpy()
-    pre_bias = (torch.randn(PRE_LOGITS_SIZE, generator=generator) * 0.1).numpy()
-    head_kernel = (torch.randn(PRE_LOGITS_SIZE, PRE_LOGITS_CLASSES, generator=generator) * 0.3).numpy()
-    head_bias = (torch.randn(PRE_LOGITS_CLASSES, generator=generator) * 0.1).numpy()
-    jax_weights.update({"pre_logits/kernel": pre_kernel, "pre_logits/bias": pre_bias,
-                        "head/kernel": head_kernel, "head/bias": head_bias})
-    np.savez(os.path.join(args.out, "jax_vit_prelogits.npz"), **jax_weights)
-    images = torch.from_numpy(references[f"{source}/input"])
-    pooled = model.forward_head(model.forward_features(images), pre_logits=True).numpy().astype("float64")
-    logits = np.tanh(pooled @ pre_kernel + pre_bias) @ head_kernel + head_bias
-    references["jax_vit_prelogits/input"] = references[f"{source}/input"]
-    references["jax_vit_prelogits/logits"] = logits.astype("float32")
-    configs["jax_vit_prelogits"] = dict(configs[source], num_classes=PRE_LOGITS_CLASSES,
-                                        representation_size=PRE_LOGITS_SIZE)
-    print(f"jax_vit_prelogits: pre_logits {embed_dim} -> {PRE_LOGITS_SIZE}, head -> {PRE_LOGITS_CLASSES}")
-
-    np.savez(os.path.join(args.out, "timm_reference.npz"), **references)
-    versions = dict(torch=torch.__version__, timm=timm.__version__, numpy=np.__version__,
-                    safetensors=safetensors.__version__, python=sys.version.split()[0], seed=args.seed)
-    with open(os.path.join(args.out, "timm_reference.json"), "w") as handle:
-        json.dump(dict(versions=versions, cases=configs), handle, indent=1, sort_keys=True)
-        handle.write("\n")
-    total = sum(os.path.getsize(os.path.join(args.out, name)) for name in os.listdir(args.out))
-    print(f"wrote {args.out} ({total / 1e6:.2f} MB)")
-    return 0
+    return importlib.import_module(MODULES[args.family]).make(args)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,10 @@ where the model and its preprocessing come from:
                              and -o model.KEY=VALUE change them
   --weights PATH.pdckpt alone  the recipe stored in the training checkpoint
   --inference-model DIR      the preprocess.json that tools/export.py wrote next to the model
-class names: --labels FILE (one per line), else those stored in a .pdckpt or an export,
-else the class index.
+class names: --labels FILE (one per line), else those the weights record (a .pdckpt, a Hugging
+Face config.json's id2label) or an export's, else the class index.
+the model's options (epsilon, GELU, q.k scale, pre-logits layer, class count) follow what the
+weights imply, as paddle_vit.create_model(name, pretrained=...) does; -o model.KEY=VALUE wins.
 """
 
 
@@ -39,7 +41,8 @@ def build_parser():
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                         help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--weights", metavar="PATH", help=".pdckpt, .pdparams, .safetensors or .npz weights")
+    source.add_argument("--weights", metavar="PATH",
+                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
     source.add_argument("--inference-model", metavar="DIR", help="a folder written by tools/export.py")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
