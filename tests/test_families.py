@@ -434,3 +434,13 @@ def test_convert_tool_takes_the_model_from_a_recipe(tmp_path, capsys):
     code, lines, errors = run_tool("convert_weights", ["-c", recipe, "--model", NAME, "--out", tmp_path / "x.pdparams"],
                                    capsys)
     assert code == 2 and errors.startswith("error: ") and "one of them" in errors
+
+
+def test_the_readmes_parity_table_command(capsys):
+    """tools/weights_parity.py, whose output is the README's table: every case within the
+    tests' tolerance, every other way outside it."""
+    code, lines, errors = run_tool("weights_parity", ["--json"], capsys)
+    assert code == 0, errors
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 15 and all(row["difference"] < TOLERANCE for row in rows)
+    assert all(row["other_difference"] > 2 * TOLERANCE for row in rows if row["other"])
