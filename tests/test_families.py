@@ -118,6 +118,10 @@ def test_hugging_face_activation_this_vit_cannot_compute_is_named(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, hidden_act="quick_gelu")))
     with pytest.raises(WeightsError, match="hidden_act 'quick_gelu'.*supported: gelu, gelu_new"):
         create(str(tmp_path / "hf"))
+    for epsilon in ("1e-12", 0, float("nan"), 0.1):
+        (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, layer_norm_eps=epsilon)))
+        with pytest.raises(WeightsError, match="layer_norm_eps .* is not a LayerNorm epsilon"):
+            create(str(tmp_path / "hf"))
     (tmp_path / "hf" / "config.json").write_text("{not json")
     with pytest.raises(WeightsError, match="config.json"):
         create(str(tmp_path / "hf"))
@@ -153,6 +157,16 @@ def test_jax_fine_tuning_at_48_resamples_as_vit_jax_zoom():
     assert difference(model, JAX, "jax_vit_48") < TOLERANCE
     as_timm_resamples = create(fixture("jax_vit_released.npz"), image_size=48, resample="bicubic_antialias")
     assert difference(as_timm_resamples, JAX, "jax_vit_48") > 10 * TOLERANCE
+
+
+def test_a_recipes_pretrained_resample_chooses_the_method():
+    from paddle_vit.config import load_config
+    from paddle_vit.engine.builder import build_model
+
+    model = dict(TOY, name=NAME, image_size=48, pretrained=fixture("jax_vit_released.npz"))
+    for method, expected in ((None, "bilinear_align_corners"), ("bicubic_antialias", "bicubic_antialias")):
+        config = load_config(data={"model": dict(model, pretrained_resample=method)})
+        assert build_model(config, num_classes=10).load_report.resample_method == expected
 
 
 def test_jax_in21k_pre_logits_layer_is_read_from_the_file():

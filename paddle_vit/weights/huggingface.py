@@ -123,6 +123,9 @@ class HuggingFaceFamily(CheckpointFamily):
             return (config[key], f"{where}: {key}") if key in config else (HF_DEFAULTS[key], f"{where} for {key}")
 
         epsilon, epsilon_reason = setting("layer_norm_eps")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= 1e-3:
+            raise WeightsError(f"{checkpoint.description}: layer_norm_eps {epsilon!r} ({epsilon_reason}) is not a "
+                               f"LayerNorm epsilon this ViT computes: a number > 0 and <= 1e-3 (Paddle's limit)")
         activation, activation_reason = setting("hidden_act")
         if activation not in HIDDEN_ACTS:
             raise WeightsError(f"{checkpoint.description}: hidden_act {activation!r} ({activation_reason}) is not "
