@@ -104,6 +104,9 @@ class ModelConfig:
     position_embedding: Optional[str] = None
     fused_attention: Optional[bool] = None
     init: Optional[str] = None
+    backbone_layers: Optional[List[int]] = None
+    backbone_width: Optional[int] = None
+    backbone_style: Optional[str] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

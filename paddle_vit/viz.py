@@ -407,7 +407,7 @@ def embedding_filters_figure(model, num_components=NUM_FILTER_COMPONENTS, grey=F
 
     Returns (figure, {"components": [K, C, P, P], "explained_variance_ratio": [K]}), C = 1 when grey.
     """
-    weight = _numpy(model.patch_embed.patch_embedding.weight)  # [D, C, P, P]
+    weight = _numpy(model.patch_embed.pixel_filters())  # [D, C, P, P]; a hybrid: its stem's [64, C, 7, 7]
     if grey:
         weight = weight.sum(axis=1, keepdims=True)  # [D, 1, P, P]: what a grey image meets
     components, ratio = patch_embedding_components(weight, num_components)
@@ -428,8 +428,9 @@ def embedding_filters_figure(model, num_components=NUM_FILTER_COMPONENTS, grey=F
     axis = figure.subplots()
     axis.imshow(picture, interpolation="nearest")
     axis.set_axis_off()
-    axis.set_title(title or f"patch-embedding filters: first {count} principal components\n"
-                            f"({100 * ratio.sum():.0f}% of the variance of the {model.patch_embed.embed_dim} "
+    which = "the hybrid's ResNet stem filters" if model.config.is_hybrid else "patch-embedding filters"
+    axis.set_title(title or f"{which}: first {count} principal components\n"
+                            f"({100 * ratio.sum():.0f}% of the variance of the {weight.shape[0]} "
                             f"filters of {channels}x{patch}x{patch})", fontsize=9)
     return figure, {"components": components, "explained_variance_ratio": ratio}
 
@@ -478,7 +479,7 @@ def attention_distance_figure(model, images, title=None):
     if images.ndim == 3:
         images = images[None]
     attentions = _attentions_of(model, images)
-    patch_size = model.patch_embed.patch_size
+    patch_size = model.patch_embed.token_pixels  # a hybrid's token covers S x P pixels
     distance = mean_attention_distance(attentions, _grid_of(model), patch_size)
     depth, num_heads = distance.shape
     figure = _new_figure(4.2, 3.4)

@@ -1,6 +1,7 @@
 """Shared test set-up."""
 import logging
 
+import paddle
 import pytest
 
 
@@ -15,3 +16,15 @@ def fresh_library_logger():
         handler.close()
     logger.propagate = True
     logger.setLevel(logging.NOTSET)
+
+
+@pytest.fixture
+def paddle_flops_with_numpy2(monkeypatch):
+    """paddle.flops (Paddle 3.3) converts its 1-element 1-D counters with int(), which numpy 2.4
+    refuses ("only 0-dimensional arrays can be converted"); let int() read such a tensor."""
+    original = paddle.Tensor.__int__
+
+    def to_int(tensor):
+        return original(tensor.reshape([])) if tensor.ndim == 1 and tensor.shape[0] == 1 else original(tensor)
+
+    monkeypatch.setattr(paddle.Tensor, "__int__", to_int)

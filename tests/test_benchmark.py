@@ -28,18 +28,6 @@ TINY = ["vit_tiny_patch16_224", "-o", "model.image_size=32", "-o", "model.patch_
         "--batch-size", "2", "--warmup", "1", "--iters", "1", "--rounds", "2", "--threads", "1", "--json"]
 
 
-@pytest.fixture
-def paddle_flops_with_numpy2(monkeypatch):
-    """paddle.flops (Paddle 3.3) converts its 1-element 1-D counters with int(), which numpy 2.4
-    refuses ("only 0-dimensional arrays can be converted"); let int() read such a tensor."""
-    original = paddle.Tensor.__int__
-
-    def to_int(tensor):
-        return original(tensor.reshape([])) if tensor.ndim == 1 and tensor.shape[0] == 1 else original(tensor)
-
-    monkeypatch.setattr(paddle.Tensor, "__int__", to_int)
-
-
 @pytest.mark.parametrize("pool", ["cls", "mean"])
 def test_analytic_macs_match_paddle_flops(paddle_flops_with_numpy2, pool):
     """paddle.flops counts multiply-accumulates of Linear and Conv2D layers (plus one op per conv

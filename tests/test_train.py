@@ -66,6 +66,20 @@ def test_two_epochs_loss_falls_and_everything_is_written(tmp_path):
     assert resolved.train.epochs == 4 and resolved.model.embed_dim == 16
 
 
+def test_a_hybrid_trains_on_the_digits_and_its_loss_falls(tmp_path):
+    """The tiny hybrid's ResNet stem (stride 4) under 1x1 patches: 16x16 digits, 4x4 tokens."""
+    config = small_config(tmp_path / "run", model={
+        "name": "vit_tiny_r_s16_p8_224", "image_size": 16, "patch_size": 1, "embed_dim": 16, "depth": 2,
+        "num_heads": 2, "num_classes": None, "dropout": 0.0, "drop_path": 0.0},
+        data={"dataset": "digits", "train_crop": "resize", "hflip": 0.0}, train={"epochs": 3, "batch_size": 64},
+        optimizer={"lr": 0.003})
+    trainer = Trainer(config)
+    assert trainer.vit.config.is_hybrid and trainer.vit.patch_embed.grid_size == (4, 4)
+    trainer.fit()
+    records = read_metrics(tmp_path / "run")
+    assert records[-1]["train_loss"] < records[0]["train_loss"] and records[-1]["val_top1"] > 0.3  # chance 0.1
+
+
 def test_visualdl_log_holds_the_scalars(tmp_path):
     from visualdl import LogReader
     Trainer(small_config(tmp_path / "run", train={"epochs": 1})).fit()

@@ -53,16 +53,27 @@ def _build_timm_model(timm, vit):
     Pools map as our "cls" -> timm "token" and "mean" -> "avg" (with fc_norm); our
     "walkthrough" pool (mean over every token) has no timm twin and is timed as "avg", which
     costs the same. Position-embedding kinds cost nothing measurable and are timm's learned one.
+    A hybrid (`backbone_layers` set) gets timm's own hybrid backbone (vision_transformer_hybrid's
+    ResNetV2 with StdConv2dSame) in a HybridEmbed, as timm's vit_*_r* models are built.
     """
+    from functools import partial
+
     from timm.models.vision_transformer import VisionTransformer
 
     pool = {"cls": "token"}.get(vit["pool"], "avg")
+    hybrid = {}
+    if vit.get("backbone_layers") is not None:
+        from timm.layers import HybridEmbed
+        from timm.models.vision_transformer_hybrid import _resnetv2
+
+        hybrid["embed_layer"] = partial(HybridEmbed, backbone=_resnetv2(layers=tuple(vit["backbone_layers"]),
+                                                                        in_chans=vit["in_channels"]))
     return VisionTransformer(
         img_size=vit["image_size"], patch_size=vit["patch_size"], in_chans=vit["in_channels"],
         num_classes=vit["num_classes"], embed_dim=vit["embed_dim"], depth=vit["depth"],
         num_heads=vit["num_heads"], mlp_ratio=vit["mlp_ratio"], qkv_bias=vit["qkv_bias"],
         global_pool=pool, fc_norm=vit["pool"] == "mean", pre_norm=False,
-        drop_rate=vit["dropout"], attn_drop_rate=vit["attention_dropout"], drop_path_rate=vit["drop_path"])
+        drop_rate=vit["dropout"], attn_drop_rate=vit["attention_dropout"], drop_path_rate=vit["drop_path"], **hybrid)
 
 
 class _TimmSubject:

@@ -11,6 +11,10 @@ Position embedding kinds (paper Appendix D.4, Table 8):
   patch; the class token gets a learnable vector of its own.
 - ``sincos_2d``: fixed 2-D sine-cosine embedding (not learned); zeros for the class token.
 - ``none``: no position information at all.
+
+`HybridEmbedding` (paper Section 3.1, "Hybrid Architecture") is the same module whose Conv2D reads
+the feature map of a ResNet (resnet.py) instead of the image: "the patch embedding projection E
+is applied to patches extracted from a CNN feature map", 1x1 patches in the paper's hybrids.
 """
 import numpy as np
 import paddle
@@ -124,8 +128,23 @@ class PatchEmbedding(nn.Layer):
                 f"resize the images, or build the model with image_size={height} and load the weights "
                 f"with paddle_vit.load_pretrained, which resamples the position embedding")
 
+    def feature_map(self, x):
+        """What the patches are cut from: the image itself (a hybrid: its ResNet's feature map)."""
+        return x
+
+    @property
+    def token_pixels(self):
+        """The side, in input pixels, of the square each token covers: P (a hybrid: S x P)."""
+        return self.patch_size
+
+    def pixel_filters(self):
+        """The weights of the first layer that sees pixels, [O, C, k, k]: the patch projection
+        (a hybrid: its ResNet's stem convolution, standardised)."""
+        return self.patch_embedding.weight
+
     def forward(self, x):
         self.check_input_size(x)
+        x = self.feature_map(x)  # [B, C, H, W], as it is
         # [B, C, H, W] -> [B, D, H/P, W/P]: the stride=kernel Conv2D cuts and projects the patches
         x = self.patch_embedding(x)
         x = x.flatten(2)  # [B, D, N]
@@ -138,3 +157,33 @@ class PatchEmbedding(nn.Layer):
         # the walkthrough builds self.dropout but never calls it; the paper applies it here
         x = self.dropout(x)
         return x
+
+
+class HybridEmbedding(PatchEmbedding):
+    """[B, C, H, W] image -> ResNet feature map [B, F, H/S, W/S] -> [B, 1 + N, D] tokens,
+    N = (H/S/P) * (W/S/P): the backbone runs first, then exactly PatchEmbedding's steps, its
+    Conv2D cutting P x P patches of the feature map (1 x 1 in the paper's hybrids).
+
+    Args:
+        backbone: the `ResNetV2` (its `out_channels` F and `stride` S; "SAME" padding, so a
+            side of n pixels gives ceil(n / S) features).
+        feature_size: (rows, cols) of its feature map for `image_size`.
+        Other arguments as in `PatchEmbedding`.
+    """
+
+    def __init__(self, backbone, feature_size, image_size=224, patch_size=1, embed_dim=768, dropout=0.0,
+                 position_embedding="learned"):
+        super().__init__(feature_size, patch_size, backbone.out_channels, embed_dim, dropout, position_embedding)
+        self.backbone = backbone
+        self.image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        self.feature_size = tuple(feature_size)
+
+    def feature_map(self, x):
+        return self.backbone(x)  # [B, C, H, W] -> [B, F, H/S, W/S]
+
+    @property
+    def token_pixels(self):
+        return self.backbone.stride * self.patch_size
+
+    def pixel_filters(self):
+        return self.backbone.stem.conv.standardized_weight()  # [64 w, C, 7, 7]

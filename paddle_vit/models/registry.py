@@ -1,4 +1,5 @@
-"""Named model sizes (paper Table 1, plus the small sizes of DeiT/timm and the walkthrough's)."""
+"""Named model sizes (paper Table 1, plus the small sizes of DeiT/timm and the walkthrough's), and
+the paper's hybrid ResNet + ViT models."""
 from ..errors import ConfigError, close_matches
 from .vit import ViT, ViTConfig
 
@@ -24,6 +25,17 @@ for _size in ("tiny", "small", "base", "large"):
             register(f"vit_{_size}_patch{_patch}_{_resolution}", patch_size=_patch, image_size=_resolution,
                      **SIZES[_size])
 register("vit_huge_patch14_224", patch_size=14, image_size=224, **SIZES["huge"])
+# the paper's hybrids (Section 3.1, Table 5), under timm's names: a ResNet-v2 (resnet.py) whose
+# feature map the patch Conv2D reads; "s16"/"s32" is the ResNet's stride, "p8" the patch on its map
+HYBRIDS = {
+    "vit_tiny_r_s16_p8": dict(backbone_layers=[], patch_size=8, **SIZES["tiny"]),
+    "vit_small_r26_s32": dict(backbone_layers=[2, 2, 2, 2], patch_size=1, **SIZES["small"]),
+    "vit_base_r50_s16": dict(backbone_layers=[3, 4, 9], patch_size=1, **SIZES["base"]),
+    "vit_large_r50_s32": dict(backbone_layers=[3, 4, 6, 3], patch_size=1, **SIZES["large"]),
+}
+for _name, _hybrid in HYBRIDS.items():
+    for _resolution in (224, 384):
+        register(f"{_name}_{_resolution}", image_size=_resolution, **_hybrid)
 # the walkthrough's own model: 224 input, 7 x 7 patches, 16-wide tokens, 5 layers, 10 classes,
 # AdaptiveAvgPool1D over every token (the walkthrough does not say its head count; 4 heads of 4)
 register("vit_walkthrough", image_size=224, patch_size=7, embed_dim=16, depth=5, num_heads=4,

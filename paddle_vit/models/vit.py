@@ -1,7 +1,7 @@
 """The Vision Transformer: patch embedding, encoder, pooling and classification head."""
 import dataclasses
 import math
-from typing import Optional
+from typing import List, Optional
 
 import paddle
 import paddle.nn as nn
@@ -9,7 +9,9 @@ import paddle.nn as nn
 from ..errors import ConfigError, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
 from .linear import Linear
-from .patch_embed import POSITION_EMBEDDINGS, PatchEmbedding, grid_size
+from .patch_embed import POSITION_EMBEDDINGS, HybridEmbedding, PatchEmbedding, grid_size
+from .resnet import (STAGE_CHANNELS, STYLES, ResNetV2, StdConv2D, backbone_channels, backbone_feature_size,
+                     backbone_macs)
 
 POOLS = ("cls", "mean", "walkthrough")
 INITS = ("timm", "jax")
@@ -48,6 +50,13 @@ class ViTConfig:
             on CPU a packed equivalent, see attention.py); False runs the walkthrough's explicit
             path. Attention maps always come from the explicit path.
         init: "timm" (truncated normal 0.02) or "jax" (xavier uniform, zero head).
+        backbone_layers: None for the plain ViT; for a hybrid (paper Section 3.1), the units per
+            stage of its ResNet-v2 (resnet.py): [3, 4, 9] (R50, stride 16), [2, 2, 2, 2] (R26,
+            stride 32), [3, 4, 6, 3] (the L/32 hybrid's R50), [] (the stem alone, stride 4).
+            patch_size then cuts the feature map (1 in the paper's hybrids).
+        backbone_width: the ResNet's width factor.
+        backbone_style: "timm" or "jax": whose weight standardisation and GroupNorm epsilon
+            the ResNet computes with (they differ; a checkpoint implies its own).
     """
     image_size: int = 224
     patch_size: int = 16
@@ -69,6 +78,9 @@ class ViTConfig:
     position_embedding: str = "learned"
     fused_attention: bool = True
     init: str = "timm"
+    backbone_layers: Optional[List[int]] = None
+    backbone_width: int = 1
+    backbone_style: str = "timm"
 
     @classmethod
     def field_names(cls):
@@ -116,19 +128,60 @@ class ViTConfig:
         if self.embed_dim % self.num_heads != 0:
             raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
                               f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
-        grid_size(self.image_size, self.patch_size)
+        if self.is_hybrid:
+            self._validate_backbone()
+        self.token_grid()
         return self
+
+    def _validate_backbone(self):
+        layers = self.backbone_layers
+        if (not isinstance(layers, (list, tuple)) or len(layers) > len(STAGE_CHANNELS)
+                or not all(isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 for depth in layers)):
+            raise ConfigError(f"model.backbone_layers must be null (no ResNet) or a list of at most "
+                              f"{len(STAGE_CHANNELS)} positive unit counts such as [3, 4, 9], got {layers!r}")
+        if not isinstance(self.backbone_width, int) or isinstance(self.backbone_width, bool) or self.backbone_width < 1:
+            raise ConfigError(f"model.backbone_width must be a positive integer, got {self.backbone_width!r}")
+        if self.backbone_style not in STYLES:
+            raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
+
+    @property
+    def is_hybrid(self):
+        return self.backbone_layers is not None
+
+    def feature_size(self):
+        """(rows, cols) the patch Conv2D reads: the image, or a hybrid's ResNet feature map."""
+        if self.is_hybrid:
+            return backbone_feature_size(self.backbone_layers, self.image_size)
+        return (self.image_size, self.image_size)
+
+    def token_grid(self):
+        """(rows, cols) of patch tokens; an image or feature map the patch does not divide is an error."""
+        if not self.is_hybrid:
+            return grid_size(self.image_size, self.patch_size)
+        rows, cols = self.feature_size()
+        if rows % self.patch_size or cols % self.patch_size:
+            raise ConfigError(f"model.image_size {self.image_size} gives the ResNet's {rows}x{cols} feature map, "
+                              f"which patch_size {self.patch_size} does not divide: choose an image size whose "
+                              f"feature map (image / {4 * 2 ** max(len(self.backbone_layers) - 1, 0)}) it divides")
+        return rows // self.patch_size, cols // self.patch_size
 
     @property
     def num_patches(self):
-        rows, cols = grid_size(self.image_size, self.patch_size)
+        rows, cols = self.token_grid()
         return rows * cols
+
+    @property
+    def patch_channels(self):
+        """Channels of what the patch Conv2D reads: the image's, or the ResNet's output."""
+        return backbone_channels(self.backbone_layers, self.backbone_width) if self.is_hybrid else self.in_channels
 
     def count_macs(self):
         """Multiply-accumulates of one forward pass of one image, counted analytically."""
         tokens = self.num_patches + 1
         width, hidden = self.embed_dim, int(self.embed_dim * self.mlp_ratio)
-        patch_embed = self.num_patches * width * self.in_channels * self.patch_size ** 2
+        patch_embed = self.num_patches * width * self.patch_channels * self.patch_size ** 2
+        if self.is_hybrid:
+            patch_embed += backbone_macs(self.backbone_layers, self.backbone_width, self.in_channels, self.image_size)
         per_layer = (tokens * width * 3 * width  # qkv
                      + 2 * tokens * tokens * width  # q k^T and attention @ v
                      + tokens * width * width  # proj
@@ -169,8 +222,14 @@ class ViT(nn.Layer):
         self.class_names = None  # set from a checkpoint that records them (create_model(pretrained=...))
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
-        self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
-                                          config.embed_dim, config.dropout, config.position_embedding)
+        if config.is_hybrid:
+            backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels,
+                                config.backbone_style)
+            self.patch_embed = HybridEmbedding(backbone, config.feature_size(), config.image_size, config.patch_size,
+                                               config.embed_dim, config.dropout, config.position_embedding)
+        else:
+            self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
+                                              config.embed_dim, config.dropout, config.position_embedding)
         self.encoder = Encoder(config, final_norm=config.pool != "mean")
         if config.pool == "mean":
             self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon)
@@ -259,7 +318,7 @@ class ViT(nn.Layer):
             elif isinstance(layer, nn.LayerNorm):
                 ones(layer.weight)
                 zeros(layer.bias)
-            elif isinstance(layer, nn.Conv2D):
+            elif isinstance(layer, nn.Conv2D) and not isinstance(layer, StdConv2D):  # the backbone's: below
                 fan_in = layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3]
                 if scheme == "jax":  # lecun normal: truncated normal with variance 1 / fan_in
                     nn.initializer.TruncatedNormal(std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)(layer.weight)
@@ -275,3 +334,5 @@ class ViT(nn.Layer):
                 zeros(self.head.bias)
         else:
             nn.initializer.Normal(std=1e-6)(self.patch_embed.class_token)
+        if self.config.is_hybrid:
+            self.patch_embed.backbone.init_weights()

@@ -17,6 +17,7 @@ collects their ``FAMILY``.
 import dataclasses
 import importlib
 import pkgutil
+import re
 from typing import Any
 
 from ..errors import WeightsError
@@ -82,6 +83,7 @@ class CheckpointFamily:
 
 
 _FAMILIES = []
+_BLOCK = re.compile(r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.")
 
 
 def families():
@@ -136,6 +138,19 @@ def options_from_tensors(converted):
     if "encoder.layers.0.attn.qkv.weight" in tensors:
         has_bias = "encoder.layers.0.attn.qkv.bias" in tensors
         options["qkv_bias"] = Implied(has_bias, "the q/k/v projection " + ("has" if has_bias else "has no") + " bias")
+    if "patch_embed.backbone.stem.conv.weight" in tensors:
+        blocks = {}
+        for name in tensors:
+            match = _BLOCK.match(name)
+            if match:
+                blocks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+        layers = [len(blocks[stage]) for stage in sorted(blocks)]
+        where = converted.checkpoint_name("patch_embed.backbone.stem.conv.weight")
+        options["backbone_layers"] = Implied(layers, f"{where}: a hybrid's ResNet with these units per stage")
+        options["backbone_width"] = Implied(int(tensors["patch_embed.backbone.stem.conv.weight"].shape[0]) // 64,
+                                            f"{where}: the ResNet's stem width / 64")
+    elif "patch_embed.patch_embedding.weight" in tensors:
+        options["backbone_layers"] = Implied(None, "a plain ViT: the patches are cut from the image, no ResNet")
     if "fc_norm.weight" in tensors and "encoder.norm.weight" not in tensors:
         options["pool"] = Implied("mean", f"{converted.checkpoint_name('fc_norm.weight')}: mean pooling, "
                                           f"normalised after pooling (timm's global_pool='avg')")

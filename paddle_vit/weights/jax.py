@@ -36,6 +36,24 @@ TOP_LEVEL = {
 }
 
 
+# a hybrid's ResNet-v2 (vit_jax/models_resnet.py): conv_root, gn_root, block{S}/unit{U}/{conv,gn}{1,2,3,_proj}
+RESNET = re.compile(r"(conv_root|gn_root)/(kernel|scale|bias)|block(\d+)/unit(\d+)/(conv|gn)(1|2|3|_proj)/(kernel|scale|bias)")
+
+
+def _resnet_name(match):
+    """Our name of a ResNet parameter, or None when the role does not fit the layer."""
+    if match.group(1):
+        layer, role = ("stem.conv" if match.group(1) == "conv_root" else "stem.norm"), match.group(2)
+    else:
+        stage, unit, kind, number, role = match.group(3, 4, 5, 6, 7)
+        part = {"conv": f"conv{number}", "gn": f"norm{number}"}[kind] if number != "_proj" else \
+            {"conv": "downsample.conv", "gn": "downsample.norm"}[kind]
+        layer = f"stages.{int(stage) - 1}.blocks.{int(unit) - 1}.{part}"
+    if layer.split(".")[-1].startswith("conv") != (role == "kernel"):
+        return None
+    return f"patch_embed.backbone.{layer}.{'weight' if role in ('kernel', 'scale') else 'bias'}"
+
+
 def convert_jax(state):
     """Original JAX/Flax ViT checkpoints (google-research/vision_transformer ``.npz``, and the
     big_vision variants timm also reads) -> ours.
@@ -65,6 +83,15 @@ def convert_jax(state):
                 unknown.append(name)
                 continue
             put("patch_embed.patch_embedding.weight", array.transpose(3, 2, 0, 1), name)  # HWIO -> OIHW
+        elif RESNET.fullmatch(key):
+            ours = _resnet_name(RESNET.fullmatch(key))
+            is_conv = ours is not None and ours.split(".")[-2].startswith("conv")
+            if ours is None or (is_conv and array.ndim != 4):
+                unknown.append(name)
+            elif is_conv:
+                put(ours, array.transpose(3, 2, 0, 1), name)  # HWIO -> OIHW
+            else:  # GroupNorm scale / bias: [C], or [1, 1, 1, C] in files written before flax 0.3.6
+                put(ours, array.reshape(-1), name)
         elif key in TOP_LEVEL:
             ours = TOP_LEVEL[key]
             if ours == "patch_embed.class_token":
@@ -142,7 +169,10 @@ class JaxFamily(CheckpointFamily):
         return convert_jax(checkpoint.arrays)
 
     def implied_options(self, checkpoint, converted):
-        return {"gelu": Implied("tanh", "the JAX code's MlpBlock calls flax's nn.gelu, the tanh approximation"),
+        options = {} if "patch_embed.backbone.stem.conv.weight" not in converted.tensors else {
+            "backbone_style": Implied("jax", "vit_jax's StdConv ((w - mean) / (std + 1e-5)) and flax's GroupNorm "
+                                             "(eps 1e-6)")}
+        return {**options, "gelu": Implied("tanh", "the JAX code's MlpBlock calls flax's nn.gelu, the tanh approximation"),
                 "layer_norm_epsilon": Implied(1e-6, "flax's LayerNorm epsilon"),
                 "qk_scale": Implied(None, "flax's attention scales q.k by head_dim^-0.5")}
 

@@ -37,7 +37,10 @@ from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_
 logger = logging.getLogger(__name__)
 
 # options the checkpoint implies that a model contradicting them computes differently
-COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale", "qkv_bias", "pool", "position_embedding")
+COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale", "qkv_bias", "pool", "position_embedding",
+                    "backbone_style", "backbone_layers", "backbone_width")
+# of those, the architecture a model name fixes: checked, never taken from the checkpoint
+ARCHITECTURE_OPTIONS = ("backbone_layers", "backbone_width")
 
 
 @dataclasses.dataclass
@@ -131,12 +134,20 @@ def implied_options(source):
 
 
 def _same(a, b):
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=1e-6)
     return a == b
 
 
 def _how_to_fix(option, value):
+    if option in ARCHITECTURE_OPTIONS:
+        from ..models import list_models
+        hybrids = [name for name in list_models() if "_r" in name and name.startswith("vit_")]
+        kind = (f"a hybrid ResNet + ViT checkpoint: build it with a hybrid name ({', '.join(hybrids[:4])}, ...)"
+                if value is not None else "a plain ViT checkpoint: build it with a plain ViT name")
+        return f"{kind} or {option}={value!r}"
     return f"build the model with {option}={value!r} (paddle_vit.create_model(name, pretrained=...) does)"
 
 
@@ -346,7 +357,8 @@ def choose_options(implied, overrides, defaults=None):
     imply. Fine-tuning to another class count drops a pre-logits layer (paper Appendix B.1.1,
     vit_jax's load_pretrained) unless representation_size is given."""
     chosen = {option: value for option, value in (defaults or {}).items() if option not in overrides}
-    chosen.update({option: value for option, value in implied.items() if option not in overrides})
+    chosen.update({option: value for option, value in implied.items()
+                   if option not in overrides and option not in ARCHITECTURE_OPTIONS})
     classes = implied.get("num_classes")
     if ("num_classes" in overrides and classes is not None and overrides["num_classes"] != classes.value
             and "representation_size" in chosen and chosen["representation_size"].value is not None):

@@ -16,8 +16,12 @@ import numpy as np
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
 
+_BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
 RENAMES = [
     (r"cls_token", "patch_embed.class_token"),
+    # a hybrid's ResNet-v2: our names are timm's, but for the tiny hybrid's stem-only backbone
+    (r"patch_embed\.backbone\.(conv|norm)\.(weight|bias)", r"patch_embed.backbone.stem.\1.\2"),
+    (rf"patch_embed\.backbone\.({_BACKBONE})\.(weight|bias)", r"patch_embed.backbone.\1.\2"),
     (r"pos_embed", POSITION_EMBEDDING),
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.patch_embedding.\1"),
     (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias)", r"encoder.layers.\1.\2.\3"),
@@ -100,9 +104,13 @@ class TimmFamily(CheckpointFamily):
         return rename(checkpoint.arrays, transpose=True)
 
     def implied_options(self, checkpoint, converted):
-        return {"layer_norm_epsilon": Implied(1e-6, "timm's ViT LayerNorm epsilon"),
-                "gelu": Implied("exact", "timm's ViT uses nn.GELU (erf)"),
-                "qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
+        options = {"layer_norm_epsilon": Implied(1e-6, "timm's ViT LayerNorm epsilon"),
+                   "gelu": Implied("exact", "timm's ViT uses nn.GELU (erf)"),
+                   "qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
+        if "patch_embed.backbone.stem.conv.weight" in converted.tensors:
+            options["backbone_style"] = Implied("timm", "timm's StdConv2dSame (eps 1e-8 in the square root) and "
+                                                        "GroupNorm (eps 1e-5)")
+        return options
 
 
 FAMILY = TimmFamily()

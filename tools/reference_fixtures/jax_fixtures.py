@@ -53,15 +53,18 @@ def import_vit_jax(checkout):
     return models_vit, checkpoint, test_utils
 
 
-def build(models_vit, num_classes, representation_size=None):
+def build(models_vit, num_classes, representation_size=None, resnet_layers=None, patch=None):
     import ml_collections
     transformer = ml_collections.ConfigDict(dict(mlp_dim=SIZE["mlp_dim"], num_heads=SIZE["num_heads"],
                                                  num_layers=SIZE["num_layers"], attention_dropout_rate=0.0,
                                                  dropout_rate=0.0))
+    resnet = None if resnet_layers is None else ml_collections.ConfigDict(
+        dict(num_layers=tuple(resnet_layers), width_factor=1))
+    patch = patch or SIZE["patch"]
     return models_vit.VisionTransformer(
-        num_classes=num_classes, patches=ml_collections.ConfigDict({"size": (SIZE["patch"], SIZE["patch"])}),
+        num_classes=num_classes, patches=ml_collections.ConfigDict({"size": (patch, patch)}),
         transformer=transformer, hidden_size=SIZE["hidden_size"], classifier="token",
-        representation_size=representation_size)
+        representation_size=representation_size, resnet=resnet)
 
 
 def scale_of(path):
@@ -78,24 +81,31 @@ def scale_of(path):
     return 0.1
 
 
-def initialised(model, size, seed, rng):
+def initialised(model, size, seed, rng, backbone_scale=1.0):
     import flax
     import jax
     import jax.numpy as jnp
     params = model.init(jax.random.PRNGKey(seed), jnp.ones([1, size, size, 3], jnp.float32), train=False)["params"]
     flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
-    return flax.traverse_util.unflatten_dict({path: perturbed(np.asarray(leaf), rng, scale_of(path))
-                                              for path, leaf in sorted(flat.items())})
+    def value(path, leaf):
+        array = perturbed(np.asarray(leaf), rng, scale_of(path))
+        is_backbone_conv = path[0].startswith(("conv_root", "block")) and path[-1] == "kernel"
+        return array * backbone_scale if is_backbone_conv else array
+
+    return flax.traverse_util.unflatten_dict({path: value(path, leaf) for path, leaf in sorted(flat.items())})
 
 
 def released_names(path_in, path_out):
-    """A Linen-numbered .npz renamed to the numbering of the released files."""
+    """A Linen-numbered .npz renamed to the numbering of the released files, GroupNorm scales
+    and biases shaped [1, 1, 1, C] as the released hybrid files have them (flax < 0.3.6)."""
     with np.load(path_in) as archive:
         arrays = dict(archive)
     renamed = {}
     for name, array in arrays.items():
         for linen, released in RELEASED_NUMBERING.items():
             name = name.replace(f"/{linen}/", f"/{released}/")
+        if len(name.split("/")) > 1 and name.split("/")[-2].startswith("gn"):
+            array = array.reshape(1, 1, 1, -1)
         renamed[name] = array
     np.savez(path_out, **renamed)
 
@@ -180,9 +190,26 @@ def make(args):
                                   representation_size=SIZE["hidden_size"], **SIZE)
     print("jax_vit_in21k: pre_logits 32 -> 32 (tanh), head -> 5")
 
+    # a hybrid (paper Section 3.1): vit_jax's own ResNet (models_resnet.py) of one stage of one unit,
+    # whose 2x2 patches of the 8x8 feature map the embedding reads; its convolutions scaled down so
+    # that vit_jax's weight standardisation, (w - mean) / (std + 1e-5), shows against timm's
+    model_hybrid = build(models_vit, num_classes=10, resnet_layers=(1,), patch=2)
+    params_hybrid = initialised(model_hybrid, 32, args.seed + 3, rng, backbone_scale=1e-3)
+    path_hybrid = os.path.join(args.out, "jax_hybrid_released.npz")
+    test_utils._save(params_hybrid, path_hybrid + ".linen.npz")
+    released_names(path_hybrid + ".linen.npz", path_hybrid)
+    os.remove(path_hybrid + ".linen.npz")
+    assert same_tree(checkpoint.load(path_hybrid), flax.core.unfreeze(params_hybrid))
+    images_hybrid = rng.standard_normal((BATCH, 3, 32, 32)).astype("float32")
+    references["jax_hybrid/input"] = images_hybrid
+    references["jax_hybrid/logits"] = logits(model_hybrid, params_hybrid, images_hybrid)
+    cases["jax_hybrid"] = dict(weights="jax_hybrid_released.npz", image_size=32, num_classes=10, resnet_layers=[1],
+                               **dict(SIZE, patch=2))
+    print("jax_hybrid: conv_root, gn_root, block1/unit1 ([1, 1, 1, C] GroupNorm parameters), 2x2 patches")
+
     versions = dict(jax=jax.__version__, flax=flax.__version__, scipy=scipy.__version__, seed=args.seed,
                     vit_jax=os.environ.get("VIT_JAX_COMMIT", "see tests/fixtures/README.md"))
     write_reference(args.out, "jax", references, cases, versions)
-    for name in ("jax_vit_linen.npz", "jax_vit_released.npz", "jax_vit_in21k.npz"):
+    for name in ("jax_vit_linen.npz", "jax_vit_released.npz", "jax_vit_in21k.npz", "jax_hybrid_released.npz"):
         os.chmod(os.path.join(args.out, name), 0o644)
     return 0

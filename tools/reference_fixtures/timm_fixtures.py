@@ -100,6 +100,83 @@ def timm_to_jax(state_dict, num_heads):
     return {name: np.ascontiguousarray(value) for name, value in out.items()}
 
 
+# (g) hybrids (paper Section 3.1): timm's own ResNetV2 (vision_transformer_hybrid._resnetv2: StdConv2dSame
+# with eps 1e-8, GroupNorm eps 1e-5) feeding its HybridEmbed. The stem alone (the tiny hybrid's
+# backbone) and one stage of one unit (a projection shortcut and a bottleneck); R26/R50 widths start
+# at 256 channels, too large for fixtures, and repeat the same unit.
+HYBRIDS = {
+    "timm_hybrid_stem": dict(layers=(), img_size=32, patch_size=2),
+    "timm_hybrid_stage": dict(layers=(1,), img_size=32, patch_size=2),
+}
+HYBRID_VIT = dict(embed_dim=32, depth=2, num_heads=4, num_classes=10, global_pool="token")
+
+
+def build_hybrid(layers, img_size, patch_size):
+    from functools import partial
+
+    from timm.layers import HybridEmbed
+    from timm.models.vision_transformer_hybrid import _resnetv2
+
+    embed_layer = partial(HybridEmbed, backbone=_resnetv2(layers=layers))
+    return VisionTransformer(img_size=img_size, patch_size=patch_size, embed_layer=embed_layer, **HYBRID_VIT).eval()
+
+
+@torch.no_grad()
+def perturb_hybrid(model, generator):
+    """As `perturb`, and the backbone's convolutions scaled to std ~1e-4, where the epsilon of
+    the weight standardisation decides the standardised weights (timm: inside the square root,
+    1e-8; vit_jax: added to the std, 1e-5), so that its style shows in the logits."""
+    perturb(model, generator)
+    for name, parameter in model.named_parameters():
+        if "backbone" in name and parameter.ndim == 4:
+            parameter.mul_(1e-3)
+
+
+@torch.no_grad()
+def hybrid_cases(args, generator, references, configs):
+    from timm.models.vision_transformer_hybrid import checkpoint_filter_fn as hybrid_filter_fn
+
+    for case, arguments in HYBRIDS.items():
+        model = build_hybrid(**arguments)
+        perturb_hybrid(model, generator)
+        size = arguments["img_size"]
+        images = torch.randn(BATCH, 3, size, size, generator=generator)
+        references[f"{case}/input"] = images.numpy()
+        references[f"{case}/logits"] = model(images).numpy()
+        state_dict = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+        path = os.path.join(args.out, f"{case}.safetensors")
+        safetensors.torch.save_file(state_dict, path, metadata={"format": "pt"})
+        os.chmod(path, 0o644)
+        eps_effect = standardisation_effect(model, images, references[f"{case}/logits"])
+        configs[case] = dict(image_size=size, patch_size=arguments["patch_size"], backbone_layers=list(arguments["layers"]),
+                             embed_dim=HYBRID_VIT["embed_dim"], depth=HYBRID_VIT["depth"],
+                             num_heads=HYBRID_VIT["num_heads"], num_classes=HYBRID_VIT["num_classes"], pool="cls",
+                             weight_standardisation_eps_1e5_moves_logits_by=eps_effect)
+        print(f"{case}: backbone {arguments['layers'] or 'stem only'}, grid {model.patch_embed.grid_size}; "
+              f"StdConv eps 1e-5 instead of 1e-8 moves the logits by {eps_effect:.2e}")
+    # the one-stage hybrid at 48x48: timm's filter resamples the position embedding, 4x4 -> 6x6
+    source = "timm_hybrid_stage"
+    model = build_hybrid(**dict(HYBRIDS[source], img_size=48))
+    state = safetensors.torch.load_file(os.path.join(args.out, f"{source}.safetensors"))
+    model.load_state_dict(hybrid_filter_fn(state, model), strict=True)
+    images = torch.randn(BATCH, 3, 48, 48, generator=generator)
+    references["timm_hybrid_resample/input"] = images.numpy()
+    references["timm_hybrid_resample/logits"] = model(images).numpy()
+    configs["timm_hybrid_resample"] = dict(configs[source], image_size=48, weights=source)
+    print(f"timm_hybrid_resample: {source} at 48x48, grid 4x4 -> {model.patch_embed.grid_size}")
+
+
+@torch.no_grad()
+def standardisation_effect(model, images, logits):
+    convs = [module for module in model.modules() if hasattr(module, "same_pad") and hasattr(module, "eps")]
+    for conv in convs:
+        conv.eps = 1e-5
+    moved = max_diff(model(images), torch.from_numpy(logits))
+    for conv in convs:
+        conv.eps = 1e-8
+    return moved
+
+
 def max_diff(a, b):
     return float((a - b).abs().max())
 
@@ -196,6 +273,7 @@ def make(args):
     configs["resample_up_npz"] = dict(configs[source], image_size=48, weights=source)
     print(f"resample_up_npz: {source}.npz read by timm's _load_weights at 48x48 (bilinear)")
 
+    hybrid_cases(args, generator, references, configs)
     np.savez(os.path.join(args.out, "timm_reference.npz"), **references)
     versions = dict(torch=torch.__version__, timm=timm.__version__, numpy=np.__version__,
                     safetensors=safetensors.__version__, python=sys.version.split()[0], seed=args.seed)

@@ -1,0 +1,282 @@
+"""The paper's hybrid ResNet + ViT (Section 3.1): the ResNet-v2 against hand computations, the
+registry against timm's parameter counts, checkpoints of timm and of vit_jax against the logits
+those codes recorded, and the hybrid through every path the plain ViT takes."""
+import json
+import os
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+
+from paddle_vit import ViT, WeightsError, create_model, list_models, load_pretrained
+from paddle_vit.models.resnet import STAGE_CHANNELS, ResNetV2, StdConv2D, backbone_feature_size
+
+from repo_paths import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+TOLERANCE = 1e-4
+TIMM = dict(np.load(os.path.join(FIXTURES, "timm_reference.npz")))
+JAX = dict(np.load(os.path.join(FIXTURES, "jax_reference.npz")))
+with open(os.path.join(FIXTURES, "timm_reference.json")) as _stream:
+    TIMM_CASES = json.load(_stream)["cases"]
+
+# timm 1.0.31, `sum(p.numel() for p in timm.create_model(name, num_classes=1000).parameters())`
+TIMM_PARAMETERS = {
+    "vit_tiny_r_s16_p8_224": 6_337_704, "vit_tiny_r_s16_p8_384": 6_355_944,
+    "vit_small_r26_s32_224": 36_431_912, "vit_small_r26_s32_384": 36_468_392,
+    "vit_base_r50_s16_224": 98_659_112, "vit_base_r50_s16_384": 98_950_952,
+    "vit_large_r50_s32_224": 328_994_856, "vit_large_r50_s32_384": 329_092_136,
+}
+TOY = dict(embed_dim=32, depth=2, num_heads=4, image_size=32, patch_size=2)
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+# ---- the ResNet-v2 against hand computations ---------------------------------------------------
+
+def tf_same_pad(size, kernel, stride):
+    """TensorFlow's "SAME": (before, after) padding, the odd pixel after."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def numpy_conv(x, weight, stride):
+    """A "SAME" convolution written out: [C, H, W] x [O, C, k, k] -> [O, H', W']."""
+    kernel = weight.shape[-1]
+    (top, bottom), (left, right) = tf_same_pad(x.shape[1], kernel, stride), tf_same_pad(x.shape[2], kernel, stride)
+    padded = np.pad(x, ((0, 0), (top, bottom), (left, right)))
+    rows, cols = -(-x.shape[1] // stride), -(-x.shape[2] // stride)
+    out = np.zeros((weight.shape[0], rows, cols))
+    for row in range(rows):
+        for col in range(cols):
+            window = padded[:, row * stride:row * stride + kernel, col * stride:col * stride + kernel]
+            out[:, row, col] = np.tensordot(weight, window, axes=([1, 2, 3], [0, 1, 2]))
+    return out
+
+
+@pytest.mark.parametrize("style", ["timm", "jax"])
+@pytest.mark.parametrize("size,kernel,stride", [(9, 7, 2), (8, 3, 2), (7, 1, 2), (6, 3, 1)])
+def test_std_conv_standardises_and_pads_same_by_hand(style, size, kernel, stride):
+    paddle.seed(0)
+    conv = StdConv2D(3, 4, kernel, stride=stride, style=style)
+    with paddle.no_grad():
+        conv.weight.set_value(paddle.randn(conv.weight.shape) * 1e-3 + 1e-3)  # std ~1e-3: epsilons matter
+    x = np.random.default_rng(0).standard_normal((1, 3, size, size))
+    weight = conv.weight.numpy().astype("float64")
+    centred = weight - weight.mean(axis=(1, 2, 3), keepdims=True)
+    variance = (centred ** 2).mean(axis=(1, 2, 3), keepdims=True)
+    standardised = (centred / np.sqrt(variance + 1e-8) if style == "timm"  # timm: eps 1e-8 inside the root
+                    else centred / (np.sqrt(variance) + 1e-5))  # vit_jax: eps 1e-5 added to the std
+    expected = numpy_conv(x[0], standardised, stride)
+    with paddle.no_grad():
+        ours = conv(paddle.to_tensor(x.astype("float32"))).numpy()[0]
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("style,epsilon", [("timm", 1e-5), ("jax", 1e-6)])
+def test_group_norm_has_32_groups_and_the_styles_epsilon(style, epsilon):
+    from paddle_vit.models.resnet import group_norm
+
+    norm = group_norm(64, style)
+    x = np.random.default_rng(1).standard_normal((2, 64, 3, 3)) * 1e-3  # variance near the epsilon
+    groups = x.reshape(2, 32, -1)
+    expected = ((groups - groups.mean(-1, keepdims=True)) / np.sqrt(groups.var(-1, keepdims=True) + epsilon))
+    with paddle.no_grad():
+        ours = norm(paddle.to_tensor(x.astype("float32"))).numpy()
+    np.testing.assert_allclose(ours, expected.reshape(x.shape), atol=2e-4)
+
+
+def test_stem_pools_same_with_the_odd_pixel_after():
+    backbone = ResNetV2(layers=(), style="timm")
+    x = paddle.randn([1, 3, 10, 10])
+    with paddle.no_grad():
+        after_conv = backbone.stem.act(backbone.stem.norm(backbone.stem.conv(x))).numpy()[0]  # [64, 5, 5]
+        pooled = backbone(x).numpy()[0]  # [64, 3, 3]
+    (top, bottom), (left, right) = tf_same_pad(5, 3, 2), tf_same_pad(5, 3, 2)
+    padded = np.pad(after_conv, ((0, 0), (top, bottom), (left, right)), constant_values=-np.inf)
+    expected = np.stack([[padded[:, 2 * r:2 * r + 3, 2 * c:2 * c + 3].max(axis=(1, 2)) for c in range(3)]
+                         for r in range(3)]).transpose(2, 0, 1)
+    np.testing.assert_allclose(pooled, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("layers,image,expected", [((), 224, (56, 56)), ((3, 4, 9), 224, (14, 14)),
+                                                   ((2, 2, 2, 2), 384, (12, 12)), ((3, 4, 9), 230, (15, 15))])
+def test_feature_map_size_is_the_ceil_of_each_stride(layers, image, expected):
+    assert backbone_feature_size(layers, image) == expected
+    if len(layers) < 3:  # small enough to run
+        backbone = ResNetV2(layers)
+        with paddle.no_grad():
+            assert tuple(backbone(paddle.zeros([1, 3, image, image])).shape[2:]) == expected
+
+
+def test_units_start_as_their_shortcut_and_gradients_reach_every_backbone_parameter():
+    model = create_model("vit_tiny_r_s16_p8_224", **dict(TOY, backbone_layers=[1, 1]))
+    norm3 = [layer.norm3.weight.numpy() for stage in model.patch_embed.backbone.stages for layer in stage.blocks]
+    assert all(not np.any(weight) for weight in norm3)  # timm's zero_init_last
+    with paddle.no_grad():  # but train from a perturbed point, so that every gradient is non-zero
+        for parameter in model.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.05)
+    model(paddle.randn([2, 3, 32, 32])).sum().backward()
+    backbone = [name for name, _ in model.named_parameters() if ".backbone." in name]
+    assert len(backbone) == 3 + 2 * (3 + 6 + 3)  # stem conv + norm; 2 units: 3 convs, 3 norms, a projection
+    missing = [name for name, parameter in model.named_parameters()
+               if parameter.grad is None or not np.any(parameter.grad.numpy())]
+    assert missing == []
+
+
+# ---- the registry: timm's parameter counts -----------------------------------------------------
+
+def count_hybrid(config):
+    """Parameters of a hybrid counted by hand from its config (not from the modules)."""
+    d, hidden = config.embed_dim, int(config.embed_dim * config.mlp_ratio)
+    width = config.backbone_width
+    count = 64 * width * config.in_channels * 49 + 2 * 64 * width  # stem conv + GroupNorm
+    channels = 64 * width
+    for stage, depth in enumerate(config.backbone_layers):
+        out = STAGE_CHANNELS[stage] * width
+        mid = out // 4
+        for unit in range(depth):
+            unit_in = channels if unit == 0 else out
+            count += unit_in * mid + mid * mid * 9 + mid * out + 2 * (mid + mid + out)  # convs + norms
+            if unit == 0:
+                count += unit_in * out + 2 * out  # projection + its norm
+        channels = out
+    count += channels * d * config.patch_size ** 2 + d  # the patch projection on the feature map
+    count += d + (config.num_patches + 1) * d  # class token + position embedding
+    layer = 4 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * hidden + hidden) + (hidden * d + d)
+    return count + config.depth * layer + 2 * d + d * config.num_classes + config.num_classes
+
+
+def test_every_hybrid_name_has_timms_parameter_count():
+    from paddle_vit.models import get_model_config
+
+    assert sorted(name for name in list_models() if "_r" in name) == sorted(TIMM_PARAMETERS)
+    for name, expected in TIMM_PARAMETERS.items():
+        assert count_hybrid(get_model_config(name).validate()) == expected, name
+    for name in ("vit_tiny_r_s16_p8_224", "vit_small_r26_s32_224"):  # built, not only counted
+        model = create_model(name)
+        assert sum(int(np.prod(parameter.shape)) for parameter in model.parameters()) == TIMM_PARAMETERS[name]
+
+
+def test_hybrid_macs_match_paddle_flops(paddle_flops_with_numpy2):
+    """The analytic count (ViTConfig.count_macs, the backbone's convolutions included) against
+    paddle.flops, which counts each layer from its output; our StdConv2D and Linear are taught to
+    it as Conv2D and Linear, the attention products are counted from the Softmax output."""
+    import paddle.nn as nn
+
+    from paddle_vit.models.linear import Linear
+
+    model = ViT(**dict(TOY, backbone_layers=[1, 1], num_classes=10, fused_attention=False))
+
+    def count_conv(layer, inputs, output):
+        layer.total_ops += int(output.numel() * int(np.prod(layer.weight.shape[1:])))
+
+    def count_linear(layer, inputs, output):
+        layer.total_ops += int(layer.weight.shape[0] * output.numel())
+
+    def count_attention_products(layer, inputs, output):
+        layer.total_ops += int(2 * output.numel() * 32 // 4)
+
+    def no_macs(layer, inputs, output):
+        layer.total_ops += 0
+
+    counted = paddle.flops(model, [1, 3, 32, 32], print_detail=False, custom_ops={
+        StdConv2D: count_conv, Linear: count_linear, nn.Softmax: count_attention_products, nn.GroupNorm: no_macs,
+        nn.ReLU: no_macs})
+    assert counted == model.config.count_macs() + model.config.num_patches * 32  # + the patch projection's bias
+
+
+# ---- checkpoints, each computed as its own code computes it -----------------------------------
+
+def logits(model, references, case):
+    with paddle.no_grad():
+        return model(paddle.to_tensor(references[f"{case}/input"])).numpy()
+
+
+@pytest.mark.parametrize("case,name", [("timm_hybrid_stem", "vit_tiny_r_s16_p8_224"),
+                                       ("timm_hybrid_stage", "vit_base_r50_s16_224"),
+                                       ("timm_hybrid_resample", "vit_base_r50_s16_224")])
+def test_timm_hybrid_matches_timm_logits(case, name):
+    config = TIMM_CASES[case]
+    model = create_model(name, pretrained=fixture(f"{config.get('weights', case)}.safetensors"),
+                         **dict(TOY, image_size=config["image_size"], backbone_layers=config["backbone_layers"],
+                                mlp_ratio=4)).eval()
+    assert model.config.backbone_style == "timm" and model.load_report.format == "timm"
+    assert np.abs(logits(model, TIMM, case) - TIMM[f"{case}/logits"]).max() < TOLERANCE
+    if case == "timm_hybrid_resample":
+        assert model.load_report.resampled[0][1:] == ((4, 4), (6, 6))
+
+
+def test_jax_hybrid_in_the_released_layout_matches_vit_jax():
+    options = dict(TOY, mlp_ratio=2, backbone_layers=[1])
+    model = create_model("vit_base_r50_s16_224", pretrained=fixture("jax_hybrid_released.npz"), **options).eval()
+    assert (model.config.backbone_style, model.config.gelu) == ("jax", "tanh")
+    assert np.abs(logits(model, JAX, "jax_hybrid") - JAX["jax_hybrid/logits"]).max() < TOLERANCE
+    # timm's standardisation and GroupNorm epsilon are not vit_jax's: the same file computes otherwise
+    timm_style = create_model("vit_base_r50_s16_224", pretrained=fixture("jax_hybrid_released.npz"),
+                              backbone_style="timm", **options).eval()
+    assert np.abs(logits(timm_style, JAX, "jax_hybrid") - JAX["jax_hybrid/logits"]).max() > 100 * TOLERANCE
+
+
+def test_a_hybrid_file_into_a_plain_model_names_the_hybrids():
+    with pytest.raises(WeightsError, match=r"implies backbone_layers=\[1\].*hybrid ResNet \+ ViT checkpoint.*vit_base_r50"):
+        create_model("vit_tiny_patch16_224", pretrained=fixture("timm_hybrid_stage.safetensors"),
+                     **dict(TOY, mlp_ratio=4))
+    with pytest.raises(WeightsError, match="implies backbone_layers=None.*plain ViT checkpoint"):
+        load_pretrained(ViT(**dict(TOY, mlp_ratio=4, num_classes=10, backbone_layers=[])),
+                        fixture("timm_vit_cls.safetensors"))
+
+
+def test_a_timm_hybrid_into_a_jax_style_model_is_refused_unless_chosen():
+    model = ViT(**dict(TOY, mlp_ratio=4, num_classes=10, backbone_layers=[1], backbone_style="jax"))
+    with pytest.raises(WeightsError, match="implies backbone_style='timm'"):
+        load_pretrained(model, fixture("timm_hybrid_stage.safetensors"))
+    report = load_pretrained(model, fixture("timm_hybrid_stage.safetensors"), explicit={"backbone_style"})
+    assert report.overridden["backbone_style"][:2] == ("jax", "timm")
+
+
+# ---- the rest of the ViT is unchanged -----------------------------------------------------------
+
+@pytest.mark.parametrize("pool", ["cls", "mean", "walkthrough"])
+@pytest.mark.parametrize("position_embedding", ["learned", "learned_2d", "sincos_2d", "none"])
+def test_every_pool_and_position_embedding_with_a_hybrid(pool, position_embedding):
+    model = ViT(**dict(TOY, backbone_layers=[], num_classes=3, pool=pool, position_embedding=position_embedding))
+    x = paddle.randn([2, 3, 32, 32])
+    assert model.forward_features(x).shape == [2, 17, 32]
+    maps = model.get_attention_maps(x)
+    assert len(maps) == 2 and maps[0].shape == [2, 4, 17, 17]
+    model(x).mean().backward()
+
+
+def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
+    import importlib.util
+
+    from paddle_vit.config import DataConfig
+    from paddle_vit.export import export_classifier
+    from paddle_vit.inference import InferenceModel
+    from paddle_vit.predict import Classifier, Preprocess
+
+    model = create_model("vit_base_r50_s16_224", pretrained=fixture("jax_hybrid_released.npz"),
+                         **dict(TOY, mlp_ratio=2, backbone_layers=[1])).eval()
+    batch = JAX["jax_hybrid/input"]
+    formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") else ("paddle",)
+    export_classifier(Classifier(model, Preprocess.from_config(DataConfig(), 32), None, "hybrid"), tmp_path / "x",
+                      formats=formats)
+    for backend in ("paddle", "onnxruntime")[:len(formats)]:
+        outputs = InferenceModel(tmp_path / "x", backend=backend).outputs(batch)
+        np.testing.assert_allclose(outputs, JAX["jax_hybrid/logits"], atol=TOLERANCE, rtol=0, err_msg=backend)
+
+
+def test_hybrid_figures_read_the_stem_filters_and_token_pixels():
+    from paddle_vit import viz
+
+    model = ViT(**dict(TOY, backbone_layers=[], num_classes=3))
+    assert model.patch_embed.token_pixels == 8  # stride 4 x 2x2 patches
+    figure, numbers = viz.embedding_filters_figure(model)
+    assert numbers["components"].shape[1:] == (3, 7, 7)  # the ResNet stem's RGB filters
+    _, distance = viz.attention_distance_figure(model, np.random.default_rng(0).standard_normal((2, 3, 32, 32)))
+    assert distance["distance"].shape == (2, 4) and distance["distance"].max() <= 32 * np.sqrt(2)
