@@ -24,6 +24,10 @@ class DataConfig:
     root: the ImageFolder root (holding train/ and val/), or the CIFAR archive
         (cifar-10-python.tar.gz / cifar-100-python.tar.gz); None downloads CIFAR.
     val_fraction, split_seed: the fixed train/val split of the digits.
+    train_fraction: train on this stratified fraction of the training split (every class kept
+        in proportion, at least one image each; a smaller fraction is a subset of a larger one;
+        drawn by data.split_seed and train.seed, the validation split unchanged): the data-size
+        experiment of paper Section 4.3.
     synthetic_train_size, synthetic_val_size, synthetic_classes: the synthetic set.
     num_workers: DataLoader worker processes (0 loads in the main process).
     mean, std: normalisation; 0.5/0.5 is what the ViT checkpoints expect, ImageNet's
@@ -45,6 +49,7 @@ class DataConfig:
     root: Optional[str] = None
     val_fraction: float = 0.2
     split_seed: int = 0
+    train_fraction: float = 1.0
     synthetic_train_size: int = 64
     synthetic_val_size: int = 32
     synthetic_classes: int = 4
@@ -405,6 +410,8 @@ def validate(config):
     if data.dataset == "imagefolder" and not data.root:
         raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
     _fraction("data.val_fraction", data.val_fraction)
+    if not 0.0 < data.train_fraction <= 1.0:
+        raise ConfigError(f"data.train_fraction must be in (0, 1], got {data.train_fraction!r}")
     if data.dataset == "digits":
         _at_least("data.val_fraction", data.val_fraction, 0.0, exclusive=True)
     for key in ("synthetic_train_size", "synthetic_val_size"):

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from paddle_vit import ConfigError, DataError
-from paddle_vit.config import DataConfig
+from paddle_vit.config import DataConfig, load_config
 from paddle_vit.data import (MixupCutmix, ResumableBatchSampler, batch_rng, build_dataloader, build_datasets,
                              build_transforms, one_hot_smoothed, sample_rng)
 from paddle_vit.data.imagefolder import decode_image
@@ -55,6 +55,26 @@ def test_digits_split_is_stratified_and_the_same_on_every_build(digits):
     np.testing.assert_array_equal(train.source.indices, again_train.source.indices)
     _, other_val, _ = build_datasets(config(dataset="digits", val_fraction=0.2, split_seed=4), 16)
     assert not np.array_equal(val.source.indices, other_val.source.indices)
+
+
+def test_train_fraction_is_a_stratified_nested_subset_drawn_per_seed(digits):
+    full, val, _ = build_datasets(config(dataset="digits"), 16)
+    counts = np.bincount(full.labels, minlength=10)
+
+    def kept(fraction, seed):
+        train, subset_val, _ = build_datasets(config(dataset="digits", train_fraction=fraction), 16, seed=seed)
+        np.testing.assert_array_equal(subset_val.source.indices, val.source.indices)  # validation unchanged
+        return train
+
+    tenth = kept(0.1, seed=0)
+    assert np.array_equal(np.bincount(tenth.labels, minlength=10), [max(1, round(c * 0.1)) for c in counts])
+    originals = lambda subset: set(subset.source.source.indices[subset.source.indices])  # noqa: E731
+    assert originals(tenth) < originals(kept(0.5, seed=0))  # a smaller fraction is part of a larger one
+    assert originals(tenth) != originals(kept(0.1, seed=1))  # another seed draws another subset
+    image, label = tenth[0]
+    assert label == tenth.labels[0] and image.shape == (3, 16, 16)
+    with pytest.raises(ConfigError, match=r"data.train_fraction must be in \(0, 1\]"):
+        load_config(overrides=["data.train_fraction=0"])
 
 
 def test_digits_images_are_normalised_and_match_a_hand_resized_digit(digits):

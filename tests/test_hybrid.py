@@ -280,3 +280,59 @@ def test_hybrid_figures_read_the_stem_filters_and_token_pixels():
     assert numbers["components"].shape[1:] == (3, 7, 7)  # the ResNet stem's RGB filters
     _, distance = viz.attention_distance_figure(model, np.random.default_rng(0).standard_normal((2, 3, 32, 32)))
     assert distance["distance"].shape == (2, 4) and distance["distance"].max() <= 32 * np.sqrt(2)
+
+
+# ---- the data-size experiment's three families (notebooks/03, tools/data_size_experiment.py) ---
+
+def test_the_three_families_are_configs_of_one_model_of_about_the_same_size(tmp_path):
+    from paddle_vit import experiments
+
+    sizes = {}
+    for family in experiments.FAMILIES:
+        config = experiments.experiment_config(family, 1.0, 0, str(tmp_path))
+        model = ViT(create_model_config(config))
+        sizes[family] = sum(int(np.prod(parameter.shape)) for parameter in model.parameters())
+        assert model.config.token_grid() == (4, 4) and model.config.pool == "mean"
+    assert (experiments.experiment_config("ResNet", 1.0, 0, str(tmp_path)).model.depth,
+            create_model_config(experiments.experiment_config("ViT", 1.0, 0, str(tmp_path))).is_hybrid) == (0, False)
+    assert max(sizes.values()) < 1.5 * min(sizes.values())
+    # the same number of optimizer steps whatever the fraction: 150 x 32 images over 143 or 1,438
+    assert [experiments.experiment_config("ViT", f, 0, str(tmp_path)).train.epochs for f in (0.1, 1.0)] == [34, 4]
+
+
+def create_model_config(config):
+    from paddle_vit.engine.builder import resolve_model_config
+    return resolve_model_config(config, num_classes=10)
+
+
+def test_the_experiment_runs_side_by_side_in_child_processes(tmp_path):
+    from paddle_vit import TrainingError, experiments
+
+    lines = []
+    results = experiments.run_data_size_experiment(
+        str(tmp_path), fractions=(0.1, 0.2), seeds=(0,), families=("ViT", "ResNet"), steps=2, workers=2,
+        progress=lambda *line: lines.append(line))
+    assert sorted((family, fraction) for family, fraction, *_ in lines) == [
+        ("ResNet", 0.1), ("ResNet", 0.2), ("ViT", 0.1), ("ViT", 0.2)]
+    assert results["train_images"] == [143, 287] and set(results["parameters"]) == {"ViT", "ResNet"}
+    assert all(0.0 <= accuracy <= 1.0 for rows in results["accuracy"].values() for row in rows for accuracy in row)
+    with pytest.raises(TrainingError, match="runs did not finish: KeyError: 'nope'"):
+        experiments.run_data_size_experiment(str(tmp_path), fractions=(0.1,), seeds=(0, 1), families=("nope",),
+                                             steps=2, workers=2)
+
+
+def test_the_predictor_of_a_hybrid_or_mean_pooled_model_prints_nothing(tmp_path):
+    """A traced `mean` makes Paddle Inference's oneDNN pass print "ReduceMeanCheckIfOneDNNSupport"
+    on stdout, once per op: into predict.py's predictions. The models trace none."""
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, paddle_vit\n"
+              "from paddle_vit.inference import predictor_for_model\n"
+              "for options in ({'backbone_layers': [1]}, {'pool': 'mean'}):\n"
+              "    model = paddle_vit.ViT(image_size=32, patch_size=2, embed_dim=32, depth=1, num_heads=4, **options)\n"
+              "    predictor_for_model(model.eval())(np.zeros((1, 3, 32, 32), 'float32'))\n"
+              "print('done')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["done"]

@@ -51,6 +51,10 @@ CASES = [
     ("PLSC in21k (head0)", "paddleclas", "plsc_vit_in21k/logits", "plsc_vit_in21k.pdparams", {}, None),
     ("PLSC finetune at 48 (bicubic)", "paddleclas", "plsc_vit_48/logits", "paddleclas_vit_base.pdparams",
      dict(image_size=48), ("resample=bicubic_antialias", dict(resample="bicubic_antialias"))),
+    ("timm hybrid (ResNet stage + ViT)", "timm", "timm_hybrid_stage/logits", "timm_hybrid_stage.safetensors",
+     dict(mlp_ratio=4, patch_size=2, backbone_layers=[1]), ("backbone_style=jax", dict(backbone_style="jax"))),
+    ("vit_jax hybrid, released layout", "jax", "jax_hybrid/logits", "jax_hybrid_released.npz",
+     dict(patch_size=2, backbone_layers=[1]), ("backbone_style=timm", dict(backbone_style="timm"))),
 ]
 
 
@@ -61,8 +65,8 @@ def difference(fixtures, references, key, source, overrides):
 
     options = dict(TOY, **overrides)
     resample = options.pop("resample", None)
-    model = create_model("vit_tiny_patch16_224", pretrained=os.path.join(fixtures, source), resample=resample,
-                         **options).eval()
+    name = "vit_base_r50_s16_224" if "backbone_layers" in options else "vit_tiny_patch16_224"
+    model = create_model(name, pretrained=os.path.join(fixtures, source), resample=resample, **options).eval()
     case = key.rsplit("/", 1)[0]
     with paddle.no_grad():
         ours = model(paddle.to_tensor(references[f"{case}/input"])).numpy()

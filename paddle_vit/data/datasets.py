@@ -17,7 +17,7 @@ from PIL import Image
 from ..errors import ConfigError, DataError, close_matches
 from .cifar import load_cifar
 from .imagefolder import build_imagefolder_sources
-from .rng import STREAM_SPLIT, STREAM_SYNTHETIC, keyed_rng, sample_rng
+from .rng import STREAM_SPLIT, STREAM_SUBSET, STREAM_SYNTHETIC, keyed_rng, sample_rng
 from .shared import SharedBytes
 from .transforms import build_transforms
 
@@ -90,6 +90,37 @@ def stratified_split(labels, val_fraction, split_seed):
     val = np.sort(np.concatenate(val))
     train = np.setdiff1d(np.arange(len(labels)), val)
     return train, val
+
+
+def stratified_subset(labels, fraction, split_seed, seed):
+    """Sorted indices of a stratified `fraction` of a split: the first max(1, round(n_c *
+    fraction)) of a permutation of every class c keyed by (`split_seed`, `seed`), so that a
+    smaller fraction is a subset of a larger one, as the paper's random subsets of JFT grow."""
+    rng = keyed_rng(STREAM_SUBSET, split_seed, seed)
+    kept = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        order = rng.permutation(len(members))
+        kept.append(members[order[:max(1, int(round(len(members) * fraction)))]])
+    return np.sort(np.concatenate(kept))
+
+
+class SubsetSource:
+    """The images `indices` of another source, in that order; labels and class names follow."""
+
+    def __init__(self, source, indices):
+        self.source, self.indices = source, np.asarray(indices)
+        self.labels = np.asarray(source.labels)[self.indices]
+        self.class_names = list(source.class_names)
+
+    def __len__(self):
+        return len(self.indices)
+
+    def load(self, index):
+        return self.source.load(int(self.indices[index]))
+
+    def __getattr__(self, name):  # num_bad_images and the like come from the source
+        return getattr(self.__dict__["source"], name)
 
 
 def digits_sources(val_fraction, split_seed):
@@ -243,6 +274,12 @@ def build_datasets(data_config, image_size, seed=0):
     train_transform = build_transforms(data_config, image_size, train=True)
     val_transform = build_transforms(data_config, image_size, train=False)
     train_source, val_source, class_names = build_sources(data_config, image_size)
+    if data_config.train_fraction < 1.0:
+        full = len(train_source)
+        train_source = SubsetSource(train_source, stratified_subset(train_source.labels, data_config.train_fraction,
+                                                                    data_config.split_seed, seed))
+        logger.info("data.train_fraction %g: %d of the %d training images, stratified", data_config.train_fraction,
+                    len(train_source), full)
     logger.info("data %s: %d train / %d val images, %d classes", data_config.dataset,
                 len(train_source), len(val_source), len(class_names))
     return (AugmentedDataset(train_source, train_transform, image_size, seed),

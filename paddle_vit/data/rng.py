@@ -15,6 +15,7 @@ STREAM_SHUFFLE = 2  # the order of an epoch
 STREAM_BATCH = 3  # per-batch mixup / cutmix
 STREAM_SPLIT = 4  # the fixed train/val split of the digits
 STREAM_SYNTHETIC = 5  # the synthetic images
+STREAM_SUBSET = 6  # the training subset of data.train_fraction
 
 
 def keyed_rng(stream, *keys):

@@ -25,6 +25,8 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from .functional import mean_over
+
 # style -> (weight standardisation: epsilon, whether it goes inside the square root; GroupNorm epsilon)
 STYLES = {"timm": dict(std_epsilon=1e-8, epsilon_in_sqrt=True, group_norm_epsilon=1e-5),
           "jax": dict(std_epsilon=1e-5, epsilon_in_sqrt=False, group_norm_epsilon=1e-6)}
@@ -52,9 +54,8 @@ class StdConv2D(nn.Conv2D):
 
     def standardized_weight(self):
         weight = self.weight  # [O, I, kh, kw]
-        mean = weight.mean(axis=[1, 2, 3], keepdim=True)  # [O, 1, 1, 1]
-        centred = weight - mean
-        variance = (centred * centred).mean(axis=[1, 2, 3], keepdim=True)  # biased, as both codes
+        centred = weight - mean_over(weight, [1, 2, 3])  # [O, I, kh, kw] - [O, 1, 1, 1]
+        variance = mean_over(centred * centred, [1, 2, 3])  # [O, 1, 1, 1], biased, as both codes
         if self.epsilon_in_sqrt:
             return centred / paddle.sqrt(variance + self.std_epsilon)
         return centred / (paddle.sqrt(variance) + self.std_epsilon)
@@ -73,10 +74,9 @@ class GroupNorm(nn.GroupNorm):
         if paddle.in_dynamic_mode():
             return super().forward(x)
         batch, channels, rows, cols = x.shape
-        groups = x.reshape([0, self._num_groups, -1])  # [B, G, C/G * H * W]
-        mean = groups.mean(axis=-1, keepdim=True)
-        centred = groups - mean
-        variance = (centred * centred).mean(axis=-1, keepdim=True)
+        groups = x.reshape([0, self._num_groups, channels // self._num_groups * rows * cols])  # [B, G, C/G * H * W]
+        centred = groups - mean_over(groups, [2])  # [B, G, C/G * H * W] - [B, G, 1]
+        variance = mean_over(centred * centred, [2])  # [B, G, 1]
         normalised = (centred / paddle.sqrt(variance + self._epsilon)).reshape([0, channels, rows, cols])
         return normalised * self.weight.reshape([1, -1, 1, 1]) + self.bias.reshape([1, -1, 1, 1])
 

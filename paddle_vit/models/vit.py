@@ -8,6 +8,7 @@ import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
+from .functional import mean_over
 from .linear import Linear
 from .patch_embed import POSITION_EMBEDDINGS, HybridEmbedding, PatchEmbedding, grid_size
 from .resnet import (STAGE_CHANNELS, STYLES, ResNetV2, StdConv2D, backbone_channels, backbone_feature_size,
@@ -27,7 +28,9 @@ class ViTConfig:
         in_channels: image channels.
         num_classes: size of the classification head; 0 leaves the head out.
         embed_dim: token width D ("Hidden size D", paper Table 1).
-        depth: number of encoder layers ("Layers").
+        depth: number of encoder layers ("Layers"); 0 leaves the Transformer out, which with a
+            hybrid's backbone and pool="mean" is the paper's third family, the ResNet alone
+            (global average pooling, LayerNorm and the head on its feature map).
         num_heads: attention heads ("Heads").
         mlp_ratio: MLP hidden width / D ("MLP size" = 4 D).
         qkv_bias: bias in the q/k/v projection.
@@ -95,10 +98,12 @@ class ViTConfig:
 
     def validate(self):
         """Raise ConfigError for a model that cannot be built."""
-        for name in ("image_size", "patch_size", "in_channels", "embed_dim", "depth", "num_heads"):
+        for name in ("image_size", "patch_size", "in_channels", "embed_dim", "num_heads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.depth, int) or isinstance(self.depth, bool) or self.depth < 0:
+            raise ConfigError(f"model.depth must be an integer >= 0 (0: no Transformer layer), got {self.depth!r}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
             raise ConfigError(f"model.num_classes must be an integer >= 0, got {self.num_classes!r}")
         for name in ("dropout", "attention_dropout", "drop_path"):
@@ -254,7 +259,7 @@ class ViT(nn.Layer):
         if pool == "cls":
             return x[:, 0]  # the class token (paper Eq. 4)
         if pool == "mean":
-            return self.fc_norm(x[:, 1:].mean(axis=1))  # patch tokens only, then LayerNorm
+            return self.fc_norm(mean_over(x[:, 1:], [1]).squeeze(1))  # patch tokens only, then LayerNorm
         x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
         x = self.avgpool(x)  # [B, D, 1]
         return x.flatten(1)  # [B, D]

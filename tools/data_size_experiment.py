@@ -1,0 +1,72 @@
+"""The paper's data-size experiment in miniature: ViT, hybrid and ResNet on growing fractions of
+the digits (paper Section 4.3, Figures 3-4; notebooks/03_data_size_and_inductive_bias.ipynb).
+
+    python tools/data_size_experiment.py --out docs/images [--fractions 0.1 0.25 0.5 1] [--seeds 0 1 2]
+
+Writes data_size_experiment.png and data_size_experiment.json into --out and prints a table of
+validation top-1 (mean +- std over the seeds) per family and training-set size.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
+from paddle_vit.errors import ConfigError  # noqa: E402
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of every run (default 150)")
+    parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or any(not 0 < fraction <= 1 for fraction in args.fractions):
+        raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out} is a file; expected a folder")
+
+    import logging
+    import tempfile
+
+    import paddle
+
+    from paddle_vit.experiments import data_size_figure, run_data_size_experiment
+    from paddle_vit.fileio import atomic_write
+
+    setup_logging()
+    logging.getLogger("paddle_vit").setLevel(logging.WARNING)
+    paddle.set_device("cpu")
+    with tempfile.TemporaryDirectory(prefix="data_size_") as work:
+        results = run_data_size_experiment(
+            work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
+            progress=lambda family, fraction, seed, accuracy, seconds: print(
+                f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f} ({seconds:.1f} s)", flush=True))
+    os.makedirs(args.out, exist_ok=True)
+    png = os.path.join(args.out, "data_size_experiment.png")
+    atomic_write(png, lambda temporary: data_size_figure(results).savefig(temporary, dpi=110, format="png"))
+
+    def write_json(temporary):
+        with open(temporary, "w") as stream:
+            json.dump(results, stream, indent=1)
+    atomic_write(os.path.join(args.out, "data_size_experiment.json"), write_json)
+
+    import numpy as np
+    print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")
+    print("|---|---|" + "---|" * len(results["train_images"]))
+    for family, rows in results["accuracy"].items():
+        cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
+        print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
+    print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
