@@ -396,7 +396,7 @@ def validate(config):
 
     model = config.model
     try:
-        get_model_config(model.name, **model.vit_overrides()).replace(
+        vit = get_model_config(model.name, **model.vit_overrides()).replace(
             num_classes=model.num_classes if model.num_classes is not None else 10).validate()
     except ConfigError as error:
         message = str(error)
@@ -473,5 +473,8 @@ def validate(config):
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)
     _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
+    if config.eval.attention_map_interval and vit.depth == 0:
+        raise ConfigError("eval.attention_map_interval draws the attention of the encoder layers, and model.depth is 0 "
+                          "(no Transformer): set eval.attention_map_interval=0")
     _choice("eval.engine", config.eval.engine, EVAL_ENGINES)
     return config

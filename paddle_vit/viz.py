@@ -529,6 +529,8 @@ def write_figures(model, images, mean, std, out_dir, titles=None, max_rows=8, dp
 
     Returns ({name: png path}, {name: figure numbers}, {name: figure}) keyed by `FIGURE_NAMES`.
     """
+    if model.config.depth == 0:
+        raise ConfigError("the model has no Transformer layer (model.depth 0): there is no attention to draw")
     figures, numbers = {}, {}
     figures["attention_maps"], numbers["attention_maps"] = attention_figure(
         model, images[:max_rows], mean, std, titles[:max_rows] if titles else None)

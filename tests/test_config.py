@@ -34,6 +34,11 @@ def test_override_values_are_yaml_scalars_not_code(tmp_path):
         load_config(overrides=["train.output_dir=[__import__('os')]"])
 
 
+def test_attention_maps_of_a_model_without_attention_are_refused():
+    with pytest.raises(ConfigError, match="eval.attention_map_interval draws the attention.*model.depth is 0"):
+        load_config(overrides=["model.depth=0", "eval.attention_map_interval=1"])
+
+
 def test_the_options_of_other_codes_are_model_keys():
     config = load_config(overrides=["model.layer_norm_epsilon=1e-12", "model.gelu=tanh", "model.qk_scale=0.036"])
     assert config.model.vit_overrides() == {"layer_norm_epsilon": 1e-12, "gelu": "tanh", "qk_scale": 0.036}
@@ -69,6 +74,10 @@ def test_integer_given_for_float_is_accepted_but_not_the_reverse():
     ("model.layer_norm_epsilon=.inf", "model.layer_norm_epsilon must be a finite number > 0"),
     ("model.qk_scale=0", "model.qk_scale must be a finite number > 0"),
     ("model.pretrained_resample=nearest", "model.pretrained_resample must be one of bicubic_antialias"),
+    ("model.depth=-1", "model.depth must be an integer >= 0"),
+    ("data.train_fraction=1.5", "data.train_fraction must be in (0, 1]"),
+    ("model.backbone_layers=[0]", "model.backbone_layers must be null (no ResNet) or a list of at most 4"),
+    ("model.backbone_style=torch", "model.backbone_style must be one of timm, jax"),
     ("train.epochs", "has no '='"),
     ("epochs=3", "must name section.key"),
 ])

@@ -271,6 +271,14 @@ def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
         np.testing.assert_allclose(outputs, JAX["jax_hybrid/logits"], atol=TOLERANCE, rtol=0, err_msg=backend)
 
 
+def test_the_figures_of_a_model_without_a_transformer_are_refused(tmp_path):
+    from paddle_vit import ConfigError, viz
+
+    model = ViT(**dict(TOY, backbone_layers=[], depth=0, pool="mean", num_classes=3))
+    with pytest.raises(ConfigError, match="no Transformer layer"):
+        viz.write_figures(model, np.zeros((1, 3, 32, 32), "float32"), [0.5] * 3, [0.5] * 3, str(tmp_path))
+
+
 def test_hybrid_figures_read_the_stem_filters_and_token_pixels():
     from paddle_vit import viz
 

@@ -133,6 +133,8 @@ class ViTConfig:
         if self.embed_dim % self.num_heads != 0:
             raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
                               f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
+        if self.backbone_style not in STYLES:
+            raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
         if self.is_hybrid:
             self._validate_backbone()
         self.token_grid()
@@ -146,8 +148,6 @@ class ViTConfig:
                               f"{len(STAGE_CHANNELS)} positive unit counts such as [3, 4, 9], got {layers!r}")
         if not isinstance(self.backbone_width, int) or isinstance(self.backbone_width, bool) or self.backbone_width < 1:
             raise ConfigError(f"model.backbone_width must be a positive integer, got {self.backbone_width!r}")
-        if self.backbone_style not in STYLES:
-            raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
 
     @property
     def is_hybrid(self):
