@@ -230,8 +230,8 @@ class PaddleSubject:
 
     def _setup_predictor(self, model, dtype):
         """Run the model as tools/eval.py and tools/predict.py run an export: traced once and
-        loaded by `paddle_vit.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn` is off)."""
-        from .inference import InferenceOptions, predictor_for_model
+        loaded by `paddle_vit.deploy.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn` is off)."""
+        from .deploy.inference import InferenceOptions, predictor_for_model
 
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
                                    cpu_threads=self.settings.resolved_threads())

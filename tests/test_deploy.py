@@ -23,11 +23,11 @@ from paddle_vit.config import DataConfig, load_config
 from paddle_vit.data.imagefolder import decode_image
 from paddle_vit.data.transforms import build_transforms
 from paddle_vit.engine.trainer import Trainer
-from paddle_vit.export import export_classifier
-from paddle_vit.inference import InferenceModel, find_paddle_model
-from paddle_vit.predict import load_classifier, softmax
+from paddle_vit.deploy.export import export_classifier
+from paddle_vit.deploy.inference import InferenceModel, find_paddle_model
+from paddle_vit.deploy.predict import load_classifier, softmax
 
-from repo_paths import TOOLS, load_tool
+from repo_paths import REPO, TOOLS, load_tool
 
 SMALL_MODEL = {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2}
 MODEL_FLAGS = ["--model", "vit_walkthrough"] + [arg for key, value in SMALL_MODEL.items() if key != "name"
@@ -184,7 +184,7 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
     logits, which differ from the same weights computed with the defaults."""
     from paddle_vit.config import DataConfig
-    from paddle_vit.predict import Classifier, Preprocess
+    from paddle_vit.deploy.predict import Classifier, Preprocess
 
     options = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
     paddle.seed(5)
@@ -215,7 +215,7 @@ def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
     child process, so the caller gets an ExportError and lives on."""
     paddle2onnx = pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: "
                                                             "pip install -e '.[onnx]'")
-    from paddle_vit.export import ExportError, _write_onnx
+    from paddle_vit.deploy.export import ExportError, _write_onnx
     (tmp_path / "inference.json").write_text('{"base_code": {"magic": "pir"}, "program": {}}')
     (tmp_path / "inference.pdiparams").write_bytes(b"")
     with pytest.raises(ExportError, match="paddle2onnx .* could not convert the model"):
@@ -366,3 +366,14 @@ def test_command_line_error_has_no_traceback(images, tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"error: weights file {tmp_path / 'missing.pdparams'} does not exist"]
+
+
+def test_the_deploy_package_never_imports_the_engines_trainer_or_evaluator():
+    """The engine may use deploy (eval.py's predictor), never the reverse: no import circle."""
+    script = ("import sys\n"
+              "import paddle_vit.deploy.predict, paddle_vit.deploy.inference, paddle_vit.deploy.export\n"
+              "print(sorted(name for name in sys.modules if name in ('paddle_vit.engine.trainer', "
+              "'paddle_vit.engine.evaluator')))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"

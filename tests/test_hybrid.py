@@ -256,9 +256,9 @@ def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
     import importlib.util
 
     from paddle_vit.config import DataConfig
-    from paddle_vit.export import export_classifier
-    from paddle_vit.inference import InferenceModel
-    from paddle_vit.predict import Classifier, Preprocess
+    from paddle_vit.deploy.export import export_classifier
+    from paddle_vit.deploy.inference import InferenceModel
+    from paddle_vit.deploy.predict import Classifier, Preprocess
 
     model = create_model("vit_base_r50_s16_224", pretrained=fixture("jax_hybrid_released.npz"),
                          **dict(TOY, mlp_ratio=2, backbone_layers=[1])).eval()
@@ -336,7 +336,7 @@ def test_the_predictor_of_a_hybrid_or_mean_pooled_model_prints_nothing(tmp_path)
     import sys
 
     script = ("import numpy as np, paddle_vit\n"
-              "from paddle_vit.inference import predictor_for_model\n"
+              "from paddle_vit.deploy.inference import predictor_for_model\n"
               "for options in ({'backbone_layers': [1]}, {'pool': 'mean'}):\n"
               "    model = paddle_vit.ViT(image_size=32, patch_size=2, embed_dim=32, depth=1, num_heads=4, **options)\n"
               "    predictor_for_model(model.eval())(np.zeros((1, 3, 32, 32), 'float32'))\n"

@@ -48,8 +48,8 @@ def export(argv):
     setup_logging()
     import paddle
 
-    from paddle_vit.export import export_classifier, import_paddle2onnx
-    from paddle_vit.predict import load_classifier
+    from paddle_vit.deploy.export import export_classifier, import_paddle2onnx
+    from paddle_vit.deploy.predict import load_classifier
 
     formats = args.format or ["paddle"]
     if "onnx" in formats:

@@ -128,18 +128,18 @@ def predict(argv):
     setup_stderr_logging()
     check_arguments(args)
 
-    from paddle_vit.predict import check_class_names, format_json, format_text, list_images, predict_files, read_labels
+    from paddle_vit.deploy.predict import check_class_names, format_json, format_text, list_images, predict_files, read_labels
 
     paths = list_images(args.inputs)
     if args.weights:
-        from paddle_vit.predict import load_classifier
+        from paddle_vit.deploy.predict import load_classifier
         select_device(args.device)
         predictor = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
                                     labels=args.labels)
         transform, class_names = predictor.preprocess.transform(), predictor.class_names
     else:
         from paddle_vit.engine.device import gpu_available
-        from paddle_vit.inference import InferenceModel, InferenceOptions
+        from paddle_vit.deploy.inference import InferenceModel, InferenceOptions
         device = "gpu" if args.device == "gpu" or (args.device == "auto" and gpu_available()) else "cpu"
         options = InferenceOptions(device=device, mkldnn=not args.no_mkldnn, cpu_threads=args.cpu_threads,
                                    tensorrt=args.tensorrt, precision=args.precision)

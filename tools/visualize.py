@@ -33,7 +33,7 @@ def main(argv):
 
     from paddle_vit import viz
     from paddle_vit.config import load_config
-    from paddle_vit.predict import model_for_weights
+    from paddle_vit.deploy.predict import model_for_weights
     from paddle_vit.engine.device import select_device
 
     setup_logging()

@@ -82,3 +82,36 @@ def build_model_for_weights(config, weights):
                            f"had to be re-initialised ({report.notes[0] if report.notes else 'another class count'}); "
                            f"evaluate with the config it was trained with")
     return model
+
+
+def weights_source(path, use_ema=False):
+    """What evaluation loads for `path`: the path itself, or with `use_ema` the EMA weights of
+    a training checkpoint (.pdckpt), with the model config and class names it records."""
+    from ..errors import WeightsError
+    from .checkpoint import load_checkpoint
+
+    if not use_ema:
+        return path
+    if not str(path).endswith(".pdckpt"):
+        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
+                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+    checkpoint = load_checkpoint(path)
+    ema = checkpoint.get("ema")
+    if ema is None:
+        raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
+    return {"model": {name: value.numpy() for name, value in ema.items()},
+            "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
+
+
+def model_for_evaluation(config, path, use_ema=False, num_classes=None):
+    """The model `config` describes, built for and loaded with the weights at `path` (see
+    `builder.build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
+    must be the head's."""
+    from ..errors import WeightsError
+
+    model = build_model_for_weights(config, weights_source(path, use_ema))
+    if num_classes is not None and model.config.num_classes != num_classes:
+        raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
+                           f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
+    model.eval()
+    return model

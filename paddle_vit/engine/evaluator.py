@@ -100,42 +100,8 @@ def save_confusion_matrix_png(confusion, class_names, path):
     plt.close(figure)
 
 
-def weights_source(path, use_ema=False):
-    """What evaluation loads for `path`: the path itself, or with `use_ema` the EMA weights of
-    a training checkpoint (.pdckpt), with the model config and class names it records."""
-    from ..errors import WeightsError
-    from .checkpoint import load_checkpoint
-
-    if not use_ema:
-        return path
-    if not str(path).endswith(".pdckpt"):
-        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
-                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
-    checkpoint = load_checkpoint(path)
-    ema = checkpoint.get("ema")
-    if ema is None:
-        raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
-    return {"model": {name: value.numpy() for name, value in ema.items()},
-            "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
-
-
-def model_for_evaluation(config, path, use_ema=False, num_classes=None):
-    """The model `config` describes, built for and loaded with the weights at `path` (see
-    `builder.build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
-    must be the head's."""
-    from ..errors import WeightsError
-    from .builder import build_model_for_weights
-
-    model = build_model_for_weights(config, weights_source(path, use_ema))
-    if num_classes is not None and model.config.num_classes != num_classes:
-        raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
-                           f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
-    model.eval()
-    return model
-
-
 class PredictorModel:
-    """A `paddle_vit.inference.PaddleRunner` with the calling convention of a model in eval
+    """A `paddle_vit.deploy.inference.PaddleRunner` with the calling convention of a model in eval
     mode: images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor)."""
 
     def __init__(self, runner):
@@ -154,7 +120,7 @@ def model_for_engine(model, engine):
     if engine == "to_static":
         return paddle.jit.to_static(model, full_graph=True)
     if engine == "predictor":
-        from ..inference import predictor_for_model
+        from ..deploy.inference import predictor_for_model
 
         return PredictorModel(predictor_for_model(model))
     return model
@@ -164,7 +130,7 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
     (plus `class_names`)."""
     from ..data import build_dataloader, build_datasets
-    from .builder import resolve_model_config
+    from .builder import model_for_evaluation, resolve_model_config
     from .device import init_distributed, select_device
 
     select_device(config.train.device)

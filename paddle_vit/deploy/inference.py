@@ -1,8 +1,8 @@
-"""Run an exported model (`paddle_vit.export`) without the model's Python code.
+"""Run an exported model (`paddle_vit.deploy.export`) without the model's Python code.
 
 ``InferenceModel(directory)`` reads ``preprocess.json`` and the network it names, and maps a
 float32 [B, 3, S, S] batch, preprocessed by ``model.transform``, to [B, K] class
-probabilities, exactly as the dynamic model does (`paddle_vit.predict.Classifier`).
+probabilities, exactly as the dynamic model does (`paddle_vit.deploy.predict.Classifier`).
 
 Backends:
 - "paddle": ``paddle.inference`` (Config, create_predictor) on the Paddle inference model.
@@ -22,8 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import ConfigError
-from .errors import ExportError
+from ..errors import ConfigError, ExportError
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, save_traced
 from .predict import Preprocess, check_class_names, softmax
 

@@ -1,7 +1,7 @@
 """Prediction: image files in, the top-k class names and probabilities out.
 
 What `tools/predict.py` shares between its two ways of running a model, the dynamic model
-built from weights (`load_classifier`) and an exported inference model (`paddle_vit.inference`):
+built from weights (`load_classifier`) and an exported inference model (`paddle_vit.deploy.inference`):
 
 - `Preprocess`: the eval transform of a recipe (resize or resize-shorter-side + centre crop per
   `eval_crop_pct`, mean, std, interpolation), written into an export's ``preprocess.json`` and
@@ -18,8 +18,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from .data.imagefolder import IMAGE_EXTENSIONS, decode_image
-from .errors import ConfigError, DataError, WeightsError
+from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image
+from ..errors import ConfigError, DataError, WeightsError
 
 logger = logging.getLogger("paddle_vit")
 
@@ -87,8 +87,8 @@ class Preprocess:
     def transform(self):
         """The eval transform `(pil_rgb_image, rng) -> float32 [3, S, S]`, the same object the
         training code builds for validation."""
-        from .config import DataConfig
-        from .data.transforms import build_transforms
+        from ..config import DataConfig
+        from ..data.transforms import build_transforms
         data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
                                  eval_crop_pct=self.eval_crop_pct)
         return build_transforms(data_config, self.image_size, train=False)
@@ -263,7 +263,7 @@ def model_for_weights(config, weights, use_ema=False):
     """The model `config` describes, built for and loaded with `weights` as tools/eval.py loads
     them, in eval mode: the class count and the options follow the weights unless the config
     sets them (`paddle_vit.create_model(name, pretrained=...)`), so no data set is needed."""
-    from .engine.evaluator import model_for_evaluation
+    from ..engine.builder import model_for_evaluation
 
     return model_for_evaluation(config, os.fspath(weights) if not isinstance(weights, dict) else weights, use_ema)
 
@@ -278,8 +278,8 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
     for ``-o``. A `model.num_classes` left null follows the weights' head. Class names come
     from the `labels` file, else from a .pdckpt, else none (the class index is printed).
     """
-    from .config import load_config
-    from .engine.checkpoint import load_checkpoint
+    from ..config import load_config
+    from ..engine.checkpoint import load_checkpoint
 
     weights = os.fspath(weights)
     if not os.path.exists(weights):
@@ -314,7 +314,7 @@ def predict_files(predictor, paths, transform, batch_size, top, class_names=None
     """Yield (path, top-k predictions) for every readable image of `paths`, batch by batch.
 
     `predictor` maps a float32 [B, 3, S, S] batch to [B, K] probabilities (a `Classifier` or a
-    `paddle_vit.inference.InferenceModel`).
+    `paddle_vit.deploy.inference.InferenceModel`).
     """
     for batch_paths, batch in iter_batches(paths, transform, batch_size, skipped):
         probabilities = predictor(batch)

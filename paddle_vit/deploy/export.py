@@ -6,11 +6,11 @@ The folder written by `export_classifier`:
 - ``inference.json`` + ``inference.pdiparams``: ``paddle.jit.save`` of the eval model with a
   dynamic batch, input ``image`` float32 [N, 3, S, S], output [N, K] logits (or probabilities
   with ``softmax=True``). Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3
-  with ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.inference` reads both);
+  with ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
 - ``model.onnx`` with ``formats`` including "onnx" (through paddle2onnx, an optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
-- ``preprocess.json``: the eval preprocessing (`paddle_vit.predict.Preprocess`), the class
+- ``preprocess.json``: the eval preprocessing (`paddle_vit.deploy.predict.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
 Everything is written to a hidden staging folder inside the target first and moved in at the
@@ -24,8 +24,8 @@ import shutil
 import sys
 import tempfile
 
-from .errors import ConfigError, ExportError
-from .fileio import atomic_write
+from ..errors import ConfigError, ExportError
+from ..fileio import atomic_write
 
 logger = logging.getLogger("paddle_vit")
 
@@ -148,7 +148,7 @@ def build_metadata(classifier, softmax, files):
     """The ``preprocess.json`` content of an export."""
     import paddle
 
-    from . import __version__
+    from .. import __version__
     config = classifier.model.config
     return {
         "format": EXPORT_FORMAT,
@@ -176,13 +176,13 @@ def _prepare(out_dir):
 
 
 def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=13):
-    """Export `classifier` (a `paddle_vit.predict.Classifier`) to the folder `out_dir`.
+    """Export `classifier` (a `paddle_vit.deploy.predict.Classifier`) to the folder `out_dir`.
 
     formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
     softmax: put a softmax on the output, so the model returns probabilities.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata").
     """
-    from .weights import save_weights
+    from ..weights import save_weights
 
     formats = list(dict.fromkeys(formats))
     unknown = [name for name in formats if name not in FORMATS]
