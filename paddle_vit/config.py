@@ -5,6 +5,7 @@ Every key has a default; a YAML file names only what differs. Values given with 
 parsed as YAML scalars (``-o train.epochs=3``, ``-o data.mean=[0.5,0.5,0.5]``), never ``eval``-ed.
 """
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -289,16 +290,45 @@ def load_config(path=None, overrides=(), data=None):
                 raise ConfigError(f"{where}: unknown key {section_name}.{key}"
                                   f"{close_matches(key, fields)}")
             setattr(section, key, _check_type(f"{section_name}.{key}", value, fields[key].type))
+    _expand_user_paths(config)
     validate(config)
     return config
 
 
+# the keys that name files or folders; "~" in them is the home folder, as a shell would read it
+PATH_KEYS = (("model", "pretrained"), ("data", "root"), ("train", "output_dir"), ("train", "resume"))
+
+
+def _expand_user_paths(config):
+    for section, key in PATH_KEYS:
+        value = getattr(getattr(config, section), key)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(getattr(config, section), key, os.path.expanduser(value))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not the last value."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise ConfigError(f"key {key!r} appears twice in one section (lines {seen[key] + 1} and "
+                                  f"{key_node.start_mark.line + 1}); YAML would silently keep the last")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path):
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path} does not exist")
+        raise ConfigError(f"config file {path} does not exist" if not os.path.exists(path)
+                          else f"config file {path} is not a regular file")
     try:
         with open(path, encoding="utf-8") as stream:
-            data = yaml.safe_load(stream)
+            data = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as error:
+        raise ConfigError(f"config file {path}: {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -351,7 +381,9 @@ def _check_type(key, value, annotation):
         inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)][0]
         try:
             return _check_type(key, value, inner)
-        except ConfigError:
+        except ConfigError as error:
+            if "finite" in str(error):  # the right type, not a usable value
+                raise
             raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}") from None
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
@@ -365,10 +397,12 @@ def _check_type(key, value, annotation):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
         if isinstance(value, str) and _YAML11_EXPONENT.fullmatch(value.strip()):
-            return float(value)  # PyYAML reads 1e-4 (no dot) as a string; it is a number
+            value = float(value)  # PyYAML reads 1e-4 (no dot) as a string; it is a number
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{key} must be a finite number, got {value!r}")
+            return float(value)
     elif annotation is str:
         if isinstance(value, str):
             return value
@@ -473,6 +507,9 @@ def validate(config):
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)
     _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
+    if vit.in_channels != 3:
+        raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
+                          f"RGBA and CMYK ones are converted): set model.in_channels: 3")
     if config.eval.attention_map_interval and vit.depth == 0:
         raise ConfigError("eval.attention_map_interval draws the attention of the encoder layers, and model.depth is 0 "
                           "(no Transformer): set eval.attention_map_interval=0")

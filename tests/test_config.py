@@ -34,6 +34,21 @@ def test_override_values_are_yaml_scalars_not_code(tmp_path):
         load_config(overrides=["train.output_dir=[__import__('os')]"])
 
 
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 2\n  batch_size: 4\n  epochs: 3\n")
+    with pytest.raises(ConfigError, match=r"key 'epochs' appears twice in one section \(lines 2 and 4\)"):
+        load_config(path)
+    path = write(tmp_path, "train: {epochs: 2}\nmodel: {depth: 2}\ntrain: {epochs: 3}\n", name="sections.yaml")
+    with pytest.raises(ConfigError, match="key 'train' appears twice"):
+        load_config(path)
+
+
+def test_home_folder_in_paths_is_expanded():
+    config = load_config(overrides=["train.output_dir=~/runs/x", "model.pretrained=~/w.npz"])
+    assert config.train.output_dir == os.path.expanduser("~/runs/x")
+    assert config.model.pretrained == os.path.expanduser("~/w.npz")
+
+
 def test_attention_maps_of_a_model_without_attention_are_refused():
     with pytest.raises(ConfigError, match="eval.attention_map_interval draws the attention.*model.depth is 0"):
         load_config(overrides=["model.depth=0", "eval.attention_map_interval=1"])
@@ -71,13 +86,18 @@ def test_integer_given_for_float_is_accepted_but_not_the_reverse():
     ("data.dataset=mnist", "data.dataset must be one of digits, imagefolder"),
     ("data.mean=[0.5, 0.5]", "data.mean must be a list of 3 numbers"),
     ("model.gelu=erf", "model.gelu must be one of exact, tanh"),
-    ("model.layer_norm_epsilon=.inf", "model.layer_norm_epsilon must be a finite number > 0"),
+    ("model.layer_norm_epsilon=.inf", "model.layer_norm_epsilon must be a finite number"),
     ("model.qk_scale=0", "model.qk_scale must be a finite number > 0"),
     ("model.pretrained_resample=nearest", "model.pretrained_resample must be one of bicubic_antialias"),
     ("model.depth=-1", "model.depth must be an integer >= 0"),
     ("data.train_fraction=1.5", "data.train_fraction must be in (0, 1]"),
     ("model.backbone_layers=[0]", "model.backbone_layers must be null (no ResNet) or a list of at most 4"),
     ("model.backbone_style=torch", "model.backbone_style must be one of timm, jax"),
+    ("schedule.warmup_epochs=.inf", "schedule.warmup_epochs must be a finite number, got inf"),
+    ("data.std=[0.5, .nan, 0.5]", "data.std must be a finite number, got nan"),
+    ("data.mixup_alpha=.inf", "data.mixup_alpha must be a finite number"),
+    ("model.layer_norm_epsilon=.nan", "model.layer_norm_epsilon must be a finite number"),
+    ("model.in_channels=1", "model.in_channels is 1 but every data set here gives RGB images"),
     ("train.epochs", "has no '='"),
     ("epochs=3", "must name section.key"),
 ])
