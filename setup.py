@@ -1,8 +1,12 @@
 """paddle-vit: the Vision Transformer in PaddlePaddle.
 
 Paddle itself is an extra so that the user picks the build: `pip install -e ".[cpu]"` for the
-CPU wheel, `pip install -e ".[gpu]"` for the CUDA one (see
-https://www.paddlepaddle.org.cn/install/quick for the wheel that matches your CUDA version).
+CPU wheel from PyPI. Paddle 3's CUDA wheels are not on PyPI (its paddlepaddle-gpu stops at
+2.6): install one from Paddle's own index first, then this package without the cpu extra
+(README, "On a GPU machine"):
+
+    python -m pip install paddlepaddle-gpu==3.3.1 -i https://www.paddlepaddle.org.cn/packages/stable/cu126/
+    pip install -e .
 """
 from setuptools import find_packages, setup
 
@@ -26,7 +30,6 @@ setup(
     ],
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],
-        "gpu": ["paddlepaddle-gpu>=3.0"],
         "onnx": ["paddle2onnx>=2.0", "onnxruntime"],  # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2)
         # the notebooks are executed by the tests, and the ONNX export is checked against onnxruntime
         "test": ["pytest", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime"],

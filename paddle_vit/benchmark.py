@@ -99,6 +99,9 @@ class BenchmarkSettings:
             raise ConfigError(f"--threads must be at least 1, got {self.threads}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ConfigError(f"--peak-tflops must be > 0, got {self.peak_tflops}")
+        if self.device == "cpu" and self.dtype != "fp32" and self.mode != "data":
+            raise ConfigError(f"--dtype {self.dtype} needs --device gpu: Paddle's CPU kernels have no {self.dtype} "
+                              f"convolution (the patch embedding); on CPU use --dtype fp32")
         if self.engine == "predictor" and self.mode != "infer":
             raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
         if self.mode == "data" and self.engine != "dynamic":
@@ -168,7 +171,10 @@ def _select_device(name):
     if name == "auto":
         name = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
     if name == "gpu" and not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
-        raise ConfigError("--device gpu but this Paddle has no CUDA or no GPU is visible; use --device cpu")
+        from .engine.device import GPU_INSTALL
+        why = (f"this Paddle has no CUDA ({GPU_INSTALL})" if not paddle.device.is_compiled_with_cuda()
+               else "no GPU is visible (check CUDA_VISIBLE_DEVICES and the driver)")
+        raise ConfigError(f"--device gpu but {why}; use --device cpu")
     place = "gpu:0" if name == "gpu" else "cpu"
     paddle.set_device(place)
     return place
@@ -252,6 +258,9 @@ class PaddleSubject:
                                               synthetic_train_size=max(data_config.synthetic_train_size, needed))
         self.data_config = data_config
         train_set, _, _ = build_datasets(data_config, self.vit_config.image_size, seed=settings.seed)
+        if len(train_set) < settings.batch_size:  # drop_last would leave no batch at all
+            raise ConfigError(f"--batch-size {settings.batch_size} is larger than the {len(train_set)} training images "
+                              f"of data set {data_config.dataset}; give at most {len(train_set)}")
         self.loader = build_dataloader(train_set, settings.batch_size, shuffle=True, drop_last=True,
                                        num_workers=settings.num_workers, seed=settings.seed, distributed=False)
         self.epoch, self.batches = 0, iter(self.loader)

@@ -58,9 +58,11 @@ def setup_logging(level=logging.INFO):
 def attach_log_file(path):
     """Also write the log to `path`, starting with the lines logged so far. Called once the run
     is known to be valid, so that a rejected config leaves no output folder behind."""
+    from .engine.logging_utils import LogFileHandler
+
     logger = logging.getLogger("paddle_vit")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    file_handler = logging.FileHandler(path)
+    file_handler = LogFileHandler(path)
     file_handler.setFormatter(_FORMATTER)
     for handler in [h for h in logger.handlers if isinstance(h, _KeepRecords)]:
         for record in handler.records:

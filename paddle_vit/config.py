@@ -163,10 +163,17 @@ class TrainConfig:
     amp: "none", "bf16" or "fp16"; amp_level "O1" (autocast) or "O2" (fp16/bf16 weights).
     ema: keep an exponential moving average of the weights with ema_decay.
     deterministic: seed every step so a stopped and resumed run equals an unbroken one.
-    output_dir: where checkpoints, logs, metrics.jsonl and vdl/ go; null: output/<config name>.
+    output_dir: the run folder (checkpoints, train.log, metrics.jsonl, vdl/); one that holds a run
+        already is refused unless resumed. null: a new output/<config name>/run-NNN for every run,
+        with output/<config name>/latest pointing at the newest.
     log_interval: steps between log lines; save_interval: epochs between kept checkpoints
         (0: only last and best); keep_last: how many of those to keep.
-    resume: null, "auto" (the newest valid checkpoint in output_dir) or a checkpoint path.
+    resume: null, "auto" (the newest valid checkpoint of the run: train.output_dir's, else the run
+        output/<config name>/latest points at) or a checkpoint path (inside a run folder: that run
+        goes on there; elsewhere: a new run starts from it).
+    resume_check: refuse to resume a checkpoint written with another data set, class list, batch
+        size, accumulation or number of processes; false resumes anyway (the data position is
+        carried over in images).
     vdl: write VisualDL scalars to <output_dir>/vdl.
     to_static: train a paddle.jit.to_static graph.
     check_finite: read the loss every step and skip the update when it is NaN or Inf (one
@@ -190,6 +197,7 @@ class TrainConfig:
     save_interval: int = 0
     keep_last: int = 3
     resume: Optional[str] = None
+    resume_check: bool = True
     vdl: bool = True
     to_static: bool = False
     check_finite: bool = True
@@ -203,7 +211,8 @@ EVAL_ENGINES = ("predictor", "dynamic", "to_static")
 @dataclasses.dataclass
 class EvalConfig:
     """Evaluation: batch_size per device; every `interval` epochs during training;
-    confusion_matrix: also write confusion_matrix.png (tools/eval.py);
+    confusion_matrix: also write confusion_matrix_<weights>.png (tools/eval.py), in the run folder
+    the weights belong to (else train.output_dir's recipe folder);
     attention_map_interval: every this many epochs, log the attention rollout of the first
     validation image to VisualDL's image tab (0: never);
     engine: how tools/eval.py runs the model: ``predictor`` (the model traced once and run by
@@ -247,11 +256,13 @@ class Config:
 
     def save(self, path):
         """Write the resolved config as YAML (atomically)."""
-        temporary = f"{path}.tmp"
-        with open(temporary, "w", encoding="utf-8") as stream:
-            stream.write(f"# resolved config of {self.name}: every key, defaults included\n")
-            yaml.safe_dump(self.to_dict(), stream, sort_keys=False)
-        os.replace(temporary, path)
+        from .fileio import atomic_write
+
+        def write(temporary):
+            with open(temporary, "w", encoding="utf-8") as stream:
+                stream.write(f"# resolved config of {self.name}: every key, defaults included\n")
+                yaml.safe_dump(self.to_dict(), stream, sort_keys=False)
+        atomic_write(path, write)
 
 
 # ---- loading, overriding, checking ------------------------------------------------------------

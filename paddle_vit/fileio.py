@@ -34,3 +34,38 @@ def atomic_write(path, write):
             os.close(directory)
     except OSError:
         pass
+
+
+def writable_folder(path, what):
+    """`path` as a folder this process can write in, created when missing; checked before any
+    work is done, so that a mistake costs no computation. `what` names the option in the error
+    (a ConfigError: a file where the folder is meant, a folder that cannot be created or written)."""
+    from .errors import ConfigError
+
+    path = os.path.expanduser(os.fspath(path))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{what} {path} is a file; expected a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
+        os.close(descriptor)
+        os.remove(probe)
+    except OSError as error:
+        raise ConfigError(f"{what} {path} is not a folder this process can write in: "
+                          f"{error.strerror or error}") from None
+    return path
+
+
+def writable_file(path, what, extensions):
+    """`path` as a file that can be written, its folder created when missing, its extension one
+    of `extensions` (".png", ...): checked before any work is done. ConfigError otherwise."""
+    from .errors import ConfigError
+
+    path = os.path.expanduser(os.fspath(path))
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in extensions:
+        raise ConfigError(f"{what} {path} must end in {' or '.join(extensions)}, not {extension or 'no extension'}")
+    if os.path.isdir(path):
+        raise ConfigError(f"{what} {path} is a folder; expected a file name ending in {' or '.join(extensions)}")
+    writable_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
+    return path

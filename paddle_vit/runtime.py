@@ -70,6 +70,7 @@ a notebook or your own script, start Python with ``LD_PRELOAD=libtcmalloc_minima
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
 
 MKL_CPU_TYPE_VARIABLE = "MKL_DEBUG_CPU_TYPE"
@@ -190,10 +191,19 @@ def find_allocator_library(environ=None, find_library=ctypes.util.find_library):
     if choice == "system":
         return None
     if choice != "auto":
-        if os.sep in choice and not os.path.isfile(choice):
-            raise ValueError(f"{ALLOCATOR_VARIABLE}={choice}: no such file; expected 'auto', 'system' or "
-                             f"a malloc library such as libtcmalloc_minimal.so.4")
-        return choice
+        if os.sep in choice:
+            if not os.path.isfile(choice):
+                raise ValueError(f"{ALLOCATOR_VARIABLE}={choice}: no such file; expected 'auto', 'system' or "
+                                 f"a malloc library such as libtcmalloc_minimal.so.4")
+            return choice
+        # a bare name is what the dynamic loader would look up: it must be installed, or every
+        # process would print the loader's "cannot be preloaded" and run with glibc's malloc anyway
+        stem = re.sub(r"^lib", "", choice.split(".so")[0])
+        found = find_library(stem) if stem else None
+        if not found:
+            raise ValueError(f"{ALLOCATOR_VARIABLE}={choice}: no installed library of that name; expected 'auto', "
+                             f"'system', a file path or an installed malloc library such as libtcmalloc_minimal.so.4")
+        return choice if choice.startswith("lib") and ".so" in choice else found
     for name in ALLOCATOR_LIBRARIES:
         found = find_library(name)
         if found:

@@ -74,11 +74,21 @@ def figure_to_array(figure, dpi=100):
     return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
 
 
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+
+
 def save_figure(figure, path, dpi=100):
-    """Write `figure` as a PNG (the folder is created); returns the path."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    figure.savefig(path, dpi=dpi, bbox_inches="tight")
+    """Write `figure` as a PNG (or SVG, PDF by the extension of `path`), atomically (the folder
+    is created); returns the path. A full disk or an unwritable folder is a DataError naming the
+    file, the previous one kept."""
+    from . import fileio
+    extension = os.path.splitext(path)[1].lower()
+    file_format = extension[1:] if extension in FIGURE_FORMATS else "png"
+    try:
+        fileio.atomic_write(path, lambda temporary: figure.savefig(temporary, dpi=dpi, bbox_inches="tight",
+                                                                   format=file_format))
+    except OSError as error:
+        raise DataError(f"cannot write the figure {path}: {error.strerror or error}") from None
     return path
 
 
@@ -508,12 +518,25 @@ FIGURE_NAMES = ("attention_maps", "position_embedding_similarity", "embedding_fi
 
 
 def prepare_images(paths, config, image_size):
-    """Read image files and put them through the config's eval transform: [B, 3, S, S] float32."""
+    """Read image files and put them through the config's eval transform: ([B, 3, S, S] float32,
+    the B paths read). A file that cannot be read is skipped with a warning naming it, as
+    tools/predict.py does; none readable at all is a DataError."""
     from .data import build_transforms
 
     transform = build_transforms(config.data, image_size, train=False)
-    return np.stack([np.asarray(transform(load_image(path), np.random.default_rng(0)), np.float32)
-                     for path in paths])
+    arrays, kept = [], []
+    for path in paths:
+        try:
+            image = load_image(path)
+        except DataError as error:
+            logger.warning("skipping %s", str(error).replace("cannot read image ", "unreadable image ", 1))
+            continue
+        arrays.append(np.asarray(transform(image, np.random.default_rng(0)), np.float32))
+        kept.append(path)
+    if not arrays:
+        raise DataError(f"none of the {len(paths)} images could be read ({', '.join(map(str, paths[:3]))}"
+                        f"{', ...' if len(paths) > 3 else ''})")
+    return np.stack(arrays), kept
 
 
 def is_grey(images, mean, std):

@@ -28,3 +28,30 @@ def paddle_flops_with_numpy2(monkeypatch):
         return original(tensor.reshape([])) if tensor.ndim == 1 and tensor.shape[0] == 1 else original(tensor)
 
     monkeypatch.setattr(paddle.Tensor, "__int__", to_int)
+
+
+def mounted_tmpfs(folder, options):
+    """Mount a tmpfs with `options` on the new folder `folder` for one test and unmount it after
+    (a generator for a fixture; skips the test where mounting is not allowed, i.e. not root)."""
+    import subprocess
+
+    folder.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs ({options}) here ({result.stderr.decode().strip()[:80]})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 12 MiB file system that can really fill up (ENOSPC)."""
+    yield from mounted_tmpfs(tmp_path / "disk", "size=12m")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder no process can write in, even as root."""
+    yield from mounted_tmpfs(tmp_path / "read_only", "ro,size=1m")

@@ -185,6 +185,15 @@ def test_tools_choose_tcmalloc_when_installed_and_never_over_the_user(tmp_path):
     assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": str(library)}, missing) == str(library)
     with pytest.raises(ValueError, match="PADDLE_VIT_ALLOCATOR=/no/such/libmalloc.so: no such file"):
         runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "/no/such/libmalloc.so"}, installed)
+    # a bare name must be installed: the loader would otherwise warn in every process and ignore it
+    assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "tcmalloc_minimal"}, installed) \
+        == "libtcmalloc_minimal.so.4"
+    assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "libtcmalloc_minimal.so.4"}, installed) \
+        == "libtcmalloc_minimal.so.4"
+    for garbage in ("garbage", "tcmalloc_minimal", "yes", "System"):
+        with pytest.raises(ValueError, match=f"PADDLE_VIT_ALLOCATOR={garbage}: no installed library of that name"):
+            runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": garbage},
+                                           missing if garbage == "tcmalloc_minimal" else installed)
 
     if not sys.platform.startswith("linux"):
         assert runtime.relaunch_environment({}, installed) is None

@@ -7,6 +7,7 @@ dynamic model.
 """
 import contextlib
 import importlib.util
+import shutil
 import json
 import logging
 import os
@@ -147,15 +148,28 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.logits(batch), atol=1e-6)
 
 
-def test_export_tool_replaces_an_older_export(trained, capsys):
+def test_export_tool_replaces_an_older_export_as_a_whole(trained, exported, capsys):
     out = trained["root"] / "export_tool"
-    out.mkdir()
-    (out / "model.onnx").write_bytes(b"stale")
+    shutil.copytree(os.path.dirname(exported["logits"]["metadata"]), out)
+    (out / "model.onnx").write_bytes(b"stale, from an older export with ONNX")
     code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", out, "--softmax"], capsys)
     assert code == 0, errors
     assert sorted(os.listdir(out)) == ["inference.json", "inference.pdiparams", "model.safetensors",
                                        "preprocess.json"]
+    assert json.loads((out / "preprocess.json").read_text())["output"] == "probabilities"
+    assert not [name for name in os.listdir(out.parent) if ".export-" in name]  # no staging left
     assert any(line.startswith("predict with:") for line in lines)
+
+
+def test_export_never_mixes_with_a_folder_that_is_not_an_export(trained, tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", tmp_path / "notes"], capsys)
+    assert code == 2 and "holds files that are not an export" in errors[0]
+    assert os.listdir(tmp_path / "notes") == ["todo.txt"]
+    (tmp_path / "a_file").write_text("x")
+    code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", tmp_path / "a_file"], capsys)
+    assert code == 2 and "is a file; expected a folder" in errors[0]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from paddle_vit.engine.trainer import Trainer
 from repo_paths import REPO, TOOLS, load_tool
 from test_train import final_weights, read_metrics, small_config
 
-TRAIN, EVAL = load_tool("train"), load_tool("eval")
+TRAIN, EVAL, VISUALIZE = load_tool("train"), load_tool("eval"), load_tool("visualize")
 
 SMALL = {
     "model": "{name: vit_walkthrough, image_size: 14, embed_dim: 16, depth: 2, num_heads: 2}",
@@ -145,6 +145,40 @@ def test_val_classes_differ_from_train(tmp_path, capsys):
     assert_one_line_error(code, lines, "wolf")
 
 
+def test_one_class_image_folder_is_an_error(tmp_path, capsys):
+    root = image_folder(tmp_path / "images", classes=("cat",))
+    assert_one_line_error(*run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys),
+                          "holds one class folder (cat)", "at least two")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_symlink_loop_counts_no_image_twice(tmp_path, caplog):
+    from paddle_vit.data.imagefolder import build_imagefolder_sources
+
+    root = image_folder(tmp_path / "images")
+    os.symlink("..", root / "train" / "cat" / "up")  # cat/up -> train: every class again, forever
+    os.symlink(".", root / "train" / "dog" / "again")  # dog/again -> dog itself
+    os.symlink("../dog", root / "val" / "cat" / "dogs")  # a real folder reached by link: walked once
+    train, val, classes = build_imagefolder_sources(str(root))
+    assert classes == ["cat", "dog"] and len(train) == 6 and list(train.labels).count(0) == 3
+    assert len(val) == 9  # val/cat counts val/dog's three images through its link, once
+    warnings = caplog.text
+    assert "cat/up" in warnings and "dog/again" in warnings and "a loop" in warnings
+
+
+def test_a_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path, capsys):
+    root = image_folder(tmp_path / "images")
+    os.mkfifo(root / "train" / "cat" / "x.png")
+    os.symlink("missing.png", root / "train" / "dog" / "dangling.png")
+    config = imagefolder_config(tmp_path, root)
+    result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", config], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "x.png: not a regular file (a FIFO)" in result.stdout + result.stderr
+    assert "dangling.png: not a regular file" in result.stdout + result.stderr
+    assert read_metrics(tmp_path / "out")[0]["epoch"] == 1
+
+
 def test_corrupt_image_fails_naming_the_file_in_error_mode(tmp_path, capsys):
     root = image_folder(tmp_path / "images")
     broken = root / "train" / "cat" / "0.jpg"
@@ -213,6 +247,69 @@ def test_eval_class_count_mismatch_is_not_fine_tuning(trained, capsys):
     assert_one_line_error(code, lines, "does not fit the model for evaluation", "head")
 
 
+@pytest.mark.parametrize("weights", ["last.pdckpt", "last.safetensors"])
+def test_eval_on_data_with_other_class_names_is_refused(tmp_path, capsys, weights):
+    root = image_folder(tmp_path / "images")
+    config = imagefolder_config(tmp_path, root, weights_format="safetensors")
+    assert run(TRAIN.main, ["-c", config]) == 0
+    (root / "val" / "dog").rename(root / "val" / "wolf")
+    (root / "train" / "dog").rename(root / "train" / "wolf")
+    capsys.readouterr()
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(tmp_path / "out" / "checkpoints" / weights)],
+                           capsys)
+    assert_one_line_error(code, lines, "trained on other classes", "the checkpoint's dog not in the data",
+                          "the data's wolf not in the checkpoint")
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--rows", "0"], "--rows must be >= 1"), (["--dpi", "0"], "--dpi must be in [1, 1000], got 0"),
+    (["--dpi", "100000"], "--dpi must be in [1, 1000]"), (["--out", "FILE"], "is a file; expected a folder"),
+])
+def test_visualize_options_are_checked_before_any_work(trained, tmp_path, capsys, option, fragment):
+    config, checkpoints = trained
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    (tmp_path / "FILE").write_text("a file")
+    option = [str(tmp_path / "FILE") if value == "FILE" else value for value in option]
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"), "--image", str(image),
+            "--out", str(tmp_path / "figures"), *option]
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), fragment)
+
+
+def test_visualize_and_eval_into_a_read_only_folder(trained, tmp_path, capsys, read_only_folder):
+    config, checkpoints = trained
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"), "--image", str(image),
+            "--out", str(read_only_folder / "figures")]
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), "--out", "Read-only file system")
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+            "--confusion-matrix", str(read_only_folder / "cm.png")]
+    code, lines = run_tool(EVAL, argv, capsys)
+    assert_one_line_error(code, lines, "the folder of --confusion-matrix", "Read-only file system")
+    assert "top1" not in capsys.readouterr().out  # refused before the evaluation ran
+
+
+@pytest.mark.parametrize("name, fragment", [("cm.jpeg", "must end in .png or .svg or .pdf, not .jpeg"),
+                                            ("cm", "not no extension")])
+def test_eval_confusion_matrix_with_an_unknown_extension(trained, tmp_path, capsys, name, fragment):
+    config, checkpoints = trained
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"), "--confusion-matrix", str(tmp_path / name)]
+    assert_one_line_error(*run_tool(EVAL, argv, capsys), "--confusion-matrix", fragment)
+
+
+def test_eval_confusion_matrix_into_a_missing_folder_and_by_config(trained, tmp_path, capsys):
+    config, checkpoints = trained
+    figure = tmp_path / "new" / "folder" / "cm.svg"
+    assert run(EVAL.main, ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+                           "--confusion-matrix", str(figure)]) == 0
+    assert figure.read_text().lstrip().startswith("<?xml") and f"confusion matrix: {figure}" in capsys.readouterr().out
+    # eval.confusion_matrix=true: beside the run the weights belong to, named after them
+    assert run(EVAL.main, ["-c", config, "--weights", str(checkpoints / "best.pdparams"),
+                           "-o", "eval.confusion_matrix=true"]) == 0
+    assert (checkpoints.parent / "confusion_matrix_best.png").stat().st_size > 1000
+
+
 def test_eval_pointed_at_optimizer_state(trained, tmp_path, capsys):
     config, checkpoints = trained
     optimizer_file = tmp_path / "last.pdopt"
@@ -268,6 +365,55 @@ def test_sigterm_saves_a_resumable_checkpoint(tmp_path):
     assert "received SIGTERM" in stdout and "train.resume=auto" in stdout
     state = load_checkpoint(str(output / "checkpoints" / "last.pdckpt"))
     assert state["batch_in_epoch"] >= 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_with_loader_workers_stops_cleanly(tmp_path, signum):
+    """A terminal's Ctrl-C and a scheduler's `kill -- -PGID` reach the DataLoader workers too."""
+    config, output = slow_config(tmp_path, epochs=2)
+    process = start_training([os.path.join(TOOLS, "train.py"), "-c", config, "-o", "data.num_workers=2"],
+                             start_new_session=True)
+    wait_for(process, "step 3/")
+    os.killpg(process.pid, signum)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr[-2000:]
+    assert stderr.strip() == "", stderr[-2000:]  # no "DataLoader workers exit unexpectedly", no traceback
+    assert stdout.count(f"received {signal.Signals(signum).name}") == 1  # the main process's line alone
+    assert load_checkpoint(str(output / "checkpoints" / "last.pdckpt"))["batch_in_epoch"] >= 3
+
+
+CTRL_C_TWICE_IN_BACKWARD = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+import paddle_vit  # first, as the tool imports it: its warning filters apply
+import paddle
+real_backward, calls = paddle.Tensor.backward, []
+def backward_interrupted(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # the user presses Ctrl-C twice while the third step runs its backward pass
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_backward(self, *args, **kwargs)
+paddle.Tensor.backward = backward_interrupted
+import runpy
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def test_a_second_ctrl_c_in_the_backward_pass_ends_the_run_at_once_in_one_line(tmp_path):
+    config, output = slow_config(tmp_path)
+    driver = tmp_path / "driver.py"
+    driver.write_text(CTRL_C_TWICE_IN_BACKWARD.format(repo=REPO, train=os.path.join(TOOLS, "train.py")))
+    result = subprocess.run([sys.executable, str(driver), "-c", config], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 130, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted (SIGINT twice; no checkpoint"), lines
+    assert "received SIGINT" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    # the killed run's folder is left as a SIGKILL leaves it: a new run may resume or start there
+    assert subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", config, "-o", "train.resume=auto",
+                           "-o", "train.epochs=1", "-o", "data.synthetic_train_size=32"],
+                          capture_output=True, text=True, timeout=300).returncode == 0
 
 
 KILL_DURING_SAVE = """

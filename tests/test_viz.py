@@ -268,4 +268,11 @@ def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path)
     command[command.index("--image") + 1] = str(tmp_path / "missing.png")
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: image {tmp_path / 'missing.png'} does not exist"]
+    assert result.stderr.strip().splitlines() == [f"error: image or folder {tmp_path / 'missing.png'} does not exist"]
+
+    broken = tmp_path / "broken.png"  # skipped with a warning, as tools/predict.py skips it
+    broken.write_bytes((tmp_path / "grey.png").read_bytes()[:40])
+    command[command.index("--image") + 1] = str(broken)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "skipping unreadable image" in result.stdout and "broken.png" in result.stdout

@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
-from paddle_vit.errors import ConfigError  # noqa: E402
+from paddle_vit.errors import ConfigError, DataError  # noqa: E402
 
 
 def main(argv):
@@ -30,8 +30,8 @@ def main(argv):
         raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ConfigError(f"--out {args.out} is a file; expected a folder")
+    from paddle_vit.fileio import writable_folder
+    writable_folder(args.out, "--out")  # a file, a read-only folder: said now, not after the runs
 
     import logging
     import tempfile
@@ -49,14 +49,18 @@ def main(argv):
             work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
             progress=lambda family, fraction, seed, accuracy, seconds: print(
                 f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f} ({seconds:.1f} s)", flush=True))
-    os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "data_size_experiment.png")
-    atomic_write(png, lambda temporary: data_size_figure(results).savefig(temporary, dpi=110, format="png"))
+    numbers = os.path.join(args.out, "data_size_experiment.json")
 
     def write_json(temporary):
         with open(temporary, "w") as stream:
             json.dump(results, stream, indent=1)
-    atomic_write(os.path.join(args.out, "data_size_experiment.json"), write_json)
+    for path, write in ((numbers, write_json), (png, lambda temporary: data_size_figure(results).savefig(
+            temporary, dpi=110, format="png"))):
+        try:
+            atomic_write(path, write)
+        except OSError as error:
+            raise DataError(f"cannot write {path}: {error.strerror or error}; the previous one is kept") from None
 
     import numpy as np
     print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")

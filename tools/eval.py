@@ -30,30 +30,58 @@ def main(argv):
                         help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--ema", action="store_true", help="evaluate the EMA weights of a .pdckpt")
-    parser.add_argument("--confusion-matrix", metavar="PNG", help="also draw the confusion matrix to PNG")
+    parser.add_argument("--confusion-matrix", metavar="PNG",
+                        help="also draw the confusion matrix to PNG (.png, .svg or .pdf; the folder is created)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
     from paddle_vit.config import load_config
-    from paddle_vit.engine.evaluator import run_evaluation
+    from paddle_vit.engine.evaluator import run_evaluation, save_confusion_matrix_png
 
     setup_logging()
     if bool(args.config) == bool(args.model):
         raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), one of them")
     config = (load_config(args.config, args.override) if args.config
               else load_config(data={"model": {"name": args.model}}, overrides=args.override))
-    png = args.confusion_matrix or (os.path.join(config.output_dir, "confusion_matrix.png")
-                                    if config.eval.confusion_matrix else None)
-    metrics = run_evaluation(config, args.weights, use_ema=args.ema, confusion_png=png)
+    figure = confusion_matrix_path(args, config)  # checked before the evaluation runs
+    metrics = run_evaluation(config, args.weights, use_ema=args.ema)
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
         print(f"class {name}: accuracy {accuracy:.4f}")
-    if png:
-        print(f"confusion matrix: {png}")
     summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples")}
     summary["per_class_accuracy"] = dict(zip(names, metrics["per_class_accuracy"]))
+    if figure and paddle_rank() == 0:  # after the numbers are out: a full disk costs the figure only
+        save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
+        print(f"confusion matrix: {figure}")
     print(json.dumps(summary))
     return 0
+
+
+def confusion_matrix_path(args, config):
+    """Where the confusion matrix goes: --confusion-matrix, or with eval.confusion_matrix true
+    confusion_matrix_<weights>.png in the run folder the weights belong to (else in
+    config.output_dir); None for no figure. Its folder is created and checked writable now."""
+    from paddle_vit import fileio
+    from paddle_vit.viz import FIGURE_FORMATS
+
+    if args.confusion_matrix:
+        return fileio.writable_file(args.confusion_matrix, "--confusion-matrix", FIGURE_FORMATS)
+    if not config.eval.confusion_matrix:
+        return None
+    weights = os.path.abspath(os.path.expanduser(args.weights))
+    folder = os.path.dirname(weights)
+    if os.path.basename(folder) == "checkpoints":
+        folder = os.path.dirname(folder)  # <run>/checkpoints/best.pdparams -> <run>
+    else:
+        folder = config.output_dir
+    stem = os.path.splitext(os.path.basename(weights.rstrip(os.sep)))[0]
+    return fileio.writable_file(os.path.join(folder, f"confusion_matrix_{stem}.png"), "eval.confusion_matrix",
+                                FIGURE_FORMATS)
+
+
+def paddle_rank():
+    import paddle.distributed
+    return paddle.distributed.get_rank()
 
 
 if __name__ == "__main__":

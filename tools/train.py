@@ -34,7 +34,7 @@ def main(argv):
     config = load_config(args.config, args.override)
     trainer = Trainer(config, progress_bar=sys.stderr.isatty())
     if main_process:
-        attach_log_file(os.path.join(config.output_dir, "train.log"))
+        attach_log_file(os.path.join(trainer.output_dir, "train.log"))
         logging.getLogger("paddle_vit").info("C allocator: %s", describe_allocator())
     summary = trainer.fit()
     if dist.get_rank() == 0:

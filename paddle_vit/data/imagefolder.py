@@ -2,7 +2,9 @@
 
 Scanning is eager (so a bad layout fails at start-up with the path named), decoding lazy.
 Class folders are sorted; the class names come from train/ and val/ must hold the same ones.
-Files are found recursively inside a class folder; hidden files and folders (".*", such as
+Files are found recursively inside a class folder (symbolic links followed, each folder walked
+once, so a link loop counts no image twice; FIFOs and other special files skipped with a
+warning); a split needs at least two classes; hidden files and folders (".*", such as
 .ipynb_checkpoints) are left out; other files whose extension is not an image's are ignored
 and counted. A file that fails to decode is skipped (on_bad_image="skip": a warning names it
 once, `num_bad_images` counts it across worker processes, and the sample slot is served by
@@ -10,6 +12,7 @@ the next readable file) or raises DataError naming it (on_bad_image="error").
 """
 import logging
 import os
+import stat
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -30,19 +33,68 @@ def _is_image_file(name):
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _scan_class_folder(folder):
-    """(sorted image paths, number of ignored non-image files) under `folder`, recursively."""
+def find_image_files(folder, split_dir=None):
+    """(sorted image paths, number of ignored non-image files) under `folder`, recursively.
+
+    Symbolic links are followed, but a folder reached a second time (a link back to a parent: a
+    loop, or two links to one folder) is walked once, with a warning; a name with an image's
+    extension that is not a regular file (a FIFO, a device, a socket, a dangling link) is skipped
+    with a warning, since opening a FIFO would wait forever for a writer. A link back to
+    `split_dir`, which would count every class's images in this one, counts as a loop too."""
     images, ignored = [], 0
-    for directory, subdirectories, files in os.walk(folder, followlinks=True):
-        subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
-        for name in files:
-            if _is_hidden(name):
+    seen = set()
+    if split_dir is not None:
+        status = os.stat(split_dir)
+        seen.add((status.st_dev, status.st_ino))
+    pending = [folder]
+    while pending:
+        directory = pending.pop()
+        try:
+            status = os.stat(directory)
+        except OSError as error:
+            logger.warning("skipping folder %s: %s", directory, error.strerror or error)
+            continue
+        if (status.st_dev, status.st_ino) in seen:
+            logger.warning("skipping %s: a symbolic link to a folder walked already (a loop, or a second link to it)",
+                           directory)
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as error:
+            raise DataError(f"cannot list the image folder {directory}: {error.strerror or error}") from None
+        subfolders = []
+        for entry in entries:
+            if _is_hidden(entry.name):
                 continue
-            if _is_image_file(name):
-                images.append(os.path.join(directory, name))
-            else:
+            try:
+                is_folder = entry.is_dir()  # follows links
+                is_file = not is_folder and entry.is_file()
+            except OSError:
+                is_folder = is_file = False
+            if is_folder:
+                subfolders.append(entry.path)
+            elif not _is_image_file(entry.name):
                 ignored += 1
+            elif is_file:
+                images.append(entry.path)
+            else:
+                logger.warning("skipping %s: not a regular file (%s)", entry.path, kind_of_special_file(entry.path))
+        pending.extend(reversed(subfolders))
     return sorted(images), ignored
+
+
+def kind_of_special_file(path):
+    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def scan_split(split_dir):
@@ -56,7 +108,7 @@ def scan_split(split_dir):
         if not entry.is_dir():
             ignored += 1  # a loose file next to the class folders
             continue
-        images, class_ignored = _scan_class_folder(entry.path)
+        images, class_ignored = find_image_files(entry.path, split_dir)
         ignored += class_ignored
         if not images:
             raise DataError(f"class folder {entry.path} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
@@ -173,6 +225,10 @@ def build_imagefolder_sources(root, on_bad_image="skip"):
             raise DataError(f"ImageFolder root {root} has no {split}/ folder ({split_dir} not found)")
         scans[split] = scan_split(split_dir)
     _check_same_classes(root, scans["train"][0], scans["val"][0])
+    if len(scans["train"][0]) < 2:
+        raise DataError(f"ImageFolder {os.path.join(root, 'train')} holds one class folder ({scans['train'][0][0]}); "
+                        f"a classifier needs at least two (expected {os.path.join(root, 'train')}/<class>/<image>, "
+                        f"one folder per class)")
     sources = []
     for split in SPLITS:
         class_names, paths, labels, ignored = scans[split]

@@ -21,6 +21,8 @@ without it every iteration repeats the same epoch.
 """
 import logging
 import math
+import os
+import signal
 
 import numpy as np
 import paddle
@@ -103,7 +105,8 @@ class ResumableDataLoader:
         self.num_workers = int(num_workers)
         # workers are started per iteration (never persistent), so each sees the epoch set last
         self._loader = paddle.io.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=self.num_workers,
-                                            return_list=True, persistent_workers=False)
+                                            return_list=True, persistent_workers=False,
+                                            worker_init_fn=leave_stop_signals_to_the_main_process)
 
     @property
     def batch_size(self):
@@ -150,6 +153,21 @@ class ResumableDataLoader:
             self._raise_worker_error()
             raise
         self._raise_worker_error()
+
+
+def leave_stop_signals_to_the_main_process(worker_id):
+    """In a DataLoader worker: leave the process group. A terminal's Ctrl-C and a scheduler's
+    ``kill -- -PGID`` reach every process of the group; a worker they reach either dies of
+    Paddle's own SIGTERM handler, so that the main process ends with "DataLoader workers exit
+    unexpectedly" instead of the clean stop it makes, or runs the trainer's handler it inherited
+    through fork and logs "received SIGINT" once more. The main process shuts its workers down
+    itself, and a worker ends when its parent does (Paddle's watchdog). The signals Paddle sends
+    a worker directly still act as before."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # not allowed here (a session leader): the group signals still reach it
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, seed=0, distributed=None):

@@ -13,8 +13,8 @@ The folder written by `export_classifier`:
 - ``preprocess.json``: the eval preprocessing (`paddle_vit.deploy.predict.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
-Everything is written to a hidden staging folder inside the target first and moved in at the
-end, ``preprocess.json`` last, so a failed export leaves the previous one as it was.
+Everything is written to a hidden staging folder beside the target first and exchanged with it
+as a whole at the end, so a failed or killed export leaves the previous one as it was.
 """
 import dataclasses
 import json
@@ -25,7 +25,6 @@ import sys
 import tempfile
 
 from ..errors import ConfigError, ExportError
-from ..fileio import atomic_write
 
 logger = logging.getLogger("paddle_vit")
 
@@ -37,9 +36,6 @@ WEIGHTS_FILE = "model.safetensors"
 INPUT_NAME = "image"
 FORMATS = ("paddle", "onnx")
 ONNX_INSTALL_HINT = 'pip install -e ".[onnx]"'
-# every file name an export may write, so that a new export removes what an older one left
-_EXPORT_FILES = (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel", f"{MODEL_PREFIX}.pdiparams", ONNX_FILE,
-                 WEIGHTS_FILE)
 
 
 def inference_network(model, with_softmax=False):
@@ -167,12 +163,53 @@ def build_metadata(classifier, softmax, files):
 
 
 def _prepare(out_dir):
-    """Create `out_dir` and a staging folder inside it; an OS error is an ExportError."""
+    """A staging folder beside `out_dir` (on the same file system, so that it can be renamed
+    into place); `out_dir` itself must be absent, empty or an earlier export (its files are
+    replaced as a whole, never mixed with others). An OS error is an ExportError."""
+    if os.path.exists(out_dir):
+        if not os.path.isdir(out_dir):
+            raise ExportError(f"--out {out_dir} is a file; expected a folder for the export")
+        if os.listdir(out_dir) and not _is_export(out_dir):
+            raise ExportError(f"--out {out_dir} holds files that are not an export; give a new or empty folder, "
+                              f"or an earlier export to replace")
+    parent = os.path.dirname(os.path.abspath(out_dir))
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        return tempfile.mkdtemp(prefix=".export-", dir=out_dir)
+        os.makedirs(parent, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.export-", dir=parent)
     except OSError as error:
         raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
+
+
+def _is_export(folder):
+    try:
+        with open(os.path.join(folder, METADATA_FILE), encoding="utf-8") as stream:
+            return json.load(stream).get("format") == EXPORT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _exchange(staging, out_dir):
+    """Put the finished `staging` folder at `out_dir`, replacing an earlier export as a whole: an
+    atomic exchange of the two folders (Linux renameat2 RENAME_EXCHANGE), then the old one
+    deleted. Where the exchange is not available, two renames (a kill between them leaves the
+    old export beside, named .NAME.export-*)."""
+    import ctypes
+
+    out_dir = os.path.abspath(out_dir)
+    if not os.path.exists(out_dir):
+        os.replace(staging, out_dir)
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None and renameat2(at_fdcwd, staging.encode(), at_fdcwd, out_dir.encode(),
+                                           rename_exchange) == 0:
+        shutil.rmtree(staging, ignore_errors=True)  # now the old export
+        return
+    old = staging + ".old"
+    os.replace(out_dir, old)
+    os.replace(staging, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=13):
@@ -180,7 +217,9 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
 
     formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
     softmax: put a softmax on the output, so the model returns probabilities.
-    Returns {role: path} of the files written (``preprocess.json`` under "metadata").
+    Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
+    is written to a staging folder first and put in place at once: a failed or killed export
+    leaves the earlier one whole.
     """
     from ..weights import save_weights
 
@@ -206,25 +245,25 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
             _write_onnx(paddle2onnx, model_file, params_file, os.path.join(staging, ONNX_FILE), opset_version,
                         metadata)
         save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
-
-        for name in _EXPORT_FILES:  # what an earlier export left and this one does not write
-            if name not in files.values() and os.path.isfile(os.path.join(out_dir, name)):
-                os.remove(os.path.join(out_dir, name))
-        written = {}
-        for role, name in files.items():
-            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
-            written[role] = os.path.join(out_dir, name)
-        metadata_path = os.path.join(out_dir, METADATA_FILE)
-
-        def write_metadata(temporary):
-            with open(temporary, "w", encoding="utf-8") as stream:
-                json.dump(metadata, stream, indent=2, ensure_ascii=False)
-                stream.write("\n")
-        atomic_write(metadata_path, write_metadata)
-        written["metadata"] = metadata_path
+        if "paddle" not in formats:  # traced for the ONNX conversion only: not part of this export
+            os.remove(model_file)
+            os.remove(params_file)
+        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
+            json.dump(metadata, stream, indent=2, ensure_ascii=False)
+            stream.write("\n")
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; an export is not
+        _exchange(staging, out_dir)
     except OSError as error:
         raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    written = {role: os.path.join(out_dir, name) for role, name in files.items()}
+    written["metadata"] = os.path.join(out_dir, METADATA_FILE)
     logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))
     return written
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

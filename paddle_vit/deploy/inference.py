@@ -121,7 +121,8 @@ class PaddleRunner:
         config = inference.Config(model_file, params_file)
         if options.device == "gpu":
             if not paddle.device.is_compiled_with_cuda():
-                raise ConfigError("--device gpu needs a CUDA build of Paddle (paddlepaddle-gpu); this one is CPU-only")
+                from ..engine.device import GPU_INSTALL
+                raise ConfigError(f"--device gpu needs a CUDA build of Paddle; this one is CPU-only: {GPU_INSTALL}")
             config.enable_use_gpu(int(options.gpu_memory_mb), int(options.gpu_id))
             if options.tensorrt:  # not measured on this project's machines
                 precision = {"fp32": inference.PrecisionType.Float32, "fp16": inference.PrecisionType.Half,

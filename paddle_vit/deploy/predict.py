@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image
+from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files, kind_of_special_file
 from ..errors import ConfigError, DataError, WeightsError
 
 logger = logging.getLogger("paddle_vit")
@@ -96,10 +96,6 @@ class Preprocess:
 
 # ---- finding and reading images ----------------------------------------------------------------
 
-def _is_hidden(name):
-    return name.startswith(".")
-
-
 def list_images(inputs):
     """The image files named by `inputs`, in order, without repeats.
 
@@ -121,15 +117,13 @@ def list_images(inputs):
         if os.path.isfile(given):
             add(given)
         elif os.path.isdir(given):
-            found = []
-            for directory, subdirectories, files in os.walk(given, followlinks=True):
-                subdirectories[:] = sorted(d for d in subdirectories if not _is_hidden(d))
-                found += [os.path.join(directory, name) for name in files
-                          if not _is_hidden(name) and name.lower().endswith(IMAGE_EXTENSIONS)]
+            found, _ = find_image_files(given)  # special files and link loops skipped with a warning
             if not found:
                 logger.warning("folder %s holds no images (%s)", given, ", ".join(IMAGE_EXTENSIONS))
             for path in sorted(found):
                 add(path)
+        elif os.path.exists(given):  # a FIFO, a device: opening it could wait forever
+            logger.warning("skipping %s: not a regular file (%s)", given, kind_of_special_file(given))
         else:
             raise DataError(f"image or folder {given} does not exist")
     if not paths:

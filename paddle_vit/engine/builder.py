@@ -103,15 +103,41 @@ def weights_source(path, use_ema=False):
             "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
 
 
-def model_for_evaluation(config, path, use_ema=False, num_classes=None):
+def model_for_evaluation(config, path, use_ema=False, num_classes=None, class_names=None):
     """The model `config` describes, built for and loaded with the weights at `path` (see
     `builder.build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
-    must be the head's."""
+    must be the head's, and `class_names`, the data set's classes, must be those a paddle-vit
+    checkpoint records (a .pdckpt, or .safetensors weights of a run), in the same order."""
     from ..errors import WeightsError
 
     model = build_model_for_weights(config, weights_source(path, use_ema))
     if num_classes is not None and model.config.num_classes != num_classes:
         raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
                            f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
+    recorded = model.class_names if model.load_report.format == "paddle-vit" else None
+    if class_names is not None and recorded is not None and list(recorded) != list(class_names):
+        raise WeightsError(f"{path} was trained on other classes than the validation data has: "
+                           f"{describe_class_difference(recorded, class_names)}; evaluate on data with the "
+                           f"class folders it was trained on")
     model.eval()
     return model
+
+
+def describe_class_difference(recorded, found, limit=5):
+    """What differs between the class lists `recorded` (a checkpoint's) and `found` (the data's),
+    in a few words: the names only one side has, or else the first position where the order differs."""
+    def few(items):
+        items = list(items)
+        return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    only_recorded = [name for name in recorded if name not in set(found)]
+    only_found = [name for name in found if name not in set(recorded)]
+    parts = []
+    if only_recorded:
+        parts.append(f"the checkpoint's {few(only_recorded)} not in the data")
+    if only_found:
+        parts.append(f"the data's {few(only_found)} not in the checkpoint")
+    if not parts:
+        index = next(i for i, (a, b) in enumerate(zip(recorded, found)) if a != b)
+        parts.append(f"the same names in another order (class {index} is {recorded[index]} in the checkpoint, "
+                     f"{found[index]} in the data)")
+    return "; ".join(parts)

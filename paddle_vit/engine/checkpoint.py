@@ -14,7 +14,7 @@ import os
 import paddle
 
 from ..errors import WeightsError
-from ..fileio import atomic_write
+from .. import fileio
 
 logger = logging.getLogger("paddle_vit")
 CHECKPOINT_FORMAT = "paddle_vit.checkpoint/1"
@@ -22,7 +22,7 @@ CHECKPOINT_FORMAT = "paddle_vit.checkpoint/1"
 
 def save_object(obj, path):
     """paddle.save `obj` to `path` atomically."""
-    atomic_write(path, lambda temporary: paddle.save(obj, temporary))
+    fileio.atomic_write(path, lambda temporary: paddle.save(obj, temporary))
 
 
 def save_checkpoint(state, path):

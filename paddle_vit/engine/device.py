@@ -9,6 +9,11 @@ from ..errors import ConfigError
 logger = logging.getLogger("paddle_vit")
 
 
+GPU_INSTALL = ("install Paddle's CUDA build from Paddle's own index, e.g. python -m pip install "
+               "paddlepaddle-gpu==3.3.1 -i https://www.paddlepaddle.org.cn/packages/stable/cu126/ "
+               "(cu118, cu126 or cu129 to match your driver; PyPI's paddlepaddle-gpu stops at 2.6)")
+
+
 def gpu_available():
     """True when this Paddle build has CUDA and at least one GPU is visible."""
     return paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
@@ -17,7 +22,7 @@ def gpu_available():
 def select_device(name="auto"):
     """Set Paddle's device for "auto", "gpu" or "cpu" and return the place string ("gpu:0", "cpu")."""
     if name == "gpu" and not gpu_available():
-        why = ("this Paddle build has no CUDA (install paddlepaddle-gpu)" if not paddle.device.is_compiled_with_cuda()
+        why = (f"this Paddle build has no CUDA ({GPU_INSTALL})" if not paddle.device.is_compiled_with_cuda()
                else "no GPU is visible (check CUDA_VISIBLE_DEVICES and the driver)")
         raise ConfigError(f"train.device is 'gpu' but {why}; use -o train.device=cpu or auto")
     if name == "cpu" or (name == "auto" and not gpu_available()):

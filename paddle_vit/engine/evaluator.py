@@ -96,8 +96,11 @@ def save_confusion_matrix_png(confusion, class_names, path):
                       color="white" if count > confusion.max() / 2 else "black")
     figure.colorbar(image, ax=axes, fraction=0.046)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    from ..viz import save_figure
+    try:
+        save_figure(figure, path, dpi=120)
+    finally:
+        plt.close(figure)
 
 
 class PredictorModel:
@@ -139,7 +142,7 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
-    model = model_for_evaluation(config, weights, use_ema, num_classes=len(class_names))
+    model = model_for_evaluation(config, weights, use_ema, num_classes=len(class_names), class_names=class_names)
     metrics = evaluate(model_for_engine(model, config.eval.engine), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     if confusion_png and dist.get_rank() == 0:

@@ -49,31 +49,136 @@ class Progress:
 
 
 class ScalarWriter:
-    """VisualDL scalars (and images) under `<output_dir>/vdl` (`visualdl --logdir <output_dir>/vdl`)."""
+    """VisualDL scalars (and images) of a run in ``<run>/vdl/vdlrecords.paddle_vit.log``
+    (``visualdl --logdir <run>/vdl``), written by this process itself, record by record.
 
-    def __init__(self, folder, enabled=True):
-        self.writer = None
-        if enabled:
-            from visualdl import LogWriter
-            self.writer = LogWriter(logdir=folder)
+    Why not VisualDL's LogWriter: it starts a new file at every start (VisualDL shows only the
+    newest file of a folder, so a resumed run showed only its resumed part) and writes from a
+    thread that dies on a full disk, after which the writer blocks. Here one file is appended to,
+    each record flushed at once, a write error is a TrainingError naming the file, and a resumed
+    run first drops what the killed one logged after its checkpoint (`keep_until_step`) and any
+    record cut short: the curve comes out as an unbroken run's. The records are VisualDL's own
+    (length-prefixed `record_pb2.Record`s built by its components)."""
+
+    FILE = "vdlrecords.paddle_vit.log"
+
+    def __init__(self, folder, enabled=True, keep_until_step=None):
+        self.stream, self.path = None, os.path.join(folder, self.FILE)
+        if not enabled:
+            return
+        try:
+            os.makedirs(folder, exist_ok=True)
+            if os.path.exists(self.path):
+                self._keep(keep_until_step)
+            self.stream = open(self.path, "ab")
+        except OSError as error:
+            raise self._error(error) from error
+
+    def _error(self, error):
+        from ..errors import TrainingError
+        return TrainingError(f"cannot write the VisualDL log {self.path}: {error.strerror or error}")
+
+    def _keep(self, keep_until_step):
+        """Rewrite the file with its complete records up to `keep_until_step` (all when None)."""
+        import struct
+
+        from visualdl.proto import record_pb2
+
+        from ..fileio import atomic_write
+        with open(self.path, "rb") as stream:
+            data = stream.read()
+        kept, offset = [], 0
+        while offset + 8 <= len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            if offset + 8 + length > len(data):
+                break  # cut short by a kill
+            chunk = data[offset:offset + 8 + length]
+            record = record_pb2.Record()
+            try:
+                record.ParseFromString(chunk[8:])
+            except Exception:  # protobuf's DecodeError: a damaged tail
+                break
+            if keep_until_step is None or all(value.id <= keep_until_step for value in record.values):
+                kept.append(chunk)
+            offset += 8 + length
+
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                stream.write(b"".join(kept))
+        atomic_write(self.path, write)
+
+    def _write(self, record):
+        import struct
+        if self.stream is None:
+            return
+        data = record.SerializeToString()
+        try:
+            self.stream.write(struct.pack("<Q", len(data)) + data)
+            self.stream.flush()
+        except OSError as error:
+            raise self._error(error) from error
 
     def add(self, tag, value, step):
-        if self.writer is not None:
-            self.writer.add_scalar(tag=tag, value=float(value), step=int(step))
+        if self.stream is not None:
+            from visualdl.component.base_component import scalar
+            self._write(scalar(tag=tag, value=float(value), step=int(step), walltime=round(time.time() * 1000)))
 
     def add_image(self, tag, image, step):
         """`image`: uint8 [H, W, 3]."""
-        if self.writer is not None:
-            self.writer.add_image(tag=tag, img=image, step=int(step))
+        if self.stream is not None:
+            from visualdl.component.base_component import image as image_record
+            self._write(image_record(tag=tag, image_array=image, step=int(step), walltime=round(time.time() * 1000)))
 
     def close(self):
-        if self.writer is not None:
-            self.writer.close()
+        if self.stream is not None:
+            try:
+                self.stream.close()
+            except OSError:
+                pass
+            self.stream = None
 
 
-def append_metrics(path, record):
-    """Append one JSON object (one epoch) to metrics.jsonl."""
-    with open(path, "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(record, sort_keys=False) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
+class LogFileHandler(logging.FileHandler):
+    """The run's train.log. logging swallows a write error (it prints "--- Logging error ---" and
+    goes on, the file silently cut); this handler keeps the first one, writes nothing more, and
+    `check_log_files` turns it into a TrainingError naming the file."""
+
+    def __init__(self, path):
+        super().__init__(path, encoding="utf-8")
+        self.failure = None
+
+    def emit(self, record):
+        if self.failure is None:
+            super().emit(record)
+            if self.stream is not None and self.failure is None:
+                try:
+                    self.stream.flush()
+                except OSError as error:
+                    self.failure = error
+
+    def handleError(self, record):
+        import sys
+        self.failure = self.failure or sys.exc_info()[1]
+
+
+def check_log_files(logger_name="paddle_vit"):
+    """Raise TrainingError for a log file that could not be written (a full disk)."""
+    from ..errors import TrainingError
+    for handler in logging.getLogger(logger_name).handlers:
+        failure = getattr(handler, "failure", None)
+        if failure is not None:
+            reason = getattr(failure, "strerror", None) or str(failure)
+            raise TrainingError(f"cannot write the log {handler.baseFilename}: {reason}")
+
+
+def write_metrics(path, records):
+    """metrics.jsonl: one JSON object per finished epoch, rewritten whole and atomically from the
+    run's records (which the checkpoint carries), so that a kill or a full disk at any moment
+    leaves a file that matches a checkpoint and a resumed run's file equals an unbroken run's."""
+    from ..fileio import atomic_write
+
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as stream:
+            for record in records:
+                stream.write(json.dumps(record, sort_keys=False) + "\n")
+    atomic_write(path, write)

@@ -1,10 +1,12 @@
 """The training loop: data, model, AdamW, schedule, AMP, EMA, checkpoints, logs, resume."""
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -21,7 +23,8 @@ from .builder import build_model, resolve_model_config
 from .device import init_distributed, is_main_process, select_device
 from .ema import ModelEma
 from .evaluator import evaluate
-from .logging_utils import Progress, ScalarWriter, append_metrics, format_duration
+from . import runs
+from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .optim import build_optimizer, build_schedule
 
 logger = logging.getLogger("paddle_vit")
@@ -38,15 +41,21 @@ def soft_cross_entropy(logits, targets):
 
 
 @contextlib.contextmanager
-def _reported_write_errors(path):
+def _reported_write_errors(path, what="checkpoint"):
     """A full disk or an unwritable folder while saving becomes one clear error; the atomic
     write has left the previous file at `path` untouched."""
     try:
         yield
     except (OSError, WeightsError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         kept = "the previous one is kept" if os.path.exists(path) else "no earlier one exists"
-        raise TrainingError(f"cannot write checkpoint {path}: {reason}; {kept}") from error
+        if isinstance(error, WeightsError):  # save_weights names the file itself
+            raise TrainingError(f"{error} ({what}); {kept}") from error
+        raise TrainingError(f"cannot write {what} {path}: {error.strerror or error}; {kept}") from error
+
+
+def _few(names, limit=5):
+    names = list(names)
+    return "[" + ", ".join(map(str, names[:limit])) + (f", ... ({len(names)} in all)" if len(names) > limit else "") + "]"
 
 
 def amp_dtype_for(amp, place):
@@ -116,22 +125,42 @@ class Trainer:
             self.mix = MixupCutmix(data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.switch_prob,
                                    train.label_smoothing, self.num_classes)
 
-        self.output_dir = config.output_dir
-        self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
         self.epoch, self.batch_in_epoch, self.global_step, self.best_top1 = 0, 0, 0, -1.0
         self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0  # this epoch's so far, kept across a resume
         self.bad_steps, self.window_not_finite = 0, False  # non-finite losses in a row; in this update
+        self.history = []  # every finished epoch's metrics record: metrics.jsonl is written from it
         self.stop_requested = False
-        if train.resume:
-            self._resume(train.resume)
+        self.lock = None
+        folder, checkpoint = runs.plan_run(config, self.main)
+        if checkpoint is not None:
+            self._resume(checkpoint)  # before a new folder exists: a refused resume leaves nothing
+        elif train.resume:
+            logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", train.resume)
         if self.main:
             try:
+                self.output_dir = folder or runs.new_run_folder(config.output_dir)
+                os.makedirs(self.output_dir, exist_ok=True)
+                self.lock = runs.RunLock(self.output_dir).acquire()
+                self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
                 os.makedirs(self.checkpoint_dir, exist_ok=True)
                 ckpt.remove_unfinished_writes(self.checkpoint_dir)
-                config.save(os.path.join(self.output_dir, "config.yaml"))
+                run_config = dataclasses.replace(config, train=dataclasses.replace(train, output_dir=self.output_dir))
+                run_config.save(os.path.join(self.output_dir, "config.yaml"))
+                write_metrics(os.path.join(self.output_dir, "metrics.jsonl"), self.history)
             except OSError as error:
-                raise ConfigError(f"train.output_dir {self.output_dir} is not writable: "
+                self.close()
+                raise ConfigError(f"train.output_dir {folder or config.output_dir} is not writable: "
                                   f"{error.strerror or error}") from error
+            logger.info("run folder: %s", self.output_dir)
+        else:
+            self.output_dir = folder
+            self.checkpoint_dir = os.path.join(folder, "checkpoints")
+
+    def close(self):
+        """Release the run folder (the lock); fit() does it when it ends."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # ---- state ----------------------------------------------------------------------------
     def state(self):
@@ -151,16 +180,18 @@ class Trainer:
             "config": self.config.to_dict(),
             "model_config": dataclasses.asdict(self.vit.config),
             "class_names": self.class_names,
+            "history": list(self.history),
+            "world_size": paddle.distributed.get_world_size() if self.distributed else 1,
         }
 
-    def _resume(self, resume):
-        path = resume
-        if resume == "auto":
-            path = ckpt.find_latest_checkpoint(self.checkpoint_dir)
-            if path is None:
-                logger.info("train.resume=auto: no checkpoint in %s yet, starting fresh", self.checkpoint_dir)
-                return
+    def _resume(self, path):
         state = ckpt.load_checkpoint(path)
+        missing = [key for key in ("model", "optimizer", "scheduler", "epoch", "global_step", "model_config", "config")
+                   if key not in state]
+        if missing:
+            raise WeightsError(f"checkpoint {path} was written by an older paddle-vit and lacks {', '.join(missing)}: "
+                               f"it cannot be resumed; start a new run from its weights with -o model.pretrained={path}")
+        position_scale = self._check_same_run(state, path)
         # fields added since a checkpoint was written (e.g. gelu) had their defaults' values then
         recorded = {**dataclasses.asdict(ViTConfig()), **state["model_config"]}
         if recorded != dataclasses.asdict(self.vit.config):
@@ -170,16 +201,69 @@ class Trainer:
         self.vit.set_state_dict(state["model"])
         ckpt.restore_optimizer_state(self.optimizer, self.vit, state["optimizer"])
         self.schedule.set_state_dict(state["scheduler"])
-        if self.scaler and state["scaler"]:
+        if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        if self.ema and state["ema"]:
+        if self.ema and state.get("ema"):
             self.ema.set_state_dict(state["ema"])
-        self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]
-        self.global_step, self.best_top1 = state["global_step"], state["best_top1"]
-        self.epoch_loss_sum, self.epoch_loss_count = state["epoch_loss_sum"], state["epoch_loss_count"]
-        self.bad_steps = state["bad_steps"]
+        self.epoch, self.batch_in_epoch = state["epoch"], state.get("batch_in_epoch", 0)
+        self.global_step, self.best_top1 = state["global_step"], state.get("best_top1", -1.0)
+        self.epoch_loss_sum, self.epoch_loss_count = state.get("epoch_loss_sum", 0.0), state.get("epoch_loss_count", 0)
+        self.bad_steps = state.get("bad_steps", 0)
+        self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path)
+        if position_scale != 1.0:  # resume_check off and another batch geometry: the same images seen
+            self.batch_in_epoch = min(int(self.batch_in_epoch * position_scale), len(self.train_loader) - 1)
+            self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
                     self.global_step)
+
+    def _check_same_run(self, state, path):
+        """Refuse (one line naming what differs) a checkpoint of another data set, class list, batch
+        size, accumulation or number of processes, unless train.resume_check is off; then the
+        data position is carried over in images. Returns the factor the position scales by."""
+        recorded = state["config"]
+        was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
+               "data.train_fraction": recorded["data"].get("train_fraction", 1.0),
+               "train.batch_size": recorded["train"]["batch_size"],
+               "train.accumulate_steps": recorded["train"]["accumulate_steps"],
+               "processes": state.get("world_size", 1)}
+        config = self.config
+        now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
+               "data.train_fraction": config.data.train_fraction, "train.batch_size": config.train.batch_size,
+               "train.accumulate_steps": config.train.accumulate_steps,
+               "processes": paddle.distributed.get_world_size() if self.distributed else 1}
+        differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
+        recorded_classes = state.get("class_names")
+        if recorded_classes is not None and list(recorded_classes) != list(self.class_names):
+            differences.append(f"the classes {_few(recorded_classes)} (the data: {_few(self.class_names)})")
+        if differences and self.config.train.resume_check:
+            raise ConfigError(f"checkpoint {path} was written with {'; '.join(differences)}: resuming would not "
+                              f"continue that run; set them as the checkpoint has them, or -o train.resume_check=false "
+                              f"to resume anyway")
+        if differences:
+            logger.warning("train.resume_check=false: resuming %s although it was written with %s", path,
+                           "; ".join(differences))
+        old_batch = was["train.batch_size"] * was["processes"]
+        new_batch = now["train.batch_size"] * now["processes"]
+        return old_batch / new_batch
+
+    def _history_from_metrics(self, path):
+        """The epoch records of a checkpoint written before they were kept in it: metrics.jsonl's
+        lines up to its epoch."""
+        epoch = ckpt.load_checkpoint(path)["epoch"]
+        metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "metrics.jsonl")
+        records = []
+        try:
+            with open(metrics, encoding="utf-8") as stream:
+                for line in stream:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue  # a line cut short by a kill
+                    if isinstance(record, dict) and record.get("epoch", epoch + 1) <= epoch:
+                        records.append(record)
+        except OSError:
+            pass
+        return records
 
     def save(self, name):
         if self.main:
@@ -192,11 +276,11 @@ class Trainer:
         if not self.main:
             return
         extension = self.config.train.weights_format
-        for suffix, state in (("", self.vit.state_dict()), ("_ema", self.ema.state_dict() if self.ema else None)):
-            if state is not None:
+        for suffix, weights in (("", self.vit), ("_ema", self.ema.state_dict() if self.ema else None)):
+            if weights is not None:
                 path = os.path.join(self.checkpoint_dir, f"{name}{suffix}.{extension}")
-                with _reported_write_errors(path):
-                    save_weights(state, path)
+                with _reported_write_errors(path, "weights"):
+                    save_weights(weights, path, class_names=self.class_names)
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):
@@ -253,15 +337,32 @@ class Trainer:
 
     def _request_stop(self, signum, frame):
         if self.stop_requested:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
+            self._stop_now(signum)
         logger.warning("received %s: finishing the step, then saving a checkpoint",
                        signal.Signals(signum).name)
         self.stop_requested = True
 
+    def _stop_now(self, signum):
+        """End the process at once, as a second Ctrl-C asks: one line, exit code 130 (128 + the
+        signal). Raising KeyboardInterrupt instead would unwind through Paddle's backward pass
+        and the DataLoader's threads, which print tracebacks of their own; ending here is as
+        safe as a SIGKILL: every file is written atomically, and the kernel drops the run's lock."""
+        last = os.path.join(self.checkpoint_dir, "last.pdckpt")
+        kept = f"{last} is the last whole checkpoint" if os.path.exists(last) else "no checkpoint had been written"
+        try:
+            for handler in logging.getLogger("paddle_vit").handlers:
+                handler.flush()
+            sys.stdout.flush()
+            sys.stderr.write(f"error: interrupted ({signal.Signals(signum).name} twice; {kept})\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signum)
+
     def fit(self):
         train = self.config.train
         total_batches = len(self.train_loader)
-        writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=self.main and train.vdl)
+        writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=self.main and train.vdl,
+                              keep_until_step=self.global_step)
         progress = Progress(total_batches * train.epochs, self.epoch * total_batches + self.batch_in_epoch,
                             train.log_interval, bar=self.progress_bar and self.main)
         previous_handlers = self._install_signal_handlers()
@@ -281,6 +382,7 @@ class Trainer:
             writer.close()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
+            self.close()
         return self._summary(start, interrupted=False, metrics=metrics)
 
     def _out_of_memory(self, error):
@@ -405,17 +507,21 @@ class Trainer:
                 self.save_weights("best")
         self.epoch, self.batch_in_epoch = epoch + 1, 0
         record["best_top1"] = self.best_top1
-        self.save("last.pdckpt")
+        self.history.append(record)  # the checkpoint carries the records: a kill between it and
+        self.save("last.pdckpt")  # metrics.jsonl loses nothing, the resumed run rewrites the file
         self.save_weights("last")
         if train.save_interval and (epoch + 1) % train.save_interval == 0:
             self.save(f"epoch_{epoch + 1:04d}.pdckpt")
             if self.main:
                 ckpt.prune_checkpoints(self.checkpoint_dir, train.keep_last)
         if self.main:
-            append_metrics(os.path.join(self.output_dir, "metrics.jsonl"), record)
+            path = os.path.join(self.output_dir, "metrics.jsonl")
+            with _reported_write_errors(path, "metrics"):
+                write_metrics(path, self.history)
             described = " ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
                                  for key, value in record.items())
             logger.info("%s (%s)", described, format_duration(seconds))
+            check_log_files()
         return record
 
     def _summary(self, start, interrupted, metrics):

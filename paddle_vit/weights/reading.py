@@ -107,6 +107,12 @@ def _recorded_config(state, file_metadata, description):
         except ValueError:
             raise WeightsError(f"{description}: its model_config metadata is not JSON") from None
     names_value = state.get("class_names") if isinstance(state.get("class_names"), (list, tuple)) else None
+    if names_value is None and "class_names" in file_metadata:  # .safetensors weights of a run
+        try:
+            names_value = json.loads(file_metadata["class_names"])
+        except ValueError:
+            raise WeightsError(f"{description}: its class_names metadata is not JSON") from None
+        names_value = names_value if isinstance(names_value, list) else None
     if names_value:
         class_names = [str(name) for name in names_value]
     return model_config, class_names

@@ -8,18 +8,20 @@ import numpy as np
 import paddle
 
 from ..errors import WeightsError
-from ..fileio import atomic_write
+from .. import fileio
 from .reading import to_numpy
 
 
-def save_weights(model_or_state_dict, path):
+def save_weights(model_or_state_dict, path, class_names=None):
     """Write a model's weights (or a state dict) in this project's names, atomically: to
     ``.safetensors`` (readable without Paddle or pickle) or ``.pdparams`` (what
     ``paddle.save(model.state_dict())`` writes), chosen by the extension. Returns the path.
 
     A model's `ViTConfig` goes into the ``.safetensors`` metadata (``model_config``), so that
     loading it implies the options it computes with (epsilon, GELU, q.k scale, ...). A
-    ``.pdparams`` holds tensors only; those options must then be given when it is loaded."""
+    ``.pdparams`` holds tensors only; those options must then be given when it is loaded.
+    `class_names` (the classes of the head, in order) go into the ``.safetensors`` metadata too,
+    so that evaluation can tell data with other classes from the data the weights learnt."""
     path = os.fspath(path)
     is_model = hasattr(model_or_state_dict, "state_dict")
     state = model_or_state_dict.state_dict() if is_model else model_or_state_dict
@@ -36,6 +38,8 @@ def save_weights(model_or_state_dict, path):
         config = getattr(model_or_state_dict, "config", None) if is_model else None
         if dataclasses.is_dataclass(config):
             metadata["model_config"] = json.dumps(dataclasses.asdict(config))
+        if class_names is not None:
+            metadata["class_names"] = json.dumps([str(name) for name in class_names])
         data = save(arrays, metadata=metadata)
     elif extension == ".pdparams":
         buffer = io.BytesIO()
@@ -54,6 +58,6 @@ def _write_atomically(path, data):
         with open(temporary, "wb") as handle:
             handle.write(data)
     try:
-        atomic_write(path, write)
+        fileio.atomic_write(path, write)
     except OSError as error:
         raise WeightsError(f"cannot write {path}: {error.strerror or error}") from error

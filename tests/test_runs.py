@@ -1,0 +1,306 @@
+"""No run ever overwrites or mixes with another, and nothing is half-done after any kill: run
+folders, the lock, resume checks, a SIGKILL at every write point, a full disk (a real tmpfs)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from paddle_vit import ConfigError
+from paddle_vit.cli import run
+from paddle_vit.config import load_config
+from paddle_vit.engine.checkpoint import load_checkpoint, save_checkpoint
+from paddle_vit.engine.runs import RunLock
+from paddle_vit.engine.trainer import Trainer
+
+from repo_paths import REPO, TOOLS, load_tool
+from test_train import small_config
+
+TRAIN, EVAL = load_tool("train"), load_tool("eval")
+TIMING = ("images_per_sec", "epoch_seconds")  # the only fields of metrics.jsonl that differ between runs
+
+
+def recipe(tmp_path, name="recipe", **train):
+    """A small recipe file without train.output_dir: its runs go to output/<name>/run-NNN."""
+    config = small_config(tmp_path / "unused", train=dict({"epochs": 2}, **train))
+    data = config.to_dict()
+    data["train"]["output_dir"] = None
+    path = tmp_path / f"{name}.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def metrics(folder):
+    with open(os.path.join(folder, "metrics.jsonl")) as stream:
+        return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in stream]
+
+
+def one_error_line(code, err, *fragments):
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# ---- a folder per run ------------------------------------------------------------------------
+
+def test_running_the_quick_start_twice_keeps_both_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = recipe(tmp_path)
+    assert run(TRAIN.main, ["-c", path]) == 0
+    first = os.path.realpath("output/recipe/latest")
+    first_metrics = metrics(first)
+    assert run(TRAIN.main, ["-c", path, "-o", "optimizer.lr=0.0001"]) == 0
+    second = os.path.realpath("output/recipe/latest")
+    assert [os.path.basename(first), os.path.basename(second)] == ["run-001", "run-002"]
+    assert metrics(first) == first_metrics and metrics(second) != first_metrics
+    for folder in (first, second):
+        assert sorted(os.listdir(os.path.join(folder, "checkpoints"))) == [
+            "best.pdparams", "last.pdckpt", "last.pdparams"]
+    # the first run's best weights still give the first run's accuracy
+    capsys.readouterr()
+    assert run(EVAL.main, ["-c", path, "--weights", os.path.join(first, "checkpoints", "best.pdparams"),
+                           "-o", "eval.engine=dynamic"]) == 0
+    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert evaluated["top1"] == pytest.approx(max(record["val_top1"] for record in first_metrics), abs=1e-6)
+
+
+def test_resume_auto_continues_the_latest_run_in_its_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = recipe(tmp_path, epochs=1)
+    assert run(TRAIN.main, ["-c", path]) == 0
+    assert run(TRAIN.main, ["-c", path, "-o", "train.epochs=2", "-o", "train.resume=auto"]) == 0
+    assert sorted(os.listdir("output/recipe")) == ["latest", "run-001"]
+    assert [record["epoch"] for record in metrics("output/recipe/run-001")] == [1, 2]
+
+
+def test_an_explicit_folder_that_holds_a_run_is_refused_with_the_command_that_continues_it(tmp_path, capsys):
+    path = recipe(tmp_path, epochs=1)
+    folder = tmp_path / "mine"
+    assert run(TRAIN.main, ["-c", path, "-o", f"train.output_dir={folder}"]) == 0
+    before = (folder / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    code = run(TRAIN.main, ["-c", path, "-o", f"train.output_dir={folder}"])
+    one_error_line(code, capsys.readouterr().err, f"train.output_dir {folder} holds a run already (1 epoch",
+                   "-o train.resume=auto")
+    assert (folder / "metrics.jsonl").read_text() == before
+    assert run(TRAIN.main, ["-c", path, "-o", f"train.output_dir={folder}", "-o", "train.resume=auto",
+                            "-o", "train.epochs=2"]) == 0
+    assert [record["epoch"] for record in metrics(folder)] == [1, 2]
+
+
+def test_two_live_runs_on_one_folder_the_second_is_refused(tmp_path):
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    lock = RunLock(str(folder)).acquire()  # a live run holds the folder
+    try:
+        result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", recipe(tmp_path),
+                                 "-o", f"train.output_dir={folder}", "-o", "train.resume=auto"],
+                                capture_output=True, text=True, timeout=300)
+        one_error_line(result.returncode, result.stderr, f"the run folder {folder} is in use by another training run",
+                       f"pid {os.getpid()}")
+    finally:
+        lock.release()
+    assert not (folder / "metrics.jsonl").exists()
+
+
+# ---- resuming the same run, and only that -----------------------------------------------------
+
+@pytest.mark.parametrize("override, fragment", [
+    ("train.batch_size=8", "train.batch_size 16 (the config: 8)"),
+    ("train.accumulate_steps=2", "train.accumulate_steps 1 (the config: 2)"),
+    ("data.synthetic_classes=3", "the classes [0, 1, 2, 3] (the data: [0, 1, 2])"),
+    ("data.dataset=digits", "data.dataset 'synthetic' (the config: 'digits')"),
+])
+def test_resuming_with_another_batch_or_data_is_refused_naming_what_differs(tmp_path, capsys, override, fragment):
+    folder = tmp_path / "run"
+    config = small_config(folder, train={"epochs": 1})
+    Trainer(config).fit()
+    argv = ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto", "-o", override]
+    code = run(TRAIN.main, argv)
+    one_error_line(code, capsys.readouterr().err, "was written with", fragment, "-o train.resume_check=false")
+
+
+def test_resume_check_off_carries_the_position_over_in_images(tmp_path):
+    folder = tmp_path / "run"
+    config = small_config(folder, train={"epochs": 2, "batch_size": 16})
+    trainer = Trainer(config)
+    trainer.epoch, trainer.batch_in_epoch = 0, 4  # as if stopped 64 images into the epoch
+    trainer.save("last.pdckpt")
+    trainer.close()
+    resumed = Trainer(small_config(folder, train={"epochs": 2, "batch_size": 32, "resume": "auto",
+                                                  "resume_check": False}))
+    assert resumed.batch_in_epoch == 2  # the same 64 images, in batches of 32
+    resumed.fit()
+
+
+def test_a_checkpoint_of_an_older_format_is_one_line(tmp_path, capsys):
+    folder = tmp_path / "run"
+    Trainer(small_config(folder, train={"epochs": 1})).fit()
+    state = load_checkpoint(str(folder / "checkpoints" / "last.pdckpt"))
+    del state["model_config"]
+    save_checkpoint(state, str(folder / "checkpoints" / "last.pdckpt"))
+    code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto"])
+    one_error_line(code, capsys.readouterr().err, "was written by an older paddle-vit and lacks model_config")
+
+
+# ---- a SIGKILL at every write point ----------------------------------------------------------
+
+KILL_AT_WRITE = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from paddle_vit import fileio
+real, writes = fileio.atomic_write, []
+def dying_write(path, write):
+    writes.append(os.path.basename(path))
+    if len(writes) == {kill_at} and {before}:
+        os.kill(os.getpid(), signal.SIGKILL)  # the machine dies before this write
+    real(path, write)
+    if len(writes) == {kill_at}:
+        os.kill(os.getpid(), signal.SIGKILL)  # ... or just after it
+fileio.atomic_write = dying_write
+import runpy
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+def writes_of_an_unbroken_run(tmp_path):
+    """The files an unbroken 2-epoch run writes, in order (the kill points), and its results."""
+    from paddle_vit import fileio
+    writes, real = [], fileio.atomic_write
+
+    def counting(path, write):
+        writes.append(os.path.basename(path))
+        real(path, write)
+    fileio.atomic_write = counting
+    try:
+        Trainer(small_config(tmp_path / "unbroken", train={"epochs": 2})).fit()
+    finally:
+        fileio.atomic_write = real
+    return writes
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("unbroken")
+    writes = writes_of_an_unbroken_run(tmp_path)
+    folder = tmp_path / "unbroken"
+    weights = {name: value.numpy() for name, value in load_checkpoint(str(folder / "checkpoints" / "last.pdckpt"))
+               ["model"].items()}
+    return {"writes": writes, "metrics": metrics(folder), "weights": weights, "folder": folder}
+
+
+def test_the_run_writes_each_file_atomically_at_these_points(unbroken):
+    # per epoch: best weights, the checkpoint with the epoch's records, last weights, metrics.jsonl
+    assert unbroken["writes"][:2] == ["config.yaml", "metrics.jsonl"]
+    epoch = unbroken["writes"][2:2 + 4]
+    assert epoch == ["best.pdparams", "last.pdckpt", "last.pdparams", "metrics.jsonl"]
+
+
+@pytest.mark.parametrize("kill_at, before", [(4, True), (4, False), (6, True), (8, True)])
+def test_a_sigkill_at_any_write_then_resume_equals_an_unbroken_run(tmp_path, unbroken, kill_at, before):
+    """Kill before or after the k-th atomic write (4: the first epoch's checkpoint; 6: its
+    metrics.jsonl; 8: the second epoch's checkpoint), resume, and compare metrics.jsonl (but for
+    timings), the final weights and the VisualDL curve with the unbroken run's."""
+    config = small_config(tmp_path / "killed", train={"epochs": 2})
+    config_path = tmp_path / "killed.yaml"
+    config.save(str(config_path))
+    driver = tmp_path / "driver.py"
+    driver.write_text(KILL_AT_WRITE.format(repo=REPO, kill_at=kill_at, before=before,
+                                           train=os.path.join(TOOLS, "train.py")))
+    result = subprocess.run([sys.executable, str(driver), "-c", str(config_path)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    resumed = Trainer(small_config(tmp_path / "killed", train={"epochs": 2, "resume": "auto"}))
+    resumed.fit()
+    folder = tmp_path / "killed"
+    assert metrics(folder) == unbroken["metrics"]
+    weights = load_checkpoint(str(folder / "checkpoints" / "last.pdckpt"))["model"]
+    for name, expected in unbroken["weights"].items():
+        np.testing.assert_allclose(weights[name].numpy(), expected, atol=1e-6, err_msg=name)
+    from visualdl import LogReader
+
+    def curve(run_folder):
+        reader = LogReader(file_path=str(run_folder / "vdl" / "vdlrecords.paddle_vit.log"))
+        return [(record.id, round(record.value, 5)) for record in reader.get_data("scalar", "train/loss")]
+    assert curve(folder) == curve(unbroken["folder"])  # one curve, no step twice
+
+
+# ---- a full disk, for real -------------------------------------------------------------------
+
+FILL_BEFORE = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from paddle_vit import fileio
+real, writes = fileio.atomic_write, []
+def write_then_fill(path, write):
+    writes.append(os.path.basename(path))
+    if writes.count({name!r}) == {occurrence} and writes[-1] == {name!r}:  # the disk fills up before this write
+        with open(os.path.join({disk!r}, "balloon"), "wb") as balloon:
+            try:
+                while True:
+                    balloon.write(b"\\0" * 65536)
+                    balloon.flush()
+            except OSError:
+                pass
+    real(path, write)
+fileio.atomic_write = write_then_fill
+import runpy
+sys.argv = ["train.py"] + sys.argv[1:]
+runpy.run_path({train!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name, occurrence, what", [("last.pdckpt", 2, "checkpoint"), ("last.pdparams", 2, "weights"),
+                                                    ("metrics.jsonl", 3, "metrics")])
+def test_a_full_disk_at_a_write_is_one_line_and_the_previous_files_stay_whole(tmp_path, tiny_disk, name, occurrence,
+                                                                             what):
+    folder = tiny_disk / "run"
+    config = small_config(folder, train={"epochs": 2})
+    config.save(str(tmp_path / "recipe.yaml"))
+    driver = tmp_path / "driver.py"
+    driver.write_text(FILL_BEFORE.format(repo=REPO, name=name, occurrence=occurrence, disk=str(tiny_disk),
+                                         train=os.path.join(TOOLS, "train.py")))
+    result = subprocess.run([sys.executable, str(driver), "-c", str(tmp_path / "recipe.yaml")], capture_output=True,
+                            text=True, timeout=300)
+    one_error_line(result.returncode, result.stderr, "cannot write", what, "No space left on device",
+                   "the previous one is kept")
+    assert not [file for file in os.listdir(folder / "checkpoints") if file.endswith(".tmp")]
+    os.remove(tiny_disk / "balloon")
+    load_checkpoint(str(folder / "checkpoints" / "last.pdckpt"))  # whole
+    resumed = Trainer(small_config(folder, train={"epochs": 2, "resume": "auto"}))
+    resumed.fit()
+    assert [record["epoch"] for record in metrics(folder)] == [1, 2]
+
+
+def test_a_full_disk_while_logging_is_one_line(tmp_path, tiny_disk):
+    folder = tiny_disk / "run"
+    small_config(folder, train={"epochs": 2}).save(str(tmp_path / "recipe.yaml"))
+    script = FILL_BEFORE.format(repo=REPO, name="never", occurrence=1, disk=str(tiny_disk),
+                                train=os.path.join(TOOLS, "train.py"))
+    # fill the disk once the run is under way, from a second process, while the run logs
+    driver = tmp_path / "driver.py"
+    driver.write_text(script)
+    process = subprocess.Popen([sys.executable, str(driver), "-c", str(tmp_path / "recipe.yaml"), "-o",
+                                "train.epochs=40"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (folder / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    with open(tiny_disk / "balloon", "wb") as balloon:
+        try:
+            while True:
+                balloon.write(b"\0" * 65536)
+                balloon.flush()
+        except OSError:
+            pass
+    stdout, stderr = process.communicate(timeout=300)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert process.returncode == 2 and len(lines) == 1, stderr
+    assert "No space left on device" in lines[0] and lines[0].startswith("error: cannot write"), lines[0]
+    assert "Logging error" not in stderr + stdout
