@@ -99,9 +99,13 @@ class BenchmarkSettings:
             raise ConfigError(f"--threads must be at least 1, got {self.threads}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ConfigError(f"--peak-tflops must be > 0, got {self.peak_tflops}")
-        if self.device == "cpu" and self.dtype != "fp32" and self.mode != "data":
-            raise ConfigError(f"--dtype {self.dtype} needs --device gpu: Paddle's CPU kernels have no {self.dtype} "
-                              f"convolution (the patch embedding); on CPU use --dtype fp32")
+        if self.device == "cpu" and self.dtype == "fp16" and self.mode != "data":
+            raise ConfigError("--dtype fp16 needs --device gpu: Paddle's CPU kernels have no fp16 convolution or "
+                              "matrix product; on CPU use --dtype fp32, or bf16 with --engine predictor")
+        if self.device == "cpu" and self.dtype == "bf16" and self.mode != "data" and self.engine != "predictor":
+            raise ConfigError(f"--dtype bf16 on CPU runs on the predictor (--engine predictor: oneDNN's bfloat16 "
+                              f"kernels); Paddle's eager CPU kernels have no bf16 convolution for --engine {self.engine}"
+                              + (" or training" if self.mode == "train" else ""))
         if self.engine == "predictor" and self.mode != "infer":
             raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
         if self.mode == "data" and self.engine != "dynamic":
@@ -210,11 +214,13 @@ class PaddleSubject:
         self.autocast_dtype = None
         if settings.mode == "infer":
             model.eval()
-            if dtype != "float32":  # pure low-precision inference (weights and activations)
+            cpu_bf16 = not self.gpu and settings.engine == "predictor" and dtype == "bfloat16"
+            if dtype != "float32" and not cpu_bf16:  # pure low-precision inference (weights and activations)
                 model.to(dtype=dtype)
                 self.images = self.images.astype(dtype)
             if settings.engine == "predictor":
-                self._setup_predictor(model, dtype)
+                # on CPU bf16 is oneDNN's: the program is traced in float32, the predictor runs bf16 kernels
+                self._setup_predictor(model, "float32" if cpu_bf16 else dtype, "bf16" if cpu_bf16 else "fp32")
             else:
                 self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
             self.step = self._infer_step if settings.engine != "predictor" else self._predictor_step
@@ -234,13 +240,14 @@ class PaddleSubject:
         self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
         self.step = self._train_step
 
-    def _setup_predictor(self, model, dtype):
+    def _setup_predictor(self, model, dtype, precision="fp32"):
         """Run the model as tools/eval.py and tools/predict.py run an export: traced once and
-        loaded by `paddle_vit.deploy.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn` is off)."""
+        loaded by `paddle_vit.deploy.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn`
+        is off; `precision` bf16 for its bfloat16 kernels)."""
         from .deploy.inference import InferenceOptions, predictor_for_model
 
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
-                                   cpu_threads=self.settings.resolved_threads())
+                                   cpu_threads=self.settings.resolved_threads(), precision=precision).validate()
         self.runner = predictor_for_model(model, options, dtype)
         self.host_images = self.images.numpy()
 
@@ -466,6 +473,77 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["ratio"] = ratio
         result["ratio_per_round"] = per_round
     return result
+
+
+# ---- the CPU's limits: one large matrix product --------------------------------------------------
+
+class _MatrixProduct(paddle.nn.Layer):
+    """x [M, K] -> x @ w [M, N]: the one op whose speed bounds a Transformer's."""
+
+    def __init__(self, k, n):
+        super().__init__()
+        self.weight = self.create_parameter([k, n])
+
+    def forward(self, x):
+        return paddle.matmul(x, self.weight)
+
+
+def _median_seconds(call, iterations):
+    call()  # warm-up: oneDNN picks and caches its kernel on the first call
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gemm_limits(size=2048, iterations=10, threads=None):
+    """GFLOP/s of one [size, size] x [size, size] matrix product, the ceiling every path's model
+    FLOP/s is measured against: Paddle eager fp32 (MKL), the predictor in fp32 (oneDNN) and, on a
+    CPU with AVX512-BF16 or AMX, the predictor in bf16 (oneDNN). A JSON-ready dict."""
+    import tempfile
+
+    from .deploy.inference import InferenceOptions, PaddleRunner, cpu_bf16_support
+
+    threads = threads or os.cpu_count() or 1
+    set_threads(threads)
+    paddle.set_device("cpu")
+    flops = 2.0 * size ** 3
+    x = paddle.randn([size, size])
+    layer = _MatrixProduct(size, size)
+    results = {"size": size, "threads": threads, "iterations": iterations}
+    with paddle.no_grad():
+        results["fp32_eager_gflops"] = flops / _median_seconds(lambda: float(layer(x)[0, 0]), iterations) / 1e9
+    host = x.numpy()
+    supported, what = cpu_bf16_support()
+    with tempfile.TemporaryDirectory(prefix="paddle_vit_gemm_") as folder:
+        prefix = os.path.join(folder, "gemm")
+        spec = paddle.static.InputSpec([None, size], "float32", name="x")
+        paddle.jit.save(paddle.jit.to_static(layer, input_spec=[spec], full_graph=True), prefix)
+        model_file = prefix + (".json" if os.path.exists(prefix + ".json") else ".pdmodel")
+        for precision in ("fp32", "bf16"):
+            key = f"{precision}_predictor_gflops"
+            if precision == "bf16" and not supported:
+                results[key], results["bf16_missing"] = None, what
+                continue
+            runner = PaddleRunner(model_file, prefix + ".pdiparams",
+                                  InferenceOptions(precision=precision, cpu_threads=threads).validate())
+            results[key] = flops / _median_seconds(lambda: runner(host), iterations) / 1e9
+    results["bf16_cpu"] = what
+    return results
+
+
+def format_gemm(result):
+    """Lines for `gemm_limits`'s result."""
+    lines = [f"matrix product {result['size']}x{result['size']}x{result['size']}, {result['threads']} threads, "
+             f"median of {result['iterations']}"]
+    for key, name in (("fp32_eager_gflops", "fp32 eager (MKL)"), ("fp32_predictor_gflops", "fp32 predictor (oneDNN)"),
+                      ("bf16_predictor_gflops", "bf16 predictor (oneDNN)")):
+        value = result.get(key)
+        lines.append(f"{name:<24} " + (f"{value:8.1f} GFLOP/s" if value is not None
+                                        else f"not available: {result.get('bf16_missing')}"))
+    return "\n".join(lines)
 
 
 def environment_report():

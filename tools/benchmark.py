@@ -6,6 +6,8 @@ Examples (docs/benchmarks.md has the method and the measured table):
     python tools/benchmark.py vit_tiny_patch16_224 --mode train --compare timm --torch-python /path/venv/bin/python
     python tools/benchmark.py --mode data -c configs/vit_walkthrough_digits_28.yaml --num-workers 1
     python tools/benchmark.py vit_base_patch16_224 --device gpu --dtype bf16 --mode train --peak-tflops 312 --json
+    python tools/benchmark.py vit_small_patch16_224 --engine predictor --dtype bf16 --compare timm   # oneDNN bf16 on CPU
+    python tools/benchmark.py --mode gemm   # the CPU's fp32 and bf16 matrix-product GFLOP/s
 
 Prints median/min/max images per second, peak memory, achieved TFLOP/s (analytic FLOPs) and
 MFU against --peak-tflops; with --compare timm also timm's numbers, measured in turns with
@@ -23,6 +25,7 @@ TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(TOOLS))
 
 from paddle_vit.cli import add_common_arguments, run  # noqa: E402
+from paddle_vit.errors import ConfigError  # noqa: E402
 from paddle_vit.runtime import relaunch_with_allocator  # noqa: E402
 
 DEFAULT_MODEL = "vit_small_patch16_224"
@@ -36,8 +39,9 @@ def build_parser():
     parser.add_argument("-c", "--config", help="YAML recipe: its model and data sections are used")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config key (repeatable), e.g. -o model.depth=2 -o data.dataset=digits")
-    parser.add_argument("--mode", default="infer", choices=MODES,
-                        help="infer: forward pass; train: forward + backward + AdamW step; data: the input pipeline")
+    parser.add_argument("--mode", default="infer", choices=MODES + ("gemm",),
+                        help="infer: forward pass; train: forward + backward + AdamW step; data: the input pipeline; "
+                             "gemm: the CPU's fp32 and bf16 matrix-product GFLOP/s, the limits the others reach for")
     parser.add_argument("--engine", default="dynamic", choices=ENGINES,
                         help="dynamic (eager), to_static (paddle.jit.to_static) or predictor (paddle.inference)")
     parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES))
@@ -85,7 +89,16 @@ def settings_from_arguments(args):
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    from paddle_vit.benchmark import format_report, run_benchmark
+    from paddle_vit.benchmark import format_gemm, format_report, gemm_limits, run_benchmark
+
+    if args.mode == "gemm":  # the CPU's limits that the model paths are measured against
+        if args.compare:
+            raise ConfigError("--mode gemm measures Paddle's matrix product alone; it has no --compare")
+        if args.threads is not None and args.threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+        result = gemm_limits(threads=args.threads, iterations=max(args.iters, 1) * 2)
+        print(json.dumps(result) if args.json else format_gemm(result))
+        return 0
 
     settings = settings_from_arguments(args)
     result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python,

@@ -48,7 +48,8 @@ def main(argv):
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
         print(f"class {name}: accuracy {accuracy:.4f}")
-    summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples")}
+    summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision")}
+    print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine})")
     summary["per_class_accuracy"] = dict(zip(names, metrics["per_class_accuracy"]))
     if figure and paddle_rank() == 0:  # after the numbers are out: a full disk costs the figure only
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)

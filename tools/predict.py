@@ -68,8 +68,10 @@ def build_parser():
     deploy.add_argument("--cpu-threads", type=int,
                         help="threads of the CPU math library (default: all cores this process may use)")
     deploy.add_argument("--tensorrt", action="store_true", help="TensorRT subgraphs on GPU (needs --device gpu)")
-    deploy.add_argument("--precision", choices=("fp32", "fp16", "int8"), default="fp32",
-                        help="TensorRT precision (default fp32)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default="fp32",
+                        help="fp32 (default); bf16: oneDNN's bfloat16 kernels through paddle.inference on a CPU "
+                             "with AVX512-BF16 or AMX (exported models and --weights); fp16, int8: TensorRT "
+                             "on GPU (--inference-model with --tensorrt)")
     add_common_arguments(parser)
     return parser
 
@@ -121,6 +123,9 @@ def check_arguments(args):
                  if value]
         if given:
             raise ConfigError(f"{', '.join(given)} only apply to --inference-model")
+        if args.precision in ("fp16", "int8"):
+            raise ConfigError(f"--precision {args.precision} is TensorRT's (--inference-model with --tensorrt on a "
+                              f"GPU); with --weights use fp32 or bf16")
 
 
 def predict(argv):
@@ -136,6 +141,9 @@ def predict(argv):
         select_device(args.device)
         predictor = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
                                     labels=args.labels)
+        if args.precision == "bf16":  # the model traced and run by paddle.inference with oneDNN bf16
+            from paddle_vit.deploy.inference import predictor_model
+            predictor.model = predictor_model(predictor.model, "bf16")
         transform, class_names = predictor.preprocess.transform(), predictor.class_names
     else:
         from paddle_vit.engine.device import gpu_available

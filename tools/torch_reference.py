@@ -96,9 +96,12 @@ class _TimmSubject:
         batch, size = settings["batch_size"], vit["image_size"]
         self.images = torch.randn(batch, vit["in_channels"], size, size, device=self.device)
         self.labels = torch.randint(0, max(vit["num_classes"], 1), (batch,), device=self.device)
+        # low precision on CPU is torch.autocast (bf16 matrix products, float32 weights), as the
+        # Paddle side's oneDNN bf16 predictor; on GPU pure low-precision weights, as the Paddle side
+        self.autocast = self.dtype != torch.float32 and self.device.type == "cpu"
         if self.mode == "infer":
             model.eval()
-            if self.dtype != torch.float32:  # pure low-precision inference, as the Paddle side does
+            if self.dtype != torch.float32 and not self.autocast:
                 model = model.to(self.dtype)
                 self.images = self.images.to(self.dtype)
         else:
@@ -119,7 +122,7 @@ class _TimmSubject:
     def step(self):
         torch = self.torch
         if self.mode == "infer":
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=self.dtype, enabled=self.autocast):
                 return self.model(self.images)
         low_precision = self.dtype != torch.float32
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=low_precision):

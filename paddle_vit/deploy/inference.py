@@ -28,7 +28,24 @@ from .predict import Preprocess, check_class_names, softmax
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
 DEVICES = ("cpu", "gpu")
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+CPU_PRECISIONS = ("fp32", "bf16")  # fp16 and int8 are TensorRT's, on a GPU
+
+
+def cpu_bf16_support():
+    """(True, what the CPU has) when oneDNN can run bfloat16 here (AVX512-BF16 or AMX), else
+    (False, what is missing); read from Paddle's own check and /proc/cpuinfo's flags."""
+    from paddle.base import core
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as stream:
+            flags = set(next((line for line in stream if line.startswith("flags")), "").split())
+    except OSError:
+        flags = set()
+    named = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
+    if core.supports_bfloat16() and (named or not flags):
+        return True, " and ".join(named) or "bfloat16 support (Paddle's check)"
+    return False, "this CPU has neither AVX512-BF16 nor AMX (bfloat16 would be emulated, slower than fp32)"
 
 
 @dataclasses.dataclass
@@ -39,8 +56,11 @@ class InferenceOptions:
     mkldnn: oneDNN kernels on CPU (Paddle's fast CPU path; on by default).
     cpu_threads: threads of the CPU math library (None: the cores this process may use, as
         the dynamic model does; paddle.inference's own default is 1).
-    tensorrt: run supported subgraphs with TensorRT on GPU, in `precision` (fp32, fp16, int8;
-        int8 needs calibration, which this project does not provide). Not measured here.
+    precision: on CPU fp32, or bf16: oneDNN's bfloat16 kernels (matrix products, convolution,
+        softmax, GELU; LayerNorm statistics stay float32) on a CPU with AVX512-BF16 or AMX. On GPU
+        the TensorRT precision (fp32, fp16, int8; int8 needs calibration, which this project does
+        not provide; not measured here).
+    tensorrt: run supported subgraphs with TensorRT on GPU, in `precision`.
     ir_optim: Paddle's graph optimisation passes (fusions).
     """
     device: str = "cpu"
@@ -59,6 +79,13 @@ class InferenceOptions:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.tensorrt and self.device != "gpu":
             raise ConfigError("TensorRT runs on a GPU: use --device gpu with --tensorrt")
+        if self.device == "cpu" and self.precision not in CPU_PRECISIONS:
+            raise ConfigError(f"precision {self.precision} is TensorRT's, on a GPU (--device gpu --tensorrt); "
+                              f"on CPU use fp32 or bf16")
+        if self.device == "gpu" and self.precision == "bf16":
+            raise ConfigError("precision bf16 is the CPU's oneDNN path; on a GPU use fp16 with --tensorrt")
+        if self.precision == "bf16" and not self.mkldnn:
+            raise ConfigError("precision bf16 runs on oneDNN: leave oneDNN (MKLDNN) on")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"cpu threads must be >= 1, got {self.cpu_threads}")
         return self
@@ -135,6 +162,11 @@ class PaddleRunner:
                 config.enable_mkldnn()
             else:
                 config.disable_mkldnn()
+            if options.precision == "bf16":
+                supported, what = cpu_bf16_support()
+                if not supported:
+                    raise ConfigError(f"precision bf16 needs a CPU with AVX512-BF16 or AMX: {what}; use fp32")
+                config.enable_mkldnn_bfloat16()  # every op oneDNN has a bfloat16 kernel for
             config.set_cpu_math_library_num_threads(int(options.cpu_threads or _usable_cores()))
         config.switch_ir_optim(bool(options.ir_optim))
         config.disable_glog_info()  # the optimisation passes log a screenful per model
@@ -168,6 +200,35 @@ def predictor_for_model(model, options=None, dtype="float32"):
         return PaddleRunner(*save_traced(model, os.path.join(folder, MODEL_PREFIX), dtype=dtype), options)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class PredictorModel:
+    """A `PaddleRunner` with the calling convention of a model in eval mode: images [B, 3, S, S]
+    (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for the model."""
+
+    def __init__(self, runner, config=None):
+        self.runner = runner
+        self.config = config  # the ViTConfig of the traced model, as the model has it
+
+    def eval(self):
+        return self
+
+    def __call__(self, images):
+        import paddle
+        logits = self.runner(np.ascontiguousarray(images.numpy(), dtype=np.float32))
+        return paddle.to_tensor(logits)
+
+
+def predictor_model(model, precision="fp32"):
+    """`model` traced and run by paddle.inference on this process's device in `precision`
+    (fp32, or bf16 on a CPU that has it), called like the model."""
+    import paddle
+
+    options = None
+    if precision != "fp32":
+        options = InferenceOptions(device="gpu" if paddle.get_device().startswith("gpu") else "cpu",
+                                   precision=precision).validate()
+    return PredictorModel(predictor_for_model(model, options), getattr(model, "config", None))
 
 
 class _OnnxRunner:

@@ -9,6 +9,8 @@ import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
 
+from ..errors import ConfigError
+
 
 @paddle.no_grad()
 def predict_logits(model, loader, autocast=None):
@@ -103,29 +105,18 @@ def save_confusion_matrix_png(confusion, class_names, path):
         plt.close(figure)
 
 
-class PredictorModel:
-    """A `paddle_vit.deploy.inference.PaddleRunner` with the calling convention of a model in eval
-    mode: images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor)."""
-
-    def __init__(self, runner):
-        self.runner = runner
-
-    def eval(self):
-        return self
-
-    def __call__(self, images):
-        logits = self.runner(np.ascontiguousarray(images.numpy(), dtype=np.float32))
-        return paddle.to_tensor(logits)
-
-
-def model_for_engine(model, engine):
-    """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, or a predictor."""
+def model_for_engine(model, engine, precision="fp32"):
+    """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, or a predictor (in
+    `precision`: fp32, or bf16 through oneDNN on a CPU that has it; the predictor only)."""
+    if precision != "fp32" and engine != "predictor":
+        raise ConfigError(f"eval.precision={precision} runs on the predictor (eval.engine=predictor), "
+                          f"not eval.engine={engine}: Paddle's eager CPU kernels have no {precision} convolution")
     if engine == "to_static":
         return paddle.jit.to_static(model, full_graph=True)
     if engine == "predictor":
-        from ..deploy.inference import predictor_for_model
+        from ..deploy.inference import predictor_model
 
-        return PredictorModel(predictor_for_model(model))
+        return predictor_model(model, precision)
     return model
 
 
@@ -143,8 +134,9 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
     model = model_for_evaluation(config, weights, use_ema, num_classes=len(class_names), class_names=class_names)
-    metrics = evaluate(model_for_engine(model, config.eval.engine), loader, len(class_names))
+    metrics = evaluate(model_for_engine(model, config.eval.engine, config.eval.precision), loader, len(class_names))
     metrics["class_names"] = list(class_names)
+    metrics["precision"] = config.eval.precision
     if confusion_png and dist.get_rank() == 0:
         save_confusion_matrix_png(metrics["confusion_matrix"], class_names, confusion_png)
     return metrics

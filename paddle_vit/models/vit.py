@@ -261,7 +261,10 @@ class ViT(nn.Layer):
         if pool == "mean":
             return self.fc_norm(mean_over(x[:, 1:], [1]).squeeze(1))  # patch tokens only, then LayerNorm
         x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
-        x = self.avgpool(x)  # [B, D, 1]
+        if paddle.in_dynamic_mode():
+            x = self.avgpool(x)  # [B, D, 1]
+        else:  # traced: the same mean over all tokens; Paddle Inference's oneDNN bf16 passes
+            x = mean_over(x, [2])  # cannot place AdaptiveAvgPool1D's 3-D pool ("should be 4-D")
         return x.flatten(1)  # [B, D]
 
     def forward_head(self, x, pre_logits=False):

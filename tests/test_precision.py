@@ -1,0 +1,126 @@
+"""bf16 inference on CPU: oneDNN's bfloat16 kernels through paddle.inference, reached from
+tools/eval.py (eval.precision), tools/predict.py (--precision) and tools/benchmark.py (--dtype)."""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_vit import ViT, ViTConfig
+from paddle_vit.cli import run
+from paddle_vit.deploy import inference
+from paddle_vit.deploy.inference import InferenceOptions, cpu_bf16_support, predictor_model
+
+from repo_paths import REPO, load_tool
+
+BF16, WHAT = cpu_bf16_support()
+needs_bf16 = pytest.mark.skipif(not BF16, reason=f"no bfloat16 on this CPU: {WHAT}")
+TRAIN, EVAL, PREDICT, BENCHMARK = (load_tool(name) for name in ("train", "eval", "predict", "benchmark"))
+
+
+def small_model():
+    paddle.seed(0)
+    model = ViT(ViTConfig(image_size=28, patch_size=7, embed_dim=64, depth=2, num_heads=4, num_classes=10))
+    model.eval()
+    return model
+
+
+@needs_bf16
+def test_the_bf16_predictor_really_computes_in_bf16_and_stays_close_to_fp32():
+    model = small_model()
+    images = paddle.to_tensor(np.random.default_rng(0).standard_normal((8, 3, 28, 28)).astype("float32"))
+    with paddle.no_grad():
+        eager = model(images).numpy()
+    fp32, bf16 = predictor_model(model, "fp32")(images).numpy(), predictor_model(model, "bf16")(images).numpy()
+    np.testing.assert_allclose(fp32, eager, atol=1e-5, rtol=0)
+    relative = np.abs(bf16 - fp32).max() / np.abs(fp32).max()
+    # bfloat16 keeps 8 significant bits: identical outputs would mean the bf16 kernels never ran
+    assert 1e-4 < relative < 5e-2, relative
+
+
+def test_bf16_without_the_cpu_for_it_is_one_clear_error(monkeypatch):
+    from paddle_vit import ConfigError
+
+    monkeypatch.setattr(inference, "cpu_bf16_support", lambda: (False, "this CPU has neither AVX512-BF16 nor AMX"))
+    with pytest.raises(ConfigError, match="precision bf16 needs a CPU with AVX512-BF16 or AMX: this CPU has neither"):
+        predictor_model(small_model(), "bf16")
+    with pytest.raises(ConfigError, match="precision fp16 is TensorRT's"):
+        InferenceOptions(precision="fp16").validate()
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    """The quick-start recipe trained for 6 epochs: (recipe, best weights)."""
+    folder = tmp_path_factory.mktemp("digits")
+    recipe = os.path.join(REPO, "configs", "vit_walkthrough_digits_28.yaml")
+    assert run(TRAIN.main, ["-c", recipe, "-o", "train.epochs=6", "-o", f"train.output_dir={folder / 'run'}",
+                            "-o", "train.vdl=false"]) == 0
+    return recipe, str(folder / "run" / "checkpoints" / "best.pdparams")
+
+
+def evaluate(capsys, recipe, weights, *overrides):
+    capsys.readouterr()
+    argv = ["-c", recipe, "--weights", weights] + [part for value in overrides for part in ("-o", value)]
+    assert run(EVAL.main, argv) == 0
+    out = capsys.readouterr().out
+    return json.loads(out.strip().splitlines()[-1]), out
+
+
+@needs_bf16
+def test_eval_in_bf16_keeps_the_accuracy_and_says_its_precision(digits_run, capsys):
+    recipe, weights = digits_run
+    fp32, _ = evaluate(capsys, recipe, weights)
+    bf16, out = evaluate(capsys, recipe, weights, "eval.precision=bf16")
+    assert fp32["precision"] == "fp32" and bf16["precision"] == "bf16" and "precision: bf16" in out
+    assert fp32["top1"] > 0.5  # a model that learnt something: the comparison means something
+    assert abs(bf16["top1"] - fp32["top1"]) <= 0.005 + 1e-9  # within half a point on the 359 val digits
+    assert bf16["loss"] == pytest.approx(fp32["loss"], rel=2e-2) and bf16["loss"] != fp32["loss"]
+
+
+def test_eval_in_bf16_on_the_eager_engine_is_refused(digits_run, capsys):
+    recipe, weights = digits_run
+    code = run(EVAL.main, ["-c", recipe, "--weights", weights, "-o", "eval.precision=bf16",
+                           "-o", "eval.engine=dynamic"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "eval.precision=bf16 runs on the predictor" in lines[0], lines
+
+
+@needs_bf16
+def test_predict_in_bf16_from_weights_gives_the_fp32_classes(digits_run, tmp_path, capsys):
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    recipe, weights = digits_run
+    digits = load_digits()
+    for index in range(6):
+        Image.fromarray((digits.images[index] * 255 / 16).astype(np.uint8)).save(tmp_path / f"{index}.png")
+
+    def top_classes(*extra):
+        capsys.readouterr()
+        assert run(PREDICT.main, ["--weights", weights, "-c", recipe, "--json", "--topk", "1", str(tmp_path),
+                                  *extra]) == 0
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        return {os.path.basename(r["file"]): (r["predictions"][0]["index"], r["predictions"][0]["probability"])
+                for r in records}
+    fp32, bf16 = top_classes(), top_classes("--precision", "bf16")
+    assert fp32.keys() == bf16.keys() and len(fp32) == 6
+    for name in fp32:
+        assert bf16[name][0] == fp32[name][0] and bf16[name][1] == pytest.approx(fp32[name][1], abs=3e-2)
+
+
+def test_benchmark_bf16_on_cpu_needs_the_predictor(capsys):
+    code = run(BENCHMARK.main, ["vit_walkthrough", "--dtype", "bf16", "--engine", "dynamic"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and "--dtype bf16 on CPU runs on the predictor" in lines[-1], lines
+
+
+def test_gemm_mode_measures_the_fp32_and_bf16_limits(capsys):
+    from paddle_vit.benchmark import gemm_limits
+
+    result = gemm_limits(size=256, iterations=2, threads=1)
+    assert result["fp32_eager_gflops"] > 1 and result["fp32_predictor_gflops"] > 1
+    assert (result["bf16_predictor_gflops"] > 1) if BF16 else result["bf16_predictor_gflops"] is None
+    assert run(BENCHMARK.main, ["--mode", "gemm", "--iters", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["size"] == 2048 and printed["fp32_eager_gflops"] > 1
