@@ -84,6 +84,7 @@ class BenchmarkSettings:
     num_workers: int = 0
     onednn: bool = True
     seed: int = 0
+    profile: bool = False  # also time each op of a few more steps (`profile_operators`)
 
     def validate(self):
         for name, value, choices in (("mode", self.mode, MODES), ("engine", self.engine, ENGINES),
@@ -106,6 +107,9 @@ class BenchmarkSettings:
             raise ConfigError(f"--dtype bf16 on CPU runs on the predictor (--engine predictor: oneDNN's bfloat16 "
                               f"kernels); Paddle's eager CPU kernels have no bf16 convolution for --engine {self.engine}"
                               + (" or training" if self.mode == "train" else ""))
+        if self.profile and (self.engine == "predictor" or self.mode == "data"):
+            raise ConfigError("--profile times the model's ops in eager or to_static mode; not --engine predictor "
+                              "(paddle.inference runs its ops itself) or --mode data")
         if self.engine == "predictor" and self.mode != "infer":
             raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
         if self.mode == "data" and self.engine != "dynamic":
@@ -424,7 +428,7 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
     reference = None
     if compare:  # start it first: its set-up overlaps nothing we time
         reference = ReferenceProcess(settings, vit_config, torch_python, worker_script)
-    subject = None
+    subject, operators = None, None
     try:
         subject = PaddleSubject(settings)
         subject.timed(settings.warmup)
@@ -433,6 +437,7 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
             own_rounds.append(subject.timed(settings.iters))
             if reference is not None:
                 reference_rounds.append(reference.timed(settings.iters))
+        operators = profile_operators(subject, settings.iters) if settings.profile else None
     finally:
         if subject is not None:
             subject.close()
@@ -457,6 +462,8 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         "environment": environment_report(),
         "load_average_1min": [load_before, load_after],  # other processes on the machine: > 0 means noise
     }
+    if operators is not None:
+        result["operators"] = operators
     if settings.engine == "predictor":
         result["onednn"] = settings.onednn
     if settings.mode == "data":
@@ -473,6 +480,26 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["ratio"] = ratio
         result["ratio_per_round"] = per_round
     return result
+
+
+def profile_operators(subject, iterations):
+    """Where the time of `iterations` more steps goes, op by op, from `paddle.profiler` (after
+    the timed rounds, so the profiler costs them nothing): [{"name", "calls", "ms_per_step",
+    "share"}] by total time, largest first. Eager and to_static steps only (the predictor runs
+    its ops inside paddle.inference, which the profiler does not see op by op)."""
+    import paddle.profiler as profiler
+
+    events = {}
+    with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], on_trace_ready=lambda prof: None) as prof:
+        subject.timed(iterations)
+    statistic = profiler.profiler_statistic.StatisticData(prof.profiler_result.get_data(),
+                                                          prof.profiler_result.get_extra_info())
+    for name, item in statistic.event_summary.items.items():
+        events[name] = (item.call, item.cpu_time / 1e6)  # ns -> ms
+    total = sum(ms for _, ms in events.values()) or 1.0
+    rows = [{"name": name, "calls": calls // iterations, "ms_per_step": ms / iterations, "share": ms / total}
+            for name, (calls, ms) in events.items()]
+    return sorted(rows, key=lambda row: -row["ms_per_step"])
 
 
 # ---- the CPU's limits: one large matrix product --------------------------------------------------
@@ -596,4 +623,9 @@ def format_report(result):
         per_round = ", ".join(f"{r:.2f}" for r in result["ratio_per_round"])
         lines.append(f"paddle / timm = {result['ratio']:.2f}x (median of paired rounds: {per_round})")
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
+    if result.get("operators"):
+        lines.append("where a step's time goes (paddle.profiler, op by op):")
+        for row in result["operators"][:12]:
+            lines.append(f"  {row['name']:<28} {row['calls']:5d} calls {row['ms_per_step']:8.1f} ms "
+                         f"{100 * row['share']:5.1f}%")
     return "\n".join(lines)

@@ -124,3 +124,16 @@ def test_gemm_mode_measures_the_fp32_and_bf16_limits(capsys):
     assert run(BENCHMARK.main, ["--mode", "gemm", "--iters", "1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["size"] == 2048 and printed["fp32_eager_gflops"] > 1
+
+
+def test_benchmark_profile_says_where_a_step_goes(capsys):
+    code = run(BENCHMARK.main, ["vit_walkthrough", "-o", "model.image_size=28", "-o", "model.patch_size=7",
+                                "--batch-size", "4", "--warmup", "1", "--iters", "2", "--rounds", "1",
+                                "--profile", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    names = [row["name"] for row in result["operators"]]
+    assert any(name.startswith("addmm") for name in names) and any(name.startswith("softmax") for name in names)
+    assert all(row["ms_per_step"] >= 0 and row["calls"] >= 1 for row in result["operators"])
+    assert run(BENCHMARK.main, ["vit_walkthrough", "--engine", "predictor", "--profile"]) == 2
+    assert "--profile times the model's ops" in capsys.readouterr().err

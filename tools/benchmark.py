@@ -63,6 +63,9 @@ def build_parser():
                         help="a Python with torch and timm, for --compare (default: $PADDLE_VIT_TORCH_PYTHON, "
                              "else this Python)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile --iters more steps op by op (paddle.profiler; eager and to_static) and "
+                             "print where the time goes")
     add_common_arguments(parser)
     return parser
 
@@ -84,7 +87,7 @@ def settings_from_arguments(args):
         batch_size=args.batch_size, mode=args.mode, dtype=args.dtype, device=args.device, engine=args.engine,
         warmup=args.warmup, iters=args.iters, rounds=args.rounds, threads=args.threads,
         peak_tflops=args.peak_tflops, model_overrides=model_overrides, data_config=data_config,
-        num_workers=num_workers, onednn=args.onednn)
+        num_workers=num_workers, onednn=args.onednn, profile=args.profile)
 
 
 def main(argv):
