@@ -27,6 +27,9 @@ setup(
         "pillow",
         "tqdm",  # the terminal progress bar
         "matplotlib",  # the confusion matrix and the paper's figures
+        # oneTBB's scalable malloc, which the tools preload where tcmalloc is not installed: a
+        # pip-only install's training peak memory at timm's (paddle_vit/runtime.py, docs/benchmarks.md)
+        "tbb; sys_platform == 'linux' and platform_machine == 'x86_64'",
     ],
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],

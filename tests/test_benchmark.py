@@ -174,7 +174,8 @@ def fake_find_library(installed):
     return lambda name: {"tcmalloc_minimal": "libtcmalloc_minimal.so.4"}.get(name) if installed else None
 
 
-def test_tools_choose_tcmalloc_when_installed_and_never_over_the_user(tmp_path):
+def test_tools_choose_tcmalloc_when_installed_and_never_over_the_user(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "find_pip_allocator", lambda prefixes=None: None)  # no tbb wheel either
     installed, missing = fake_find_library(True), fake_find_library(False)
     assert runtime.find_allocator_library({}, installed) == "libtcmalloc_minimal.so.4"
     assert runtime.find_allocator_library({"PADDLE_VIT_ALLOCATOR": "auto"}, installed) == "libtcmalloc_minimal.so.4"
@@ -216,6 +217,28 @@ def test_active_allocator_reads_the_process_memory_map(tmp_path):
     assert runtime.active_allocator(str(maps)) == "glibc"
     maps.write_text(maps.read_text() + "7f1 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.10\n")
     assert runtime.active_allocator(str(maps)) == "tcmalloc"
+
+
+def test_a_pip_only_install_gets_onetbbs_malloc_from_the_tbb_wheel(tmp_path, monkeypatch):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libtbbmalloc_proxy.so.2").write_bytes(b"")
+    assert runtime.find_pip_allocator([str(tmp_path)]) is None  # the proxy alone cannot load
+    (lib / "libtbbmalloc.so.2").write_bytes(b"")
+    pair = f"{lib / 'libtbbmalloc.so.2'}:{lib / 'libtbbmalloc_proxy.so.2'}"
+    assert runtime.find_pip_allocator(["", str(tmp_path)]) == pair
+    assert runtime.with_tbb_allocator(str(lib / "libtbbmalloc_proxy.so.2")) == pair  # a chosen proxy gets its pair
+    monkeypatch.setattr(runtime, "find_pip_allocator", lambda prefixes=None: pair)
+    assert runtime.find_allocator_library({}, fake_find_library(False)) == pair  # no tcmalloc: tbb's
+    assert runtime.find_allocator_library({}, fake_find_library(True)) == "libtcmalloc_minimal.so.4"  # tcmalloc first
+    monkeypatch.undo()
+    installed = runtime.find_pip_allocator()
+    if installed is None:
+        pytest.skip("the tbb wheel is not installed here (setup.py installs it on Linux x86-64)")
+    completed = run_benchmark_tool(PADDLE_VIT_ALLOCATOR=installed.split(":")[-1])
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    environment = json.loads(completed.stdout.strip().splitlines()[-1])["environment"]
+    assert environment["allocator"] == "tbbmalloc" and environment["LD_PRELOAD"] == installed
 
 
 def test_the_training_log_line_names_the_allocator_and_how_to_change_it(monkeypatch):
