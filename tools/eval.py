@@ -36,6 +36,7 @@ def main(argv):
     args = parser.parse_args(argv)
 
     from paddle_vit.config import load_config
+    from paddle_vit.engine.device import rank
     from paddle_vit.engine.evaluator import run_evaluation, save_confusion_matrix_png
 
     setup_logging()
@@ -51,7 +52,7 @@ def main(argv):
     summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision")}
     print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine})")
     summary["per_class_accuracy"] = dict(zip(names, metrics["per_class_accuracy"]))
-    if figure and paddle_rank() == 0:  # after the numbers are out: a full disk costs the figure only
+    if figure and rank() == 0:  # after the numbers are out: a full disk costs the figure only
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
         print(f"confusion matrix: {figure}")
     print(json.dumps(summary))
@@ -79,10 +80,6 @@ def confusion_matrix_path(args, config):
     return fileio.writable_file(os.path.join(folder, f"confusion_matrix_{stem}.png"), "eval.confusion_matrix",
                                 FIGURE_FORMATS)
 
-
-def paddle_rank():
-    import paddle.distributed
-    return paddle.distributed.get_rank()
 
 
 if __name__ == "__main__":

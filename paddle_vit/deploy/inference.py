@@ -37,11 +37,9 @@ def cpu_bf16_support():
     (False, what is missing); read from Paddle's own check and /proc/cpuinfo's flags."""
     from paddle.base import core
 
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            flags = set(next((line for line in stream if line.startswith("flags")), "").split())
-    except OSError:
-        flags = set()
+    from ..runtime import cpu_vendor_and_flags
+
+    _, flags = cpu_vendor_and_flags()
     named = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
     if core.supports_bfloat16() and (named or not flags):
         return True, " and ".join(named) or "bfloat16 support (Paddle's check)"

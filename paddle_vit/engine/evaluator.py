@@ -120,9 +120,9 @@ def model_for_engine(model, engine, precision="fp32"):
     return model
 
 
-def run_evaluation(config, weights, use_ema=False, confusion_png=None):
+def run_evaluation(config, weights, use_ema=False):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
-    (plus `class_names`)."""
+    (plus `class_names` and `precision`)."""
     from ..data import build_dataloader, build_datasets
     from .builder import model_for_evaluation, resolve_model_config
     from .device import init_distributed, select_device
@@ -137,6 +137,4 @@ def run_evaluation(config, weights, use_ema=False, confusion_png=None):
     metrics = evaluate(model_for_engine(model, config.eval.engine, config.eval.precision), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     metrics["precision"] = config.eval.precision
-    if confusion_png and dist.get_rank() == 0:
-        save_confusion_matrix_png(metrics["confusion_matrix"], class_names, confusion_png)
     return metrics

@@ -2,6 +2,7 @@
 import json
 import logging
 import os
+import struct
 import time
 
 logger = logging.getLogger("paddle_vit")
@@ -80,8 +81,6 @@ class ScalarWriter:
 
     def _keep(self, keep_until_step):
         """Rewrite the file with its complete records up to `keep_until_step` (all when None)."""
-        import struct
-
         from visualdl.proto import record_pb2
 
         from ..fileio import atomic_write
@@ -108,7 +107,6 @@ class ScalarWriter:
         atomic_write(self.path, write)
 
     def _write(self, record):
-        import struct
         if self.stream is None:
             return
         data = record.SerializeToString()

@@ -209,7 +209,7 @@ class Trainer:
         self.global_step, self.best_top1 = state["global_step"], state.get("best_top1", -1.0)
         self.epoch_loss_sum, self.epoch_loss_count = state.get("epoch_loss_sum", 0.0), state.get("epoch_loss_count", 0)
         self.bad_steps = state.get("bad_steps", 0)
-        self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path)
+        self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path, state["epoch"])
         if position_scale != 1.0:  # resume_check off and another batch geometry: the same images seen
             self.batch_in_epoch = min(int(self.batch_in_epoch * position_scale), len(self.train_loader) - 1)
             self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
@@ -246,10 +246,9 @@ class Trainer:
         new_batch = now["train.batch_size"] * now["processes"]
         return old_batch / new_batch
 
-    def _history_from_metrics(self, path):
+    def _history_from_metrics(self, path, epoch):
         """The epoch records of a checkpoint written before they were kept in it: metrics.jsonl's
-        lines up to its epoch."""
-        epoch = ckpt.load_checkpoint(path)["epoch"]
+        lines up to its `epoch`."""
         metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "metrics.jsonl")
         records = []
         try:
