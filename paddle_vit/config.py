@@ -86,6 +86,8 @@ class ModelConfig:
     pretrained_resample: how that position embedding is resampled to another grid
         (bicubic_antialias, bicubic, bilinear, bilinear_align_corners); null: as the
         checkpoint's own code does (README, "Pretrained weights").
+    recompute: activation recompute in training: true (every encoder layer), k (every k-th) or
+        false/0; the same numbers with less memory and more time (README, "Training").
     """
     name: str = "vit_walkthrough"
     pretrained: Optional[str] = None
@@ -113,6 +115,7 @@ class ModelConfig:
     backbone_layers: Optional[List[int]] = None
     backbone_width: Optional[int] = None
     backbone_style: Optional[str] = None
+    recompute: Optional[int] = dataclasses.field(default=None, metadata={"true_is": 1})
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""
@@ -304,6 +307,8 @@ def load_config(path=None, overrides=(), data=None):
             if key not in fields:
                 raise ConfigError(f"{where}: unknown key {section_name}.{key}"
                                   f"{close_matches(key, fields)}")
+            if isinstance(value, bool) and "true_is" in fields[key].metadata:  # recompute: true = every layer
+                value = fields[key].metadata["true_is"] if value else 0
             setattr(section, key, _check_type(f"{section_name}.{key}", value, fields[key].type))
     _expand_user_paths(config)
     validate(config)

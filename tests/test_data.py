@@ -616,6 +616,26 @@ def test_distributed_train_shards_share_one_permutation_per_epoch():
     assert not np.array_equal(samplers[0].global_order(0), samplers[0].global_order(1))
 
 
+def test_training_shards_by_step_give_every_step_the_batch_of_one_process():
+    """by_step: step k of R ranks with batch B reads the images one process of batch R * B reads
+    at its step k, for R = 1, 2, 4 (and across epochs): the number of processes changes nothing."""
+    def steps(world, batch, epoch):
+        samplers = [ResumableBatchSampler(50, batch, shuffle=True, drop_last=True, seed=3, num_replicas=world,
+                                          rank=r, by_step=True) for r in range(world)]
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        per_rank = [list(s) for s in samplers]
+        assert len({len(b) for b in per_rank}) == 1
+        return [sorted(sum((rank_batches[k] for rank_batches in per_rank), [])) for k in range(len(per_rank[0]))]
+    for epoch in (0, 1):
+        single = steps(1, 8, epoch)
+        assert len(single) == 6 and steps(2, 4, epoch) == single and steps(4, 2, epoch) == single
+        assert len({i for step in single for i in step}) == 48  # no sample twice in an epoch
+    assert steps(1, 8, 0) != steps(1, 8, 1)
+    with pytest.raises(ValueError, match="drop_last"):
+        ResumableBatchSampler(50, 8, drop_last=False, by_step=True)
+
+
 def test_build_dataloader_without_distribution_reads_everything():
     dataset = synthetic_train(size=10)
     loader = build_dataloader(dataset, 4, shuffle=False, drop_last=False, distributed=False)

@@ -421,3 +421,39 @@ def test_bad_option_values_name_the_key(option, value, expected):
     with pytest.raises(ConfigError, match=f"model.{option}.*" if option != "gelu" else expected) as error:
         tiny_vit(**{option: value})
     assert expected in str(error.value)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_recompute_gives_the_same_loss_and_gradients(every):
+    """model.recompute re-runs encoder layers in the backward pass instead of keeping their
+    activations; with dropout and drop-path on, the recomputed layer must draw the same masks."""
+    def loss_and_grads(recompute):
+        paddle.seed(7)
+        model = create_model("vit_walkthrough", image_size=28, embed_dim=32, depth=4, num_heads=4, num_classes=5,
+                             dropout=0.2, drop_path=0.2, recompute=recompute)
+        model.train()
+        runs = []
+        for index, layer in enumerate(model.encoder.layers):
+            layer.register_forward_pre_hook(lambda layer, inputs, index=index: runs.append(index))
+        paddle.seed(11)
+        images = paddle.randn([3, 3, 28, 28])
+        loss = paddle.nn.functional.cross_entropy(model(images), paddle.to_tensor([0, 3, 4]))
+        loss.backward()
+        return float(loss), {name: p.grad.numpy() for name, p in model.named_parameters()}, sorted(runs)
+    plain_loss, plain, plain_runs = loss_and_grads(0)
+    loss, grads, runs = loss_and_grads(every)
+    assert plain_runs == [0, 1, 2, 3]
+    assert runs == sorted([0, 1, 2, 3] + list(range(0, 4, every)))  # the recomputed layers ran twice
+    assert loss == pytest.approx(plain_loss, abs=1e-6)
+    assert grads.keys() == plain.keys()
+    for name in plain:
+        np.testing.assert_allclose(grads[name], plain[name], atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+def test_recompute_accepts_true_and_a_count_and_refuses_a_negative():
+    from paddle_vit.config import load_config
+    assert load_config(data={"model": {"recompute": True}}).model.recompute == 1
+    assert load_config(data={"model": {"recompute": False}}).model.recompute == 0
+    assert load_config(data={"model": {"recompute": 3}}).model.recompute == 3
+    with pytest.raises(ConfigError, match="model.recompute must be true, false or k >= 0"):
+        load_config(data={"model": {"recompute": -1}})

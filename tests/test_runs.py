@@ -139,6 +139,30 @@ def test_resume_check_off_carries_the_position_over_in_images(tmp_path):
     resumed.fit()
 
 
+def test_a_mid_epoch_stop_resumes_with_another_split_of_the_same_global_batch(tmp_path):
+    """Stopped after 3 updates of 8 x 2 accumulated, resumed as batches of 16: the position (48
+    images in) and the epoch's loss so far carry over, and the run ends where an unbroken run
+    of batch 16 ends."""
+    no_dropout = {"dropout": 0.0, "drop_path": 0.0, "name": "vit_walkthrough"}
+    stopped = Trainer(small_config(tmp_path / "run", model=no_dropout,
+                                   train={"epochs": 1, "batch_size": 8, "accumulate_steps": 2}))
+    step = stopped.optimizer_step
+
+    def stop_after_three():
+        step()
+        stopped.stop_requested = stopped.global_step == 3
+    stopped.optimizer_step = stop_after_three
+    assert stopped.fit()["interrupted"]
+    resumed = Trainer(small_config(tmp_path / "run", model=no_dropout,
+                                   train={"epochs": 1, "batch_size": 16, "resume": "auto"}))
+    assert (resumed.batch_in_epoch, resumed.global_step) == (3, 3)
+    resumed.fit()
+    Trainer(small_config(tmp_path / "unbroken", model=no_dropout, train={"epochs": 1, "batch_size": 16})).fit()
+    got, want = (json.loads(open(tmp_path / name / "metrics.jsonl").readline()) for name in ("run", "unbroken"))
+    for key in ("train_loss", "val_loss", "step"):
+        assert got[key] == pytest.approx(want[key], abs=1e-6), key
+
+
 def test_a_checkpoint_of_an_older_format_is_one_line(tmp_path, capsys):
     folder = tmp_path / "run"
     Trainer(small_config(folder, train={"epochs": 1})).fit()

@@ -6,7 +6,13 @@ Order of an epoch (the same on every rank):
         order + order[:total_size - N]   (repeated if N < num_replicas)
 Rank r reads the contiguous block order[r * per_rank : (r + 1) * per_rank], in batches of
 batch_size (the last one short unless drop_last). Every rank therefore has the same number of
-samples and batches. Positions >= N of the padded order are the padding duplicates: they sit
+samples and batches.
+
+Training uses `by_step=True` instead (with drop_last): rank r's batch k is the r-th slice of
+step k, order[(k * R + r) * B : (k * R + r + 1) * B] for R ranks of batch B, so the images of
+step k are order[k * R * B : (k + 1) * R * B] whatever R is. A run on R ranks of batch B then
+sees, step by step, the batches a single process of batch R * B sees, and a checkpoint resumes
+on another number of processes at the same image (position k * R * B). Positions >= N of the padded order are the padding duplicates: they sit
 at the end of the last rank(s). To trim them in evaluation either
     - drop them locally: `loader.padding_mask()` is True for each padded sample this rank
       reads, in reading order (batch b covers mask[b * batch_size : (b + 1) * batch_size]); or
@@ -37,7 +43,7 @@ class ResumableBatchSampler(paddle.io.Sampler):
     """Batches of dataset indices for one rank, keyed by (seed, epoch), resumable at any batch."""
 
     def __init__(self, num_samples, batch_size, *, shuffle=False, drop_last=False, seed=0,
-                 num_replicas=1, rank=0):
+                 num_replicas=1, rank=0, by_step=False):
         super().__init__()
         if num_samples <= 0:
             raise DataError("cannot load batches from an empty data set")
@@ -48,6 +54,9 @@ class ResumableBatchSampler(paddle.io.Sampler):
         self.num_samples, self.batch_size = int(num_samples), int(batch_size)
         self.shuffle, self.drop_last, self.seed = bool(shuffle), bool(drop_last), int(seed)
         self.num_replicas, self.rank = int(num_replicas), int(rank)
+        if by_step and not drop_last:
+            raise ValueError("by_step needs drop_last: every step must have a whole batch on every rank")
+        self.by_step = bool(by_step)
         self.per_rank = math.ceil(self.num_samples / self.num_replicas)
         self.total_size = self.per_rank * self.num_replicas
         self.epoch, self.start_batch = 0, 0
@@ -71,6 +80,9 @@ class ResumableBatchSampler(paddle.io.Sampler):
 
     def local_positions(self):
         """Positions in the padded global order that this rank reads, in reading order."""
+        if self.by_step:  # batch k: slice `rank` of step k
+            first = (np.arange(len(self)) * self.num_replicas + self.rank) * self.batch_size
+            return (first[:, None] + np.arange(self.batch_size)[None, :]).reshape(-1)
         return np.arange(self.rank * self.per_rank, (self.rank + 1) * self.per_rank)
 
     def local_indices(self, epoch=None):
@@ -170,11 +182,13 @@ def leave_stop_signals_to_the_main_process(worker_id):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, seed=0, distributed=None):
+def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, seed=0, distributed=None,
+                     by_step=False):
     """A `ResumableDataLoader` over `dataset`.
 
     distributed: None shards when Paddle's world size is > 1; True shards over the world
     (also of size 1); False never shards. `seed` keys the shuffle order with the epoch.
+    by_step: shard each step rather than the epoch (training; see the module docstring).
     """
     world_size, rank = 1, 0
     if distributed is None or distributed:
@@ -184,5 +198,5 @@ def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, 
         else:
             world_size = 1
     sampler = ResumableBatchSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                                    num_replicas=world_size, rank=rank)
+                                    num_replicas=world_size, rank=rank, by_step=by_step)
     return ResumableDataLoader(dataset, sampler, num_workers=num_workers)

@@ -23,7 +23,7 @@ from .builder import build_model, resolve_model_config
 from .device import init_distributed, is_main_process, select_device
 from .ema import ModelEma
 from .evaluator import evaluate
-from . import runs
+from . import runs, stopping
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .optim import build_optimizer, build_schedule
 
@@ -72,6 +72,32 @@ def amp_dtype_for(amp, place):
     return dtype
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchGeometry:
+    """How a run makes one optimizer step: batch_size images per process and micro-step, on
+    `processes` processes, `accumulate_steps` micro-steps per update."""
+    batch_size: int
+    processes: int
+    accumulate_steps: int
+
+    @property
+    def images_per_step(self):
+        return self.batch_size * self.processes
+
+    @property
+    def global_batch(self):
+        return self.batch_size * self.processes * self.accumulate_steps
+
+    @classmethod
+    def recorded_in(cls, state):
+        train = state["config"]["train"]
+        return cls(train["batch_size"], state.get("world_size", 1), train["accumulate_steps"])
+
+    def __str__(self):
+        return f"{self.batch_size} per process x {self.processes} process{'es' if self.processes != 1 else ''} " \
+               f"x {self.accumulate_steps} accumulated"
+
+
 class Trainer:
     """Everything a run needs, built from one `Config`.
 
@@ -91,6 +117,13 @@ class Trainer:
             paddle.set_flags({"FLAGS_cudnn_deterministic": True})
         paddle.seed(train.seed)
         np.random.seed(train.seed)
+        self.world_size = paddle.distributed.get_world_size() if self.distributed else 1
+        self.geometry_differences = []  # how a resumed checkpoint's global batch differs, if it does
+        folder, checkpoint = runs.plan_run(config, self.main)
+        resume_state = ckpt.load_checkpoint(checkpoint) if checkpoint is not None else None
+        if resume_state is not None:  # may set accumulate_steps to keep the run's global batch
+            config = self.config = self._fit_batch_geometry(resume_state, checkpoint)
+            train = config.train
 
         image_size = resolve_model_config(config, num_classes=2).image_size
         self.train_set, self.val_set, self.class_names = build_datasets(config.data, image_size, seed=train.seed)
@@ -99,7 +132,7 @@ class Trainer:
             raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {config.data.dataset} "
                               f"has {self.num_classes} classes; set model.num_classes: null to follow the data")
         self.train_loader = build_dataloader(self.train_set, train.batch_size, shuffle=True, drop_last=True,
-                                             num_workers=config.data.num_workers, seed=train.seed)
+                                             num_workers=config.data.num_workers, seed=train.seed, by_step=True)
         self.val_loader = build_dataloader(self.val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                                            num_workers=config.data.num_workers, seed=train.seed)
         if len(self.train_loader) == 0:
@@ -131,9 +164,8 @@ class Trainer:
         self.history = []  # every finished epoch's metrics record: metrics.jsonl is written from it
         self.stop_requested = False
         self.lock = None
-        folder, checkpoint = runs.plan_run(config, self.main)
-        if checkpoint is not None:
-            self._resume(checkpoint)  # before a new folder exists: a refused resume leaves nothing
+        if resume_state is not None:
+            self._resume(resume_state, checkpoint)  # before a new folder exists: a refused resume leaves nothing
         elif train.resume:
             logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", train.resume)
         if self.main:
@@ -155,6 +187,8 @@ class Trainer:
         else:
             self.output_dir = folder
             self.checkpoint_dir = os.path.join(folder, "checkpoints")
+        if self.distributed:
+            self._check_ranks_agree(checkpoint)
 
     def close(self):
         """Release the run folder (the lock); fit() does it when it ends."""
@@ -181,20 +215,22 @@ class Trainer:
             "model_config": dataclasses.asdict(self.vit.config),
             "class_names": self.class_names,
             "history": list(self.history),
-            "world_size": paddle.distributed.get_world_size() if self.distributed else 1,
+            "world_size": self.world_size,
         }
 
-    def _resume(self, path):
-        state = ckpt.load_checkpoint(path)
+    def _resume(self, state, path):
         missing = [key for key in ("model", "optimizer", "scheduler", "epoch", "global_step", "model_config", "config")
                    if key not in state]
         if missing:
             raise WeightsError(f"checkpoint {path} was written by an older paddle-vit and lacks {', '.join(missing)}: "
                                f"it cannot be resumed; start a new run from its weights with -o model.pretrained={path}")
-        position_scale = self._check_same_run(state, path)
+        self._check_same_run(state, path)
         # fields added since a checkpoint was written (e.g. gelu) had their defaults' values then
         recorded = {**dataclasses.asdict(ViTConfig()), **state["model_config"]}
-        if recorded != dataclasses.asdict(self.vit.config):
+        building = dataclasses.asdict(self.vit.config)
+        for name in ViTConfig.RUN_ONLY_FIELDS:  # e.g. recompute switched on to resume with less memory
+            recorded.pop(name), building.pop(name)
+        if recorded != building:
             raise ConfigError(f"checkpoint {path} was written for another model "
                               f"({state['model_config']['embed_dim']}-wide, depth {state['model_config']['depth']}, "
                               f"{state['model_config']['num_classes']} classes) than the config builds")
@@ -210,28 +246,61 @@ class Trainer:
         self.epoch_loss_sum, self.epoch_loss_count = state.get("epoch_loss_sum", 0.0), state.get("epoch_loss_count", 0)
         self.bad_steps = state.get("bad_steps", 0)
         self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path, state["epoch"])
-        if position_scale != 1.0:  # resume_check off and another batch geometry: the same images seen
-            self.batch_in_epoch = min(int(self.batch_in_epoch * position_scale), len(self.train_loader) - 1)
-            self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
+        # the position and this epoch's loss so far, in images: a step of `was` images is `scale` steps now
+        was = BatchGeometry.recorded_in(state)
+        scale = was.images_per_step / (self.config.train.batch_size * self.world_size)
+        if scale != 1.0:
+            self.batch_in_epoch = min(int(round(self.batch_in_epoch * scale, 6)), len(self.train_loader) - 1)
+            self.epoch_loss_sum *= scale  # a sum of per-step mean losses: each old step is `scale` new ones
+            self.epoch_loss_count *= scale
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
                     self.global_step)
 
+    def _fit_batch_geometry(self, state, path):
+        """The config to resume `state` with. The run's global batch (batch_size x processes x
+        accumulate_steps) is what its optimizer steps and schedule were made for; on another number
+        of processes keep it by setting accumulate_steps when the config's own arithmetic does not
+        (one line says so). Anything else that changes it is refused in `_check_same_run`."""
+        if "config" not in state:
+            return self.config  # an older checkpoint: _resume says what it lacks
+        was = BatchGeometry.recorded_in(state)
+        train = self.config.train
+        now = BatchGeometry(train.batch_size, self.world_size, train.accumulate_steps)
+        if now.global_batch == was.global_batch:
+            if now != was:
+                logger.info("resuming %s on %s: the global batch %d is kept (the checkpoint: %s)", path, now,
+                            now.global_batch, was)
+            return self.config
+        per_update = now.batch_size * now.processes
+        if now.processes != was.processes and was.global_batch % per_update == 0:
+            kept = BatchGeometry(now.batch_size, now.processes, was.global_batch // per_update)
+            logger.warning("resuming %s, written on %d process%s, on %d: train.accumulate_steps is set to %d to keep "
+                           "its global batch of %d (%s)", path, was.processes, "es" if was.processes != 1 else "",
+                           now.processes, kept.accumulate_steps, was.global_batch, kept)
+            return dataclasses.replace(self.config, train=dataclasses.replace(train, accumulate_steps=kept.accumulate_steps))
+        for key, old, new in (("train.batch_size", was.batch_size, now.batch_size),
+                              ("train.accumulate_steps", was.accumulate_steps, now.accumulate_steps),
+                              ("processes", was.processes, now.processes)):
+            if old != new:
+                self.geometry_differences.append(f"{key} {old!r} (the config: {new!r})")
+        self.geometry_differences.append(
+            f"a global batch of {was.global_batch} (the config: {now.global_batch}"
+            + (f"; -o train.batch_size={was.global_batch // (now.processes * now.accumulate_steps)} keeps it"
+               if was.global_batch % (now.processes * now.accumulate_steps) == 0 else "") + ")")
+        return self.config
+
     def _check_same_run(self, state, path):
-        """Refuse (one line naming what differs) a checkpoint of another data set, class list, batch
-        size, accumulation or number of processes, unless train.resume_check is off; then the
-        data position is carried over in images. Returns the factor the position scales by."""
+        """Refuse (one line naming what differs) a checkpoint of another data set, class list or
+        global batch, unless train.resume_check is off; then the data position is carried over in
+        images."""
         recorded = state["config"]
         was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
-               "data.train_fraction": recorded["data"].get("train_fraction", 1.0),
-               "train.batch_size": recorded["train"]["batch_size"],
-               "train.accumulate_steps": recorded["train"]["accumulate_steps"],
-               "processes": state.get("world_size", 1)}
+               "data.train_fraction": recorded["data"].get("train_fraction", 1.0)}
         config = self.config
         now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
-               "data.train_fraction": config.data.train_fraction, "train.batch_size": config.train.batch_size,
-               "train.accumulate_steps": config.train.accumulate_steps,
-               "processes": paddle.distributed.get_world_size() if self.distributed else 1}
+               "data.train_fraction": config.data.train_fraction}
         differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
+        differences += self.geometry_differences
         recorded_classes = state.get("class_names")
         if recorded_classes is not None and list(recorded_classes) != list(self.class_names):
             differences.append(f"the classes {_few(recorded_classes)} (the data: {_few(self.class_names)})")
@@ -242,9 +311,18 @@ class Trainer:
         if differences:
             logger.warning("train.resume_check=false: resuming %s although it was written with %s", path,
                            "; ".join(differences))
-        old_batch = was["train.batch_size"] * was["processes"]
-        new_batch = now["train.batch_size"] * now["processes"]
-        return old_batch / new_batch
+
+    def _check_ranks_agree(self, checkpoint):
+        """Every process must start from the same point: a node that cannot see the run's
+        checkpoints (no shared file system) would otherwise start fresh beside resumed ones."""
+        steps = []
+        paddle.distributed.all_gather(steps, paddle.to_tensor([self.global_step, self.batch_in_epoch], "int64"))
+        steps = [tuple(int(v) for v in step.numpy()) for step in steps]
+        if len(set(steps)) > 1:
+            described = ", ".join(f"rank {r}: step {s}" for r, (s, _) in enumerate(steps))
+            raise ConfigError(f"the processes of this run would start from different points ({described}; this rank "
+                              f"resumes {checkpoint or 'nothing'}): every node must see the same run folder "
+                              f"(train.output_dir on a shared file system) to resume")
 
     def _history_from_metrics(self, path, epoch):
         """The epoch records of a checkpoint written before they were kept in it: metrics.jsonl's
@@ -380,7 +458,10 @@ class Trainer:
             progress.close()
             writer.close()
             for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
+                if signum == "uninstall":
+                    handler()
+                else:
+                    signal.signal(signum, handler)
             self.close()
         return self._summary(start, interrupted=False, metrics=metrics)
 
@@ -397,7 +478,21 @@ class Trainer:
             f"-o train.accumulate_steps={train.accumulate_steps * 2} (the same effective batch through gradient "
             f"accumulation){', or train.amp=bf16' if self.place.startswith('gpu') and not self.amp_dtype else ''}")
 
+    def _last_checkpoint_words(self):
+        """Where a stopped run continues from, for the line that says it stopped."""
+        if not self.main:
+            return "rank 0 names the last whole checkpoint"
+        last = os.path.join(self.checkpoint_dir, "last.pdckpt")
+        if os.path.exists(last):
+            return f"{last} is the last whole checkpoint: continue with -o train.resume=auto"
+        return "no checkpoint had been written yet"
+
     def _install_signal_handlers(self):
+        """Single process: the first Ctrl-C/SIGTERM finishes the step and saves, a second stops at
+        once. Several processes: a signal stops at once with one line (engine/stopping.py)."""
+        if self.distributed:
+            uninstall = stopping.install(paddle.distributed.get_rank(), self._last_checkpoint_words)
+            return {"uninstall": uninstall}
         previous = {}
         try:
             for signum in (signal.SIGINT, signal.SIGTERM):

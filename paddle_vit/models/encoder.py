@@ -5,6 +5,8 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from paddle.distributed.fleet.utils import recompute
+
 from .attention import Attention
 from .linear import Linear
 
@@ -120,16 +122,20 @@ class Encoder(nn.Layer):
         depth = config.depth
         drop_path_rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
         self.layers = nn.LayerList([EncoderLayer(config, rate) for rate in drop_path_rates])
+        self.recompute = config.recompute
         self.norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if final_norm
                      else nn.Identity())
 
     def forward(self, x, return_attention=False):
         """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked."""
         attentions = []
-        for layer in self.layers:
+        recompute_every = self.recompute if self.training and paddle.is_grad_enabled() else 0
+        for index, layer in enumerate(self.layers):
             if return_attention:
                 x, weights = layer(x, return_attention=True)
                 attentions.append(weights)
+            elif recompute_every and index % recompute_every == 0:
+                x = recompute(layer, x)  # only x is kept; the layer runs again in the backward pass
             else:
                 x = layer(x)
         x = self.norm(x)

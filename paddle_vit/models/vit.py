@@ -60,6 +60,11 @@ class ViTConfig:
         backbone_width: the ResNet's width factor.
         backbone_style: "timm" or "jax": whose weight standardisation and GroupNorm epsilon
             the ResNet computes with (they differ; a checkpoint implies its own).
+        recompute: activation recompute in training: 0 keeps every encoder layer's activations
+            for the backward pass; k > 0 keeps only the input of every k-th layer (0, k, 2k, ...)
+            and computes that layer again in the backward pass (Paddle's recompute). The numbers
+            are the same; memory falls and time rises. It changes how the model runs, not what
+            it is: a run may be resumed with another value.
     """
     image_size: int = 224
     patch_size: int = 16
@@ -84,6 +89,9 @@ class ViTConfig:
     backbone_layers: Optional[List[int]] = None
     backbone_width: int = 1
     backbone_style: str = "timm"
+    recompute: int = 0
+
+    RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
     @classmethod
     def field_names(cls):
@@ -104,6 +112,9 @@ class ViTConfig:
                 raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.depth, int) or isinstance(self.depth, bool) or self.depth < 0:
             raise ConfigError(f"model.depth must be an integer >= 0 (0: no Transformer layer), got {self.depth!r}")
+        if not isinstance(self.recompute, int) or isinstance(self.recompute, bool) or self.recompute < 0:
+            raise ConfigError(f"model.recompute must be true, false or k >= 0 (every k-th encoder layer), "
+                              f"got {self.recompute!r}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
             raise ConfigError(f"model.num_classes must be an integer >= 0, got {self.num_classes!r}")
         for name in ("dropout", "attention_dropout", "drop_path"):

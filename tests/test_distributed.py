@@ -1,0 +1,217 @@
+"""Training on several processes through `python -m paddle.distributed.launch` (gloo on CPU):
+two nodes on loopback against one process of the same global batch, a checkpoint of two
+ranks resumed on one and on four, and a rank killed mid-run."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_vit.config import load_config
+from paddle_vit.engine.checkpoint import load_checkpoint
+from paddle_vit.engine.trainer import Trainer
+
+from repo_paths import TOOLS
+
+RECIPE = {
+    "model": {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2,
+              "dropout": 0.0, "drop_path": 0.0},  # the random streams of dropout are per process
+    "data": {"dataset": "synthetic", "synthetic_train_size": 64, "synthetic_val_size": 41, "synthetic_classes": 4},
+    "optimizer": {"lr": 0.003},
+    "schedule": {"warmup_epochs": 0.5},
+    "train": {"epochs": 2, "batch_size": 8, "device": "cpu", "log_interval": 2, "save_interval": 1},
+    "eval": {"batch_size": 8},
+}
+
+
+def write_recipe(path, **sections):
+    import yaml
+    data = {section: dict(values, **sections.get(section, {})) for section, values in RECIPE.items()}
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launcher(log_dir, recipe, *overrides, nproc=1, node=None):
+    """The command of one launcher: `node=(rank, nnodes, master)` for a multi-node job."""
+    command = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(nproc),
+               "--log_dir", str(log_dir)]
+    if node is not None:
+        rank, nnodes, master = node
+        command += ["--nnodes", str(nnodes), "--master", master, "--rank", str(rank)]
+    command += [os.path.join(TOOLS, "train.py"), "-c", recipe]
+    for override in overrides:
+        command += ["-o", override]
+    return command
+
+
+def weights(path):
+    return {name: value.numpy() for name, value in paddle.load(str(path)).items()}
+
+
+def assert_same_weights(actual, expected, tolerance=1e-5):
+    assert actual.keys() == expected.keys()
+    worst = max(float(np.abs(actual[name] - expected[name]).max()) for name in expected)
+    assert worst < tolerance, f"largest weight difference {worst}"
+
+
+def metrics(folder):
+    return [json.loads(line) for line in open(os.path.join(folder, "metrics.jsonl"))]
+
+
+def assert_same_metrics(actual, expected):
+    assert [r["epoch"] for r in actual] == [r["epoch"] for r in expected]
+    for got, want in zip(actual, expected):
+        for key in ("train_loss", "val_loss", "val_top1", "step"):
+            assert got[key] == pytest.approx(want[key], abs=1e-5), key
+
+
+@pytest.fixture(scope="module")
+def one_process_run(tmp_path_factory):
+    """The reference: one process reading batches of 16 (2 ranks x 8)."""
+    folder = tmp_path_factory.mktemp("one") / "run"
+    config = load_config(data={**RECIPE, "train": {**RECIPE["train"], "batch_size": 16, "output_dir": str(folder)}})
+    Trainer(config).fit()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_node_run(tmp_path_factory):
+    """Two launchers on this machine as node 0 and node 1 of one job, one process each."""
+    base = tmp_path_factory.mktemp("two_nodes")
+    recipe, folder, master = write_recipe(base / "recipe.yaml"), base / "run", f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen(launcher(base / f"node{rank}", recipe, f"train.output_dir={folder}",
+                                       node=(rank, 2, master)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(base))
+             for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    for node, output in zip(nodes, outputs):
+        assert node.returncode == 0, output[-3000:]
+    return base, folder
+
+
+def test_two_nodes_on_loopback_train_as_one_process_of_the_global_batch(one_process_run, two_node_run):
+    base, folder = two_node_run
+    assert_same_weights(weights(folder / "checkpoints" / "last.pdparams"),
+                        weights(one_process_run / "checkpoints" / "last.pdparams"))
+    # 41 val images on 2 ranks: the padded duplicate is not counted, as in the single process
+    assert_same_metrics(metrics(folder), metrics(one_process_run))
+    assert load_checkpoint(str(folder / "checkpoints" / "last.pdckpt"))["world_size"] == 2
+    worker_logs = {rank: (base / f"node{rank}" / "workerlog.0").read_text() for rank in (0, 1)}
+    for text in worker_logs.values():
+        assert "Traceback" not in text and "error" not in text.lower() and "WARNING" not in text
+    assert "epoch 2 step 8" in worker_logs[0]  # global rank 0 logs ...
+    assert " INFO " not in worker_logs[1]  # ... and node 1's rank does not
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_and_on_four_processes(one_process_run, two_node_run, tmp_path,
+                                                                     caplog):
+    """The checkpoint of epoch 1 of the two-rank run, continued on 1 process (batch 8: the run sets
+    accumulate_steps 2) and on 4 (batch 4), ends where the unbroken run of batch 16 ends."""
+    _, folder = two_node_run
+    checkpoint = tmp_path / "epoch_0001.pdckpt"
+    shutil.copy(folder / "checkpoints" / "epoch_0001.pdckpt", checkpoint)
+    expected = weights(one_process_run / "checkpoints" / "last.pdparams")
+
+    on_one = tmp_path / "on_one"
+    config = load_config(data={**RECIPE, "train": {**RECIPE["train"], "output_dir": str(on_one),
+                                                    "resume": str(checkpoint)}})
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        trainer = Trainer(config)
+    assert trainer.config.train.accumulate_steps == 2
+    assert "written on 2 processes, on 1: train.accumulate_steps is set to 2 to keep its global batch of 16" \
+        in caplog.text
+    trainer.fit()
+    assert_same_weights(weights(on_one / "checkpoints" / "last.pdparams"), expected)
+    assert_same_metrics(metrics(on_one), metrics(one_process_run))
+
+    recipe, on_four = write_recipe(tmp_path / "recipe.yaml"), tmp_path / "on_four"
+    result = subprocess.run(launcher(tmp_path / "four", recipe, f"train.output_dir={on_four}",
+                                     f"train.resume={checkpoint}", "train.batch_size=4", nproc=4),
+                            capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "the global batch 16 is kept" in (tmp_path / "four" / "workerlog.0").read_text()
+    assert_same_weights(weights(on_four / "checkpoints" / "last.pdparams"), expected)
+    assert_same_metrics(metrics(on_four), metrics(one_process_run))
+
+
+def test_a_global_batch_that_cannot_be_kept_is_refused_naming_the_batch_that_keeps_it(two_node_run, tmp_path,
+                                                                                       capsys):
+    from repo_paths import load_tool
+    from paddle_vit.cli import run
+    _, folder = two_node_run
+    checkpoint = tmp_path / "epoch_0001.pdckpt"
+    shutil.copy(folder / "checkpoints" / "epoch_0001.pdckpt", checkpoint)
+    code = run(load_tool("train").main, ["-c", write_recipe(tmp_path / "r.yaml"), "-o",
+                                         f"train.output_dir={tmp_path / 'out'}", "-o", f"train.resume={checkpoint}",
+                                         "-o", "train.batch_size=6"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "a global batch of 16 (the config: 6; -o train.batch_size=16 keeps it)" in lines[0]
+
+
+def rank_pids(launcher_pid):
+    """{global rank: pid} of the training processes a launcher started."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as stream:
+                environ = dict(item.split(b"=", 1) for item in stream.read().split(b"\0") if b"=" in item)
+            with open(f"/proc/{entry}/stat") as stream:
+                parent = int(stream.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if parent == launcher_pid and b"PADDLE_TRAINER_ID" in environ:
+            pids[int(environ[b"PADDLE_TRAINER_ID"])] = int(entry)
+    return pids
+
+
+def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_last_whole_checkpoint(tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", data={"synthetic_train_size": 3200},
+                          train={"log_interval": 20})
+    folder, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.pdckpt"
+    job = subprocess.Popen(launcher(tmp_path / "launch", recipe, f"train.output_dir={folder}", nproc=2),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+    deadline = time.time() + 240
+    while not last.exists() and job.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert job.poll() is None, "the run ended before its first checkpoint: make epoch 2 longer"
+    written = load_checkpoint(str(last))["global_step"]
+    os.kill(rank_pids(job.pid)[1], signal.SIGKILL)  # rank 1 dies in epoch 2
+    output = job.communicate(timeout=120)[0]
+    assert job.returncode != 0
+    survivor = [line for line in (tmp_path / "launch" / "workerlog.0").read_text().splitlines()
+                if line.startswith("error:")]
+    assert len(survivor) == 1 and survivor[0].startswith("error: rank 0: "), output[-3000:]
+    assert f"{last} is the last whole checkpoint: continue with -o train.resume=auto" in survivor[0]
+    assert "Traceback" not in (tmp_path / "launch" / "workerlog.0").read_text()
+    # nothing half-written is left, and the checkpoint is the one of epoch 1
+    assert not [name for name in os.listdir(last.parent) if name.endswith(".tmp")]
+    state = load_checkpoint(str(last))
+    assert (state["epoch"], state["global_step"]) == (1, written)
+    assert [r["epoch"] for r in metrics(folder)] == [1]
+
+    # the same run continues on one process; it ends where an unbroken one of batch 16 ends
+    resumed = Trainer(load_config(recipe, [f"train.output_dir={folder}", "train.resume=auto"]))
+    assert resumed.epoch == 1 and resumed.config.train.accumulate_steps == 2
+    resumed.fit()
+    unbroken = tmp_path / "unbroken"
+    Trainer(load_config(recipe, [f"train.output_dir={unbroken}", "train.batch_size=16"])).fit()
+    # 200 steps of batches summed as 2 x 8 rather than 16 apart: float32 rounding, not a different run
+    assert_same_weights(weights(folder / "checkpoints" / "last.pdparams"),
+                        weights(unbroken / "checkpoints" / "last.pdparams"), tolerance=2e-4)
+    assert_same_metrics(metrics(folder), metrics(unbroken))
