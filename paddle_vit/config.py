@@ -174,9 +174,15 @@ class TrainConfig:
     resume: null, "auto" (the newest valid checkpoint of the run: train.output_dir's, else the run
         output/<config name>/latest points at) or a checkpoint path (inside a run folder: that run
         goes on there; elsewhere: a new run starts from it).
-    resume_check: refuse to resume a checkpoint written with another data set, class list, batch
-        size, accumulation or number of processes; false resumes anyway (the data position is
-        carried over in images).
+    resume_check: refuse to resume a checkpoint written with another data set, class list or
+        global batch (batch_size x processes x accumulate_steps; on another number of processes
+        accumulate_steps is set to keep it); false resumes anyway (the data position is carried
+        over in images).
+    sharding: null (every rank keeps the whole optimizer state) or "os" / "os_g" (ZeRO 1 / 2:
+        the optimizer state, and the gradients, split over the ranks) through Paddle's
+        group_sharded_parallel; GPU/XPU multi-process runs only (Paddle 3.3 has no CPU path).
+        Checkpoints are gathered into the usual single-file format. "p_g_os" (ZeRO 3) is refused
+        for now: its sharded parameters are not yet gathered into that format.
     vdl: write VisualDL scalars to <output_dir>/vdl.
     to_static: train a paddle.jit.to_static graph.
     check_finite: read the loss every step and skip the update when it is NaN or Inf (one
@@ -206,8 +212,10 @@ class TrainConfig:
     check_finite: bool = True
     max_bad_steps: int = 5
     weights_format: str = "pdparams"
+    sharding: Optional[str] = None
 
 
+SHARDING_LEVELS = ("os", "os_g", "p_g_os")
 EVAL_ENGINES = ("predictor", "dynamic", "to_static")
 EVAL_PRECISIONS = ("fp32", "bf16")
 
@@ -523,6 +531,8 @@ def validate(config):
     _at_least("train.keep_last", train.keep_last, 1)
     _at_least("train.max_bad_steps", train.max_bad_steps, 1)
     _choice("train.weights_format", train.weights_format, ("pdparams", "safetensors"))
+    if train.sharding is not None:
+        _choice("train.sharding", train.sharding, SHARDING_LEVELS)
 
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)

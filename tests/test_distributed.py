@@ -119,7 +119,8 @@ def test_two_nodes_on_loopback_train_as_one_process_of_the_global_batch(one_proc
 def test_a_two_rank_checkpoint_resumes_on_one_and_on_four_processes(one_process_run, two_node_run, tmp_path,
                                                                      caplog):
     """The checkpoint of epoch 1 of the two-rank run, continued on 1 process (batch 8: the run sets
-    accumulate_steps 2) and on 4 (batch 4), ends where the unbroken run of batch 16 ends."""
+    accumulate_steps 2) and on 4 (batch 2: the run sets 2, and the ranks all-reduce once per
+    update), ends where the unbroken run of batch 16 ends."""
     _, folder = two_node_run
     checkpoint = tmp_path / "epoch_0001.pdckpt"
     shutil.copy(folder / "checkpoints" / "epoch_0001.pdckpt", checkpoint)
@@ -139,10 +140,11 @@ def test_a_two_rank_checkpoint_resumes_on_one_and_on_four_processes(one_process_
 
     recipe, on_four = write_recipe(tmp_path / "recipe.yaml"), tmp_path / "on_four"
     result = subprocess.run(launcher(tmp_path / "four", recipe, f"train.output_dir={on_four}",
-                                     f"train.resume={checkpoint}", "train.batch_size=4", nproc=4),
+                                     f"train.resume={checkpoint}", "train.batch_size=2", nproc=4),
                             capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "the global batch 16 is kept" in (tmp_path / "four" / "workerlog.0").read_text()
+    assert "written on 2 processes, on 4: train.accumulate_steps is set to 2 to keep its global batch of 16" \
+        in (tmp_path / "four" / "workerlog.0").read_text()
     assert_same_weights(weights(on_four / "checkpoints" / "last.pdparams"), expected)
     assert_same_metrics(metrics(on_four), metrics(one_process_run))
 
@@ -215,3 +217,42 @@ def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_l
     assert_same_weights(weights(folder / "checkpoints" / "last.pdparams"),
                         weights(unbroken / "checkpoints" / "last.pdparams"), tolerance=2e-4)
     assert_same_metrics(metrics(folder), metrics(unbroken))
+
+
+@pytest.mark.parametrize("level", ["os", "os_g", "p_g_os"])
+def test_sharding_on_cpu_is_one_line_naming_what_paddle_lacks(tmp_path, capsys, level):
+    from repo_paths import load_tool
+    from paddle_vit.cli import run
+    code = run(load_tool("train").main, ["-c", write_recipe(tmp_path / "r.yaml"), "-o",
+                                         f"train.output_dir={tmp_path / 'out'}", "-o", f"train.sharding={level}"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: train.sharding={level} needs GPUs or XPUs: Paddle ")
+    assert "supports no cpu" in lines[0] and "-o train.sharding=null" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_sharded_optimizer_states_merge_into_the_unsharded_one():
+    """Two ranks' shares of an AdamW state (as group_sharded_parallel leaves them: each rank the
+    moments of its own parameters) merge into the state one unsharded optimizer has."""
+    from paddle_vit.engine.checkpoint import portable_optimizer_state
+    from paddle_vit.engine.sharding import merge_rank_states, _to_numpy
+    paddle.seed(0)
+    model = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 2))
+    schedule = paddle.optimizer.lr.CosineAnnealingDecay(1e-3, 10)
+    optimizer = paddle.optimizer.AdamW(schedule, parameters=model.parameters())
+    model(paddle.randn([5, 4])).sum().backward()
+    optimizer.step()
+    whole = _to_numpy(portable_optimizer_state(optimizer, model))
+    names = [name for name, _ in model.named_parameters()]
+    share_of = {name: index % 2 for index, name in enumerate(names)}  # rank 0: 0.weight, 1.weight
+    shares = [{key: value for key, value in whole.items()
+               if key == "LR_Scheduler" or share_of[key[1:].split("_")[0]] == rank} for rank in (0, 1)]
+    assert "LR_Scheduler" in whole and all(len(share) < len(whole) for share in shares)
+    merged = merge_rank_states(shares)
+    assert merged.keys() == whole.keys()
+    for key in whole:
+        np.testing.assert_array_equal(np.asarray(merged[key]), np.asarray(whole[key]))
+    shares[1]["LR_Scheduler"] = {"last_epoch": 99}
+    with pytest.raises(ValueError, match="LR_Scheduler differs between ranks"):
+        merge_rank_states(shares)

@@ -23,7 +23,7 @@ from .builder import build_model, resolve_model_config
 from .device import init_distributed, is_main_process, select_device
 from .ema import ModelEma
 from .evaluator import evaluate
-from . import runs, stopping
+from . import runs, sharding, stopping
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .optim import build_optimizer, build_schedule
 
@@ -149,7 +149,12 @@ class Trainer:
                                                            dtype=self.amp_dtype, master_weight=True)
         self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if self.amp_dtype == "float16" else None
         self.ema = ModelEma(self.vit, train.ema_decay) if train.ema else None
-        self.model = paddle.DataParallel(self.vit) if self.distributed else self.vit
+        self.sharded = sharding.check_supported(train.sharding, self.place, self.distributed)
+        if self.sharded:  # instead of DataParallel: it reduces the gradients too
+            self.model, self.optimizer, self.scaler = sharding.wrap(self.vit, self.optimizer, self.scaler,
+                                                                    train.sharding)
+        else:
+            self.model = paddle.DataParallel(self.vit) if self.distributed else self.vit
         if train.to_static:
             self.model = paddle.jit.to_static(self.model, full_graph=True)
         data = config.data
@@ -200,7 +205,8 @@ class Trainer:
     def state(self):
         return {
             "model": self.vit.state_dict(),
-            "optimizer": ckpt.portable_optimizer_state(self.optimizer, self.vit),
+            "optimizer": (sharding.gathered_optimizer_state(self.optimizer, self.vit) if self.sharded
+                          else ckpt.portable_optimizer_state(self.optimizer, self.vit)),
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
             "ema": self.ema.state_dict() if self.ema else None,
@@ -343,10 +349,12 @@ class Trainer:
         return records
 
     def save(self, name):
+        if self.sharded:  # every rank holds a part of the optimizer state: all take part in gathering it
+            state = self.state()
         if self.main:
             path = os.path.join(self.checkpoint_dir, name)
             with _reported_write_errors(path):
-                ckpt.save_checkpoint(self.state(), path)
+                ckpt.save_checkpoint(state if self.sharded else self.state(), path)
 
     def save_weights(self, name):
         """best / last weights alone, as train.weights_format says (.pdparams or .safetensors)."""
@@ -378,6 +386,12 @@ class Trainer:
         if self.config.train.label_smoothing > 0:
             return images, one_hot_smoothed(labels, self.num_classes, self.config.train.label_smoothing)
         return images, labels
+
+    def _gradient_sync(self, at_update):
+        """DataParallel's all-reduce only where the update is made (no_sync before it)."""
+        if self.distributed and not self.sharded and not at_update and hasattr(self.model, "no_sync"):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def optimizer_step(self):
         """Apply the accumulated gradients, unless a loss in the window was NaN/Inf (then drop
@@ -520,9 +534,16 @@ class Trainer:
             loss = self.loss(logits, targets)
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
             finite = bool(paddle.isfinite(loss)) if train.check_finite and not self.scaler else True
+            if self.distributed and train.check_finite and not self.scaler:  # skip together, or the
+                agreed = paddle.to_tensor([int(finite)], "int32")  # others would wait in the all-reduce
+                paddle.distributed.all_reduce(agreed, op=paddle.distributed.ReduceOp.MIN)
+                finite = bool(agreed)
+            at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
             if finite:
                 scaled = loss / train.accumulate_steps
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                # ranks average their gradients once per update, at its last micro-step, not at each
+                with self._gradient_sync(at_update):
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
                 running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
                 running_count += 1
             else:
@@ -531,7 +552,6 @@ class Trainer:
                                self.global_step + 1, epoch + 1, batch + 1, float(loss))
             self.batch_in_epoch += 1
             interval_steps += 1
-            at_update = self.batch_in_epoch % train.accumulate_steps == 0 or self.batch_in_epoch == total_batches
             if at_update:
                 self.optimizer_step()
             interval_images += images.shape[0]
