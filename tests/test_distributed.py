@@ -196,9 +196,9 @@ def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_l
     os.kill(rank_pids(job.pid)[1], signal.SIGKILL)  # rank 1 dies in epoch 2
     output = job.communicate(timeout=120)[0]
     assert job.returncode != 0
-    survivor = [line for line in (tmp_path / "launch" / "workerlog.0").read_text().splitlines()
-                if line.startswith("error:")]
-    assert len(survivor) == 1 and survivor[0].startswith("error: rank 0: "), output[-3000:]
+    rank0_log = (tmp_path / "launch" / "workerlog.0").read_text()
+    survivor = [line for line in rank0_log.splitlines() if line.startswith("error:")]
+    assert len(survivor) == 1 and survivor[0].startswith("error: rank 0: "), rank0_log[-3000:]
     assert f"{last} is the last whole checkpoint: continue with -o train.resume=auto" in survivor[0]
     assert "Traceback" not in (tmp_path / "launch" / "workerlog.0").read_text()
     # nothing half-written is left, and the checkpoint is the one of epoch 1
@@ -256,3 +256,43 @@ def test_sharded_optimizer_states_merge_into_the_unsharded_one():
     shares[1]["LR_Scheduler"] = {"last_epoch": 99}
     with pytest.raises(ValueError, match="LR_Scheduler differs between ranks"):
         merge_rank_states(shares)
+
+
+def test_a_node_that_cannot_see_the_run_folder_stops_every_rank_before_anything_is_written(two_node_run,
+                                                                                           tmp_path):
+    """Node 0 resumes the run (step 8); node 1, as without a shared file system, finds no
+    checkpoint. Both stop in one line at start, and node 0's run folder is left as it was."""
+    _, finished = two_node_run
+    folder = tmp_path / "run"
+    shutil.copytree(finished, folder)
+    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "metrics.jsonl")}
+    recipe, master = write_recipe(tmp_path / "recipe.yaml"), f"127.0.0.1:{free_port()}"
+    nodes = [subprocess.Popen(launcher(tmp_path / f"node{rank}", recipe, "train.resume=auto", "train.epochs=3",
+                                       f"train.output_dir={folder if rank == 0 else tmp_path / 'elsewhere'}",
+                                       node=(rank, 2, master)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
+             for rank in (0, 1)]
+    for rank, node in enumerate(nodes):
+        output = node.communicate(timeout=300)[0]
+        assert node.returncode == 2, output[-3000:]
+        errors = [line for line in (tmp_path / f"node{rank}" / "workerlog.0").read_text().splitlines()
+                  if line.startswith("error:")]
+        assert len(errors) == 1, output[-3000:]
+        assert errors[0].startswith("error: the processes of this run would start from different points (rank 0: "
+                                    "step 8, rank 1: step 0; this rank resumes ")
+        assert (f"resumes {folder / 'checkpoints'}" if rank == 0 else "resumes nothing") in errors[0]
+        assert errors[0].endswith("every node must see the same run folder (train.output_dir on a shared file "
+                                  "system) to resume")
+    assert {name: (folder / name).read_bytes() for name in before} == before
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_errors_of_a_lost_peer_are_told_from_others():
+    """The messages gloo's collectives raised here when the other rank was SIGKILLed."""
+    from paddle_vit.engine.stopping import is_communication_error
+    assert is_communication_error(RuntimeError("[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:584] TIMEOUT "
+                                               "self_rank = 0 pair_rank = 1 peer_str = [127.0.0.1]:53961"))
+    assert is_communication_error(RuntimeError("[/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read "
+                                               "error [127.0.0.1]:35211: Connection reset by peer"))
+    assert not is_communication_error(RuntimeError("(InvalidArgument) The shape of input x is wrong"))
+    assert not is_communication_error(ValueError("gloo"))

@@ -15,6 +15,8 @@ error on the lost connection. Either way nothing Python-level would be said befo
   Every checkpoint is written atomically, so the last whole one is what `train.resume=auto`
   continues from.
 - SIGABRT (gloo's lost connection): a C-level handler says so before the process ends (134).
+- a collective called from Python (the loss all-reduce) that raises gloo's error instead:
+  `exit_for_lost_peer`, called by the trainer, says so (exit code 1).
 """
 import ctypes
 import os
@@ -44,20 +46,42 @@ def _write_line(text):
         pass
 
 
+PEER_LOST = "another process of the run has ended or lost its connection"
+# how gloo's and NCCL's failures read when a collective called from Python raises them
+COMMUNICATION_ERROR_WORDS = ("gloo", "nccl", "pair_rank", "connection reset", "connection closed", "socket",
+                             "processgroup")
+
+
 def stop_line(rank, signum, last_checkpoint):
     """The line a rank prints when a signal stops it."""
     name = signal.Signals(signum).name
     if signum == signal.SIGABRT:
-        cause = "aborted (SIGABRT) in a collective: another process of the run has ended or lost its connection"
+        cause = f"aborted (SIGABRT) in a collective: {PEER_LOST}"
     else:
         cause = (f"stopped by {name} (the launcher sends it to every process when one of them fails or the job "
                  f"is stopped)")
     return f"error: rank {rank}: {cause}; {last_checkpoint}"
 
 
+def is_communication_error(error):
+    """True for the RuntimeError a collective raises when a peer is gone (gloo: "... TIMEOUT
+    self_rank = 0 pair_rank = 1", "Read error ...: Connection reset by peer")."""
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(word in text for word in COMMUNICATION_ERROR_WORDS)
+
+
+def exit_for_lost_peer(rank, error, last_checkpoint):
+    """End this rank in one line after a collective failed (exit code 1). Not raised as an error:
+    the launcher's SIGTERM follows within a second and would cut a traceback or line short."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    _say_and_exit(f"error: rank {rank}: a collective failed ({first[-160:]}): {PEER_LOST}; {last_checkpoint}", 1)
+
+
 def install(rank, describe_checkpoint):
     """Make a signal stop this rank at once with one line; `describe_checkpoint()` names the last
     whole checkpoint and how to continue. Returns a function that undoes it."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals reach the main thread only: leave them alone
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     previous = {signum: signal.signal(signum, lambda *_: None) for signum in (signal.SIGINT, signal.SIGTERM)}

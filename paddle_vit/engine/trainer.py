@@ -173,6 +173,8 @@ class Trainer:
             self._resume(resume_state, checkpoint)  # before a new folder exists: a refused resume leaves nothing
         elif train.resume:
             logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", train.resume)
+        if self.distributed:  # before rank 0 writes anything into the run folder
+            self._check_ranks_agree(checkpoint)
         if self.main:
             try:
                 self.output_dir = folder or runs.new_run_folder(config.output_dir)
@@ -192,8 +194,6 @@ class Trainer:
         else:
             self.output_dir = folder
             self.checkpoint_dir = os.path.join(folder, "checkpoints")
-        if self.distributed:
-            self._check_ranks_agree(checkpoint)
 
     def close(self):
         """Release the run folder (the lock); fit() does it when it ends."""
@@ -468,6 +468,10 @@ class Trainer:
                 metrics = self._end_epoch(writer)
         except MemoryError as error:
             raise self._out_of_memory(error) from error
+        except RuntimeError as error:
+            if self.distributed and stopping.is_communication_error(error):
+                stopping.exit_for_lost_peer(paddle.distributed.get_rank(), error, self._last_checkpoint_words())
+            raise
         finally:
             progress.close()
             writer.close()
