@@ -314,9 +314,14 @@ def test_train_tool_reports_bad_config_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [f"error: config file {tmp_path / 'missing.yaml'} does not exist"]
 
 
-def test_step_seed_is_a_pure_function_of_position():
+def test_step_seed_is_a_pure_function_of_position_and_rank():
     assert trainer_module.step_seed(0, 1, 2) == trainer_module.step_seed(0, 1, 2)
     assert trainer_module.step_seed(0, 1, 2) != trainer_module.step_seed(0, 2, 1)
+    # rank 0 draws as a single process; every other rank its own masks and mixing
+    assert trainer_module.step_seed(0, 1, 2, rank=0) == trainer_module.step_seed(0, 1, 2)
+    assert len({trainer_module.step_seed(0, 1, 2, rank=r) for r in range(4)}) == 4
+    from paddle_vit.data import batch_rng
+    assert batch_rng(0, 1, 2, rank=0).random() == batch_rng(0, 1, 2).random() != batch_rng(0, 1, 2, rank=1).random()
 
 
 def test_to_static_training_matches_dynamic(tmp_path):

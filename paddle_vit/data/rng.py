@@ -39,10 +39,12 @@ def shuffle_rng(seed, epoch):
     return keyed_rng(STREAM_SHUFFLE, seed, epoch)
 
 
-def batch_rng(seed, epoch, batch_index):
-    """The generator to hand `MixupCutmix` for batch `batch_index` of `epoch`.
+def batch_rng(seed, epoch, batch_index, rank=0):
+    """The generator to hand `MixupCutmix` for batch `batch_index` of `epoch` on `rank`.
 
     Counting `batch_index` from the start of the epoch (also after a resume at start_batch=k)
-    makes a resumed epoch mix exactly as the uninterrupted one would have.
+    makes a resumed epoch mix exactly as the uninterrupted one would have. Each rank of a
+    multi-process run mixes its share of the step with numbers of its own (rank 0's are a
+    single process's).
     """
-    return keyed_rng(STREAM_BATCH, seed, epoch, batch_index)
+    return keyed_rng(STREAM_BATCH, seed, epoch, batch_index, *([rank] if rank else []))

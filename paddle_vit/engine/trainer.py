@@ -30,9 +30,12 @@ from .optim import build_optimizer, build_schedule
 logger = logging.getLogger("paddle_vit")
 
 
-def step_seed(seed, epoch, batch):
-    """A seed for one training step, the same however the run was interrupted and resumed."""
-    return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0] % (2 ** 31))
+def step_seed(seed, epoch, batch, rank=0):
+    """A seed for one training step, the same however the run was interrupted and resumed. Each
+    rank gets its own (rank 0's is a single process's): the ranks' dropout and drop-path masks
+    must be independent draws, not one mask repeated on every rank's share of the step."""
+    words = [seed, epoch, batch] + ([rank] if rank else [])
+    return int(np.random.SeedSequence(words).generate_state(1)[0] % (2 ** 31))
 
 
 def soft_cross_entropy(logits, targets):
@@ -118,6 +121,7 @@ class Trainer:
         paddle.seed(train.seed)
         np.random.seed(train.seed)
         self.world_size = paddle.distributed.get_world_size() if self.distributed else 1
+        self.rank = paddle.distributed.get_rank() if self.distributed else 0
         self.geometry_differences = []  # how a resumed checkpoint's global batch differs, if it does
         folder, checkpoint = runs.plan_run(config, self.main)
         resume_state = ckpt.load_checkpoint(checkpoint) if checkpoint is not None else None
@@ -382,7 +386,7 @@ class Trainer:
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
         if self.mix is not None:
-            return self.mix(images, labels, batch_rng(self.config.train.seed, epoch, batch))
+            return self.mix(images, labels, batch_rng(self.config.train.seed, epoch, batch, self.rank))
         if self.config.train.label_smoothing > 0:
             return images, one_hot_smoothed(labels, self.num_classes, self.config.train.label_smoothing)
         return images, labels
@@ -531,7 +535,7 @@ class Trainer:
         for images, labels in self.train_loader:
             batch = self.batch_in_epoch
             if train.deterministic:
-                paddle.seed(step_seed(train.seed, epoch, batch))
+                paddle.seed(step_seed(train.seed, epoch, batch, self.rank))
             images, targets = self.targets(images, labels, epoch, batch)
             with self.autocast():
                 logits = self.model(images)
