@@ -116,6 +116,25 @@ def test_two_nodes_on_loopback_train_as_one_process_of_the_global_batch(one_proc
     assert " INFO " not in worker_logs[1]  # ... and node 1's rank does not
 
 
+def test_the_ips_form_of_a_two_node_launch_trains_the_same(one_process_run, tmp_path):
+    """`--ips A,B` on both nodes, each told its own address with --host: two loopback addresses
+    (Paddle refuses 127.0.0.1 in a multi-node --ips) stand for two machines."""
+    recipe, folder = write_recipe(tmp_path / "recipe.yaml"), tmp_path / "run"
+    nodes = []
+    for rank, host in enumerate(("127.0.0.2", "127.0.0.3")):
+        command = launcher(tmp_path / f"node{rank}", recipe, f"train.output_dir={folder}")
+        at = command.index("--log_dir")
+        command[at:at] = ["--ips", "127.0.0.2,127.0.0.3", "--host", host]
+        nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      cwd=str(tmp_path)))
+    for node in nodes:
+        output = node.communicate(timeout=300)[0]
+        assert node.returncode == 0, output[-3000:]
+    assert "PADDLE_TRAINER_ID=1" in (tmp_path / "node1" / "envlog.0").read_text()
+    assert_same_weights(weights(folder / "checkpoints" / "last.pdparams"),
+                        weights(one_process_run / "checkpoints" / "last.pdparams"))
+
+
 def test_a_two_rank_checkpoint_resumes_on_one_and_on_four_processes(one_process_run, two_node_run, tmp_path,
                                                                      caplog):
     """The checkpoint of epoch 1 of the two-rank run, continued on 1 process (batch 8: the run sets
