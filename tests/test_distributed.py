@@ -315,3 +315,34 @@ def test_the_errors_of_a_lost_peer_are_told_from_others():
                                                "error [127.0.0.1]:35211: Connection reset by peer"))
     assert not is_communication_error(RuntimeError("(InvalidArgument) The shape of input x is wrong"))
     assert not is_communication_error(ValueError("gloo"))
+
+
+STOP_DRIVER = """
+import os, signal, sys, time
+sys.path.insert(0, {repo!r})
+from paddle_vit.engine import stopping
+undo = stopping.install(3, lambda: "X is the last whole checkpoint")
+if sys.argv[1] == "undo":
+    undo()
+time.sleep(0.2)
+os.kill(os.getpid(), getattr(signal, sys.argv[2]))
+time.sleep(30)  # a main thread busy elsewhere: the watcher thread must end the process
+"""
+
+
+@pytest.mark.parametrize("how", ["installed", "undo"])
+def test_a_signal_in_a_multi_process_run_is_one_line_at_once_and_only_while_training(tmp_path, how):
+    """What the launcher's SIGTERM (and a SIGABRT) does to a rank: one line naming the rank and
+    the checkpoint, exit 128 + signal; after the loop the process's own handlers are back."""
+    from repo_paths import REPO
+    driver = tmp_path / "driver.py"
+    driver.write_text(STOP_DRIVER.format(repo=REPO))
+    for name, number in (("SIGTERM", 15), ("SIGABRT", 6)):
+        result = subprocess.run([sys.executable, str(driver), how, name], capture_output=True, text=True, timeout=60)
+        lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        if how == "installed":
+            assert result.returncode == 128 + number and len(lines) == 1, result.stderr
+            assert lines[0].startswith("error: rank 3: ") and lines[0].endswith("; X is the last whole checkpoint")
+            assert ("stopped by SIGTERM (the launcher sends it" if number == 15 else "aborted (SIGABRT)") in lines[0]
+        else:
+            assert result.returncode != 128 + number and lines == [], result.stderr

@@ -95,10 +95,11 @@ def install(rank, describe_checkpoint):
         _say_and_exit(stop_line(rank, data[0], describe_checkpoint()), 128 + data[0])
 
     threading.Thread(target=watch, name="paddle_vit-stop-watcher", daemon=True).start()
-    _install_abort_line(rank, describe_checkpoint)
+    restore_abort = _install_abort_line(rank, describe_checkpoint)
 
     def uninstall():
         done.set()
+        restore_abort()
         signal.set_wakeup_fd(previous_fd)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -110,12 +111,14 @@ def install(rank, describe_checkpoint):
 
 def _install_abort_line(rank, describe_checkpoint):
     """A C-level SIGABRT handler (through ctypes) that prints the stop line and ends the process:
-    gloo aborts from C++ when a peer's connection is lost, where no Python handler runs."""
+    gloo aborts from C++ when a peer's connection is lost, where no Python handler runs. The
+    handler runs Python in signal context, which is safe enough here only because it ends the
+    process at once; it is installed for the training loop alone. Returns its undo."""
     global _ABORT_HANDLER
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
-        return
+        return lambda: None
 
     @ctypes.CFUNCTYPE(None, ctypes.c_int)
     def on_abort(signum):
@@ -124,4 +127,8 @@ def _install_abort_line(rank, describe_checkpoint):
     _ABORT_HANDLER = on_abort
     libc.signal.restype = ctypes.c_void_p
     libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-    libc.signal(signal.SIGABRT, ctypes.cast(on_abort, ctypes.c_void_p))
+    previous = libc.signal(signal.SIGABRT, ctypes.cast(on_abort, ctypes.c_void_p))
+
+    def restore():  # Paddle's own handler (or the default) again once the run is over
+        libc.signal(signal.SIGABRT, previous)
+    return restore
