@@ -171,6 +171,9 @@ class TrainConfig:
         with output/<config name>/latest pointing at the newest.
     log_interval: steps between log lines; save_interval: epochs between kept checkpoints
         (0: only last and best); keep_last: how many of those to keep.
+    checkpoint_steps: also write last.pdckpt every this many optimizer updates within an epoch
+        (0: at the end of each epoch only). What a killed run resumes from: in a multi-process
+        run a signal writes no checkpoint, so this bounds the work a dead rank costs.
     resume: null, "auto" (the newest valid checkpoint of the run: train.output_dir's, else the run
         output/<config name>/latest points at) or a checkpoint path (inside a run folder: that run
         goes on there; elsewhere: a new run starts from it).
@@ -205,6 +208,7 @@ class TrainConfig:
     log_interval: int = 20
     save_interval: int = 0
     keep_last: int = 3
+    checkpoint_steps: int = 0
     resume: Optional[str] = None
     resume_check: bool = True
     vdl: bool = True
@@ -529,6 +533,7 @@ def validate(config):
     _at_least("train.log_interval", train.log_interval, 1)
     _at_least("train.save_interval", train.save_interval, 0)
     _at_least("train.keep_last", train.keep_last, 1)
+    _at_least("train.checkpoint_steps", train.checkpoint_steps, 0)
     _at_least("train.max_bad_steps", train.max_bad_steps, 1)
     _choice("train.weights_format", train.weights_format, ("pdparams", "safetensors"))
     if train.sharding is not None:

@@ -202,16 +202,18 @@ def rank_pids(launcher_pid):
 
 
 def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_last_whole_checkpoint(tmp_path):
+    """Checkpoints every 50 updates (200 an epoch); rank 1 is killed in epoch 2 after the one of
+    step 250 or later. The run continues from that mid-epoch checkpoint on one process."""
     recipe = write_recipe(tmp_path / "recipe.yaml", data={"synthetic_train_size": 3200},
-                          train={"log_interval": 20})
+                          train={"log_interval": 20, "checkpoint_steps": 50})
     folder, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.pdckpt"
     job = subprocess.Popen(launcher(tmp_path / "launch", recipe, f"train.output_dir={folder}", nproc=2),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(tmp_path))
-    deadline = time.time() + 240
-    while not last.exists() and job.poll() is None and time.time() < deadline:
-        time.sleep(0.2)
-    assert job.poll() is None, "the run ended before its first checkpoint: make epoch 2 longer"
-    written = load_checkpoint(str(last))["global_step"]
+    deadline, written = time.time() + 240, 0
+    while written < 250 and job.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+        written = load_checkpoint(str(last))["global_step"] if last.exists() else 0
+    assert job.poll() is None, "the run ended before the checkpoint of step 250: make epoch 2 longer"
     os.kill(rank_pids(job.pid)[1], signal.SIGKILL)  # rank 1 dies in epoch 2
     output = job.communicate(timeout=120)[0]
     assert job.returncode != 0
@@ -220,15 +222,17 @@ def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_l
     assert len(survivor) == 1 and survivor[0].startswith("error: rank 0: "), rank0_log[-3000:]
     assert f"{last} is the last whole checkpoint: continue with -o train.resume=auto" in survivor[0]
     assert "Traceback" not in (tmp_path / "launch" / "workerlog.0").read_text()
-    # nothing half-written is left, and the checkpoint is the one of epoch 1
+    # nothing half-written is left, and the checkpoint is a whole one of epoch 2, mid-epoch
     assert not [name for name in os.listdir(last.parent) if name.endswith(".tmp")]
     state = load_checkpoint(str(last))
-    assert (state["epoch"], state["global_step"]) == (1, written)
+    assert state["epoch"] == 1 and state["global_step"] >= written and state["global_step"] % 50 == 0
+    assert state["batch_in_epoch"] == state["global_step"] - 200 > 0
     assert [r["epoch"] for r in metrics(folder)] == [1]
 
     # the same run continues on one process; it ends where an unbroken one of batch 16 ends
     resumed = Trainer(load_config(recipe, [f"train.output_dir={folder}", "train.resume=auto"]))
-    assert resumed.epoch == 1 and resumed.config.train.accumulate_steps == 2
+    assert resumed.config.train.accumulate_steps == 2
+    assert (resumed.epoch, resumed.batch_in_epoch) == (1, 2 * state["batch_in_epoch"])  # batches of 8, not 2 x 8
     resumed.fit()
     unbroken = tmp_path / "unbroken"
     Trainer(load_config(recipe, [f"train.output_dir={unbroken}", "train.batch_size=16"])).fit()

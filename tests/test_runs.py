@@ -163,6 +163,21 @@ def test_a_mid_epoch_stop_resumes_with_another_split_of_the_same_global_batch(tm
         assert got[key] == pytest.approx(want[key], abs=1e-6), key
 
 
+def test_checkpoint_steps_writes_last_within_the_epoch_at_update_boundaries(tmp_path):
+    """96 images in batches of 16 with 2 accumulated: 3 updates an epoch. checkpoint_steps 2
+    writes last.pdckpt after update 2 (mid-epoch 1) and 4 (mid-epoch 2), besides each epoch's end."""
+    trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 2, "accumulate_steps": 2,
+                                                            "checkpoint_steps": 2}))
+    save, written = trainer.save, []
+
+    def recording_save(name):
+        written.append((name, trainer.global_step, trainer.batch_in_epoch))
+        save(name)
+    trainer.save = recording_save
+    trainer.fit()
+    assert written == [("last.pdckpt", 2, 4), ("last.pdckpt", 3, 0), ("last.pdckpt", 4, 2), ("last.pdckpt", 6, 0)]
+
+
 def test_a_checkpoint_of_an_older_format_is_one_line(tmp_path, capsys):
     folder = tmp_path / "run"
     Trainer(small_config(folder, train={"epochs": 1})).fit()

@@ -564,17 +564,14 @@ class Trainer:
                 self.optimizer_step()
             interval_images += images.shape[0]
             self.epoch_images += images.shape[0]
+            if (at_update and train.checkpoint_steps and self.global_step % train.checkpoint_steps == 0
+                    and self.batch_in_epoch < total_batches):  # (the epoch's end writes one anyway)
+                self._fold_running_loss(running_loss, running_count)
+                running_loss, running_count = paddle.zeros([], dtype="float64"), 0
+                self.save("last.pdckpt")
             if interval_steps == train.log_interval or self.batch_in_epoch == total_batches:
-                if self.distributed:  # the mean over every rank's batches
-                    paddle.distributed.all_reduce(running_loss)
-                    running_loss = running_loss / paddle.distributed.get_world_size()
-                loss_sum = float(running_loss)  # the host reads the loss here, not every step
-                if not math.isfinite(loss_sum):  # only reachable with train.check_finite off
-                    self.bad_steps = train.max_bad_steps
-                    raise self._diverged()
+                loss_sum = self._fold_running_loss(running_loss, running_count)
                 mean_loss = loss_sum / max(running_count, 1)
-                self.epoch_loss_sum += loss_sum
-                self.epoch_loss_count += running_count
                 images_per_sec = interval_images / max(time.time() - interval_start, 1e-9)
                 lr = self.optimizer.get_lr()
                 progress.update(interval_steps, epoch, train.epochs, self.batch_in_epoch, total_batches, mean_loss,
@@ -585,13 +582,27 @@ class Trainer:
                 running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
                 interval_start, interval_images = time.time(), 0
             if self.stop_requested and at_update:
-                self.epoch_loss_sum += float(running_loss)  # steps not yet logged still count
-                self.epoch_loss_count += running_count
+                self._fold_running_loss(running_loss, running_count)  # steps not yet logged still count
                 self.save("last.pdckpt")
                 logger.warning("stopped at epoch %d, batch %d/%d; resume with -o train.resume=auto "
                                "(same output_dir)", epoch + 1, self.batch_in_epoch, total_batches)
                 return False
         return True
+
+    def _fold_running_loss(self, running_loss, running_count):
+        """Add the loss summed on the device since the last fold (`running_count` steps of this
+        rank) to the epoch's, as the mean over every rank; returns that sum. The host reads the
+        loss here (log intervals, checkpoints), not every step."""
+        if self.distributed:  # the mean over every rank's batches
+            paddle.distributed.all_reduce(running_loss)
+            running_loss = running_loss / self.world_size
+        loss_sum = float(running_loss)
+        if not math.isfinite(loss_sum):  # only reachable with train.check_finite off
+            self.bad_steps = self.config.train.max_bad_steps
+            raise self._diverged()
+        self.epoch_loss_sum += loss_sum
+        self.epoch_loss_count += running_count
+        return loss_sum
 
     def _end_epoch(self, writer):
         train, epoch = self.config.train, self.epoch
