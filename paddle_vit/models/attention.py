@@ -126,7 +126,11 @@ class Attention(nn.Layer):
 
     def _forward_packed(self, qkv):
         """The CPU fast path from the packed projection qkv [B, N, 3, H, d] (module docstring)."""
-        q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(axis=0)  # one transpose, 3 x [B, H, N, d]
+        heads_first = qkv.transpose([2, 0, 3, 1, 4])  # one transpose: [3, B, H, N, d]
+        if paddle.in_dynamic_mode():
+            q, k, v = heads_first.unbind(axis=0)  # 3 x [B, H, N, d]
+        else:  # traced: slices, which oneDNN runs in bfloat16 (unbind has no bf16 kernel: bf16 1.1-1.2x)
+            q, k, v = heads_first[0], heads_first[1], heads_first[2]
         q = q * self.scales
         if self._recompute_weights():
             out = RecomputedAttention.apply(q, k, v)  # [B, H, N, d]
