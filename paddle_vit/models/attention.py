@@ -108,9 +108,12 @@ class Attention(nn.Layer):
         return (out, weights) if return_attention else out
 
     def _forward_fused(self, x):
+        cpu_float32 = x.dtype == paddle.float32 and runs_on_cpu()
+        if cpu_float32 and not paddle.in_dynamic_mode():
+            return self._forward_traced_cpu(x)
         # [B, N, 3 * H * d] -> [B, N, 3, H, d]: Paddle's fused kernel takes [B, N, H, d], so no transpose
         qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])
-        if x.dtype == paddle.float32 and runs_on_cpu():
+        if cpu_float32:
             return self._forward_packed(qkv)
         q, k, v = qkv.unbind(axis=2)  # 3 x [B, N, H, d]
         if self.scales != self.head_dim ** -0.5:
@@ -126,11 +129,7 @@ class Attention(nn.Layer):
 
     def _forward_packed(self, qkv):
         """The CPU fast path from the packed projection qkv [B, N, 3, H, d] (module docstring)."""
-        heads_first = qkv.transpose([2, 0, 3, 1, 4])  # one transpose: [3, B, H, N, d]
-        if paddle.in_dynamic_mode():
-            q, k, v = heads_first.unbind(axis=0)  # 3 x [B, H, N, d]
-        else:  # traced: slices, which oneDNN runs in bfloat16 (unbind has no bf16 kernel: bf16 1.1-1.2x)
-            q, k, v = heads_first[0], heads_first[1], heads_first[2]
+        q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(axis=0)  # one transpose, 3 x [B, H, N, d]
         q = q * self.scales
         if self._recompute_weights():
             out = RecomputedAttention.apply(q, k, v)  # [B, H, N, d]
@@ -142,6 +141,27 @@ class Attention(nn.Layer):
         out = out.transpose([0, 2, 1, 3]).reshape([0, 0, self.all_head_dim])  # [B, N, H * d]
         out = self.proj(out)  # [B, N, D]
         return self.dropout(out)
+
+    def _forward_traced_cpu(self, x):
+        """The graph traced for paddle.inference on a CPU (export, the predictor engine): q, k and
+        v each from its own columns of the qkv weights, [B, N, D] -> [B, H, N, d] by a reshape
+        and a transpose that oneDNN's passes fold into the matrix products. The packed path's
+        transpose and split stay separate ops there, and its unbind has no bfloat16 kernel
+        (docs/benchmarks.md: 1.03-1.11x in fp32 and 1.05-1.10x in bf16 over slicing the packed
+        tensor, which was itself 1.10-1.22x over unbind in bf16). Same parameters, same numbers."""
+        width = self.all_head_dim
+
+        def heads(index):  # [B, N, D] -> [B, H, N, d]
+            columns = slice(index * width, (index + 1) * width)
+            bias = None if self.qkv.bias is None else self.qkv.bias[columns]
+            projected = F.linear(x, self.qkv.weight[:, columns], bias)
+            return projected.reshape([0, 0, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
+
+        q, k, v = heads(0), heads(1), heads(2)
+        attention = F.softmax(paddle.matmul(q, k, transpose_y=True) * self.scales, axis=-1)  # [B, H, N, N]
+        attention = self.attention_dropout(attention)
+        out = paddle.matmul(attention, v).transpose([0, 2, 1, 3]).reshape([0, 0, width])  # [B, N, H * d]
+        return self.dropout(self.proj(out))
 
     def _recompute_weights(self):
         """Eager training with no dropout on the weights (a recomputation would draw a new mask);
