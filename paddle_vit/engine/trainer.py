@@ -257,14 +257,19 @@ class Trainer:
         self.bad_steps = state.get("bad_steps", 0)
         self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path, state["epoch"])
         # the position and this epoch's loss so far, in images: a step of `was` images is `scale` steps now
-        was = BatchGeometry.recorded_in(state)
-        scale = was.images_per_step / (self.config.train.batch_size * self.world_size)
+        scale = BatchGeometry.recorded_in(state).images_per_step / self.geometry.images_per_step
         if scale != 1.0:
             self.batch_in_epoch = min(int(round(self.batch_in_epoch * scale, 6)), len(self.train_loader) - 1)
             self.epoch_loss_sum *= scale  # a sum of per-step mean losses: each old step is `scale` new ones
             self.epoch_loss_count *= scale
         logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
                     self.global_step)
+
+    @property
+    def geometry(self):
+        """This run's BatchGeometry, as its config and process count make it."""
+        train = self.config.train
+        return BatchGeometry(train.batch_size, self.world_size, train.accumulate_steps)
 
     def _fit_batch_geometry(self, state, path):
         """The config to resume `state` with. The run's global batch (batch_size x processes x
@@ -275,7 +280,7 @@ class Trainer:
             return self.config  # an older checkpoint: _resume says what it lacks
         was = BatchGeometry.recorded_in(state)
         train = self.config.train
-        now = BatchGeometry(train.batch_size, self.world_size, train.accumulate_steps)
+        now = self.geometry
         if now.global_batch == was.global_batch:
             if now != was:
                 logger.info("resuming %s on %s: the global batch %d is kept (the checkpoint: %s)", path, now,
@@ -460,7 +465,7 @@ class Trainer:
                               keep_until_step=self.global_step)
         progress = Progress(total_batches * train.epochs, self.epoch * total_batches + self.batch_in_epoch,
                             train.log_interval, bar=self.progress_bar and self.main)
-        previous_handlers = self._install_signal_handlers()
+        restore_signals = self._install_signal_handlers()
         start = time.time()
         metrics = {}
         try:
@@ -474,16 +479,12 @@ class Trainer:
             raise self._out_of_memory(error) from error
         except RuntimeError as error:
             if self.distributed and stopping.is_communication_error(error):
-                stopping.exit_for_lost_peer(paddle.distributed.get_rank(), error, self._last_checkpoint_words())
+                stopping.exit_for_lost_peer(self.rank, error, self._last_checkpoint_words())
             raise
         finally:
             progress.close()
             writer.close()
-            for signum, handler in previous_handlers.items():
-                if signum == "uninstall":
-                    handler()
-                else:
-                    signal.signal(signum, handler)
+            restore_signals()
             self.close()
         return self._summary(start, interrupted=False, metrics=metrics)
 
@@ -511,17 +512,21 @@ class Trainer:
 
     def _install_signal_handlers(self):
         """Single process: the first Ctrl-C/SIGTERM finishes the step and saves, a second stops at
-        once. Several processes: a signal stops at once with one line (engine/stopping.py)."""
+        once. Several processes: a signal stops at once with one line (engine/stopping.py).
+        Returns the function that restores what was there before."""
         if self.distributed:
-            uninstall = stopping.install(paddle.distributed.get_rank(), self._last_checkpoint_words)
-            return {"uninstall": uninstall}
+            return stopping.install(self.rank, self._last_checkpoint_words)
         previous = {}
         try:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, self._request_stop)
         except ValueError:  # not the main thread: leave signals alone
             pass
-        return previous
+
+        def restore():
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return restore
 
     def _train_one_epoch(self, progress, writer):
         """Train the rest of the current epoch; False when stopped by a signal."""
@@ -541,11 +546,7 @@ class Trainer:
                 logits = self.model(images)
             loss = self.loss(logits, targets)
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
-            finite = bool(paddle.isfinite(loss)) if train.check_finite and not self.scaler else True
-            if self.distributed and train.check_finite and not self.scaler:  # skip together, or the
-                agreed = paddle.to_tensor([int(finite)], "int32")  # others would wait in the all-reduce
-                paddle.distributed.all_reduce(agreed, op=paddle.distributed.ReduceOp.MIN)
-                finite = bool(agreed)
+            finite = self._loss_is_finite(loss) if train.check_finite and not self.scaler else True
             at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
             if finite:
                 scaled = loss / train.accumulate_steps
@@ -588,6 +589,15 @@ class Trainer:
                                "(same output_dir)", epoch + 1, self.batch_in_epoch, total_batches)
                 return False
         return True
+
+    def _loss_is_finite(self, loss):
+        """One host read per step. Several processes agree first (the minimum over the ranks), so
+        they skip an update together: one rank skipping its backward alone would leave the others
+        waiting in the gradient all-reduce."""
+        finite = paddle.isfinite(loss).astype("int32")
+        if self.distributed:
+            paddle.distributed.all_reduce(finite, op=paddle.distributed.ReduceOp.MIN)
+        return bool(finite)
 
     def _fold_running_loss(self, running_loss, running_count):
         """Add the loss summed on the device since the last fold (`running_count` steps of this
