@@ -31,6 +31,7 @@ setup(
         # pip-only install's training peak memory at timm's (paddle_vit/runtime.py, docs/benchmarks.md)
         "tbb; sys_platform == 'linux' and platform_machine == 'x86_64'",
     ],
+    entry_points={"console_scripts": ["paddle-vit = paddle_vit.cli:main"]},
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],
         "onnx": ["paddle2onnx>=2.0", "onnxruntime"],  # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2)

@@ -1,31 +1,42 @@
-"""paddle-vit: the Vision Transformer (Dosovitskiy et al., 2021) in PaddlePaddle."""
-import os
-import sys
-import warnings
+"""paddle-vit: the Vision Transformer (Dosovitskiy et al., 2021) in PaddlePaddle.
 
-# Paddle warns on every import that ccache (for compiling custom C++ ops) is missing; we build none
-warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
-if "--debug" not in sys.argv[1:]:  # a tool's --debug shows Paddle's own messages again
-    # Paddle's C++ log (glog) prints warnings and notes that are not the user's to act on ("static
-    # graph(PIR) not support input out tensor" for every traced model, "New Executor is Running");
-    # keep its errors. Read when Paddle's library loads, so set before the first import of paddle;
-    # a GLOG_minloglevel the user set wins.
-    os.environ.setdefault("GLOG_minloglevel", "2")
-    # to_static's backward pass asks a traced tensor for its place, inside Paddle 3.3
-    warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface", category=UserWarning)
+    import paddle_vit
+    model = paddle_vit.create_model("vit_walkthrough")                  # the walkthrough's ViT
+    model = paddle_vit.create_model("vit_base_patch16_224", pretrained="ViT-B_16.npz")
 
-# first, before Paddle computes anything: MKL's AVX2 kernels on AMD CPUs (runtime.py says why)
-from .runtime import configure_cpu_math
+Importing the package changes nothing outside it (no environment variable, Paddle flag, warning
+filter or log level), and Paddle itself is imported only when a name that needs it is first used.
+The speed settings the tools make for a whole process are one explicit call,
+`paddle_vit.runtime.configure()`; the CPU fast paths of a built model are another,
+`paddle_vit.variants.use_cpu_fast_paths(model)` (docs/design.md).
+"""
+import importlib
 
-configure_cpu_math()
-
-from .errors import ConfigError, DataError, PaddleVitError, TrainingError, WeightsError
-from .models import ViT, ViTConfig, create_model, list_models
-from .weights import load_pretrained, LoadReport
-
-# dense transpose/slice kernels instead of strided views: attention's transposes 8x cheaper (runtime.py)
-from .runtime import configure_paddle_flags
-
-configure_paddle_flags()
+from .errors import ConfigError, DataError, ExportError, PaddleVitError, TrainingError, WeightsError
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it, imported on first use (PEP 562)
+_LAZY = {
+    "ViT": "models",
+    "ViTConfig": "models",
+    "list_models": "models",
+    "create_model": "hub",
+    "load_pretrained": "weights",
+    "LoadReport": "weights",
+}
+
+__all__ = ["ConfigError", "DataError", "ExportError", "PaddleVitError", "TrainingError", "WeightsError",
+           "__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -43,7 +43,14 @@ import numpy as np
 import paddle
 
 from . import runtime
+from .config import DataConfig, OptimizerConfig
+from .data import build_dataloader, build_datasets
+from .deploy.inference import InferenceOptions, PaddleRunner, cpu_bf16_support, predictor_for_model
+from .device import select_device
+from .engine.optim import build_optimizer
 from .errors import ConfigError, PaddleVitError
+from .models import ViT, get_model_config
+from .variants import use_cpu_fast_paths, use_traceable_variants
 
 logger = logging.getLogger("paddle_vit")
 
@@ -117,7 +124,6 @@ class BenchmarkSettings:
         return self
 
     def vit_config(self):
-        from .models import get_model_config
         return get_model_config(self.model, **self.model_overrides).validate()
 
     def resolved_threads(self):
@@ -175,26 +181,14 @@ def paired_ratio(own_rounds, reference_rounds):
 
 # ---- the Paddle subject ------------------------------------------------------------------------
 
-def _select_device(name):
-    if name == "auto":
-        name = "gpu" if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0 else "cpu"
-    if name == "gpu" and not (paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0):
-        from .engine.device import GPU_INSTALL
-        why = (f"this Paddle has no CUDA ({GPU_INSTALL})" if not paddle.device.is_compiled_with_cuda()
-               else "no GPU is visible (check CUDA_VISIBLE_DEVICES and the driver)")
-        raise ConfigError(f"--device gpu but {why}; use --device cpu")
-    place = "gpu:0" if name == "gpu" else "cpu"
-    paddle.set_device(place)
-    return place
-
-
 class PaddleSubject:
     """The project's model (or data pipeline) set up for one mode and engine; `timed(n)` returns
     n per-iteration times in seconds."""
 
     def __init__(self, settings):
         self.settings = settings
-        self.place = _select_device(settings.device)
+
+        self.place = select_device(settings.device, "--device")
         self.gpu = self.place.startswith("gpu")
         paddle.seed(settings.seed)
         if settings.mode == "data":
@@ -204,7 +198,6 @@ class PaddleSubject:
 
     # -- set-up
     def _setup_model(self):
-        from .models import ViT
 
         settings = self.settings
         self.vit_config = settings.vit_config()
@@ -226,11 +219,9 @@ class PaddleSubject:
                 # on CPU bf16 is oneDNN's: the program is traced in float32, the predictor runs bf16 kernels
                 self._setup_predictor(model, "float32" if cpu_bf16 else dtype, "bf16" if cpu_bf16 else "fp32")
             else:
-                self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
+                self.model = self._engine_model(model)
             self.step = self._infer_step if settings.engine != "predictor" else self._predictor_step
             return
-        from .config import OptimizerConfig
-        from .engine.optim import build_optimizer
 
         model.train()
         if dtype != "float32":
@@ -241,14 +232,21 @@ class PaddleSubject:
         self.optimizer_config = OptimizerConfig()
         self.optimizer = build_optimizer(model, self.optimizer_config, self.optimizer_config.lr)
         self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if dtype == "float16" else None
-        self.model = paddle.jit.to_static(model, full_graph=True) if settings.engine == "to_static" else model
+        self.model = self._engine_model(model)
         self.step = self._train_step
+
+    def _engine_model(self, model):
+        """`model` as engine dynamic or to_static runs it, with the variants the tools use."""
+
+        use_cpu_fast_paths(model)
+        if self.settings.engine == "to_static":
+            return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
+        return model
 
     def _setup_predictor(self, model, dtype, precision="fp32"):
         """Run the model as tools/eval.py and tools/predict.py run an export: traced once and
         loaded by `paddle_vit.deploy.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn`
         is off; `precision` bf16 for its bfloat16 kernels)."""
-        from .deploy.inference import InferenceOptions, predictor_for_model
 
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
                                    cpu_threads=self.settings.resolved_threads(), precision=precision).validate()
@@ -256,8 +254,6 @@ class PaddleSubject:
         self.host_images = self.images.numpy()
 
     def _setup_data(self):
-        from .config import DataConfig
-        from .data import build_dataloader, build_datasets
 
         settings = self.settings
         self.vit_config = settings.vit_config()
@@ -356,7 +352,6 @@ class ReferenceProcess:
                    "threads": settings.resolved_threads(), "seed": settings.seed,
                    "vit": dataclasses.asdict(vit_config), "optimizer": None}
         if settings.mode == "train":
-            from .config import OptimizerConfig
             request["optimizer"] = dataclasses.asdict(OptimizerConfig())
         # started as the user started us: without the tcmalloc our relaunch added (runtime.py)
         environment = dict(runtime.environment_without_relaunch(), OMP_NUM_THREADS=str(settings.resolved_threads()),
@@ -531,7 +526,6 @@ def gemm_limits(size=2048, iterations=10, threads=None):
     CPU with AVX512-BF16 or AMX, the predictor in bf16 (oneDNN). A JSON-ready dict."""
     import tempfile
 
-    from .deploy.inference import InferenceOptions, PaddleRunner, cpu_bf16_support
 
     threads = threads or os.cpu_count() or 1
     set_threads(threads)

@@ -13,8 +13,8 @@ import os
 
 import paddle
 
-from ..errors import WeightsError
-from .. import fileio
+from .errors import WeightsError
+from . import fileio
 
 logger = logging.getLogger("paddle_vit")
 CHECKPOINT_FORMAT = "paddle_vit.checkpoint/1"

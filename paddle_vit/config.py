@@ -13,7 +13,10 @@ from typing import List, Optional
 
 import yaml
 
+from . import fileio
 from .errors import ConfigError, close_matches
+from .models import ViTConfig, get_model_config  # the registry is the authority on architectures
+from .weights import RESAMPLE_METHODS
 
 
 @dataclasses.dataclass
@@ -73,10 +76,10 @@ class DataConfig:
     on_bad_image: str = "skip"
 
 
-@dataclasses.dataclass
-class ModelConfig:
+class _ModelSection:
     """Which ViT to build: a registered `name`, with any `ViTConfig` field overridden here
     (None keeps the registered value; `num_classes: null` takes the data set's class count).
+    Its fields after the first three are `ViTConfig`'s, derived from it, so the two never drift.
 
     pretrained: weights to start from: any file `load_pretrained` reads, or a Hugging Face
         save_pretrained folder. The model is built with the options the checkpoint implies (a
@@ -85,42 +88,33 @@ class ModelConfig:
         and the head re-initialised as needed (fine-tuning).
     pretrained_resample: how that position embedding is resampled to another grid
         (bicubic_antialias, bicubic, bilinear, bilinear_align_corners); null: as the
-        checkpoint's own code does (README, "Pretrained weights").
+        checkpoint's own code does (docs/pretrained.md).
     recompute: activation recompute in training: true (every encoder layer), k (every k-th) or
-        false/0; the same numbers with less memory and more time (README, "Training").
+        false/0; the same numbers with less memory and more time (docs/scaling.md).
+    Every other key: the `ViTConfig` field of that name (paddle_vit/models/vit.py says what each is).
     """
-    name: str = "vit_walkthrough"
-    pretrained: Optional[str] = None
-    pretrained_resample: Optional[str] = None
-    image_size: Optional[int] = None
-    patch_size: Optional[int] = None
-    in_channels: Optional[int] = None
-    num_classes: Optional[int] = None
-    embed_dim: Optional[int] = None
-    depth: Optional[int] = None
-    num_heads: Optional[int] = None
-    mlp_ratio: Optional[float] = None
-    qkv_bias: Optional[bool] = None
-    qk_scale: Optional[float] = None
-    layer_norm_epsilon: Optional[float] = None
-    gelu: Optional[str] = None
-    dropout: Optional[float] = None
-    attention_dropout: Optional[float] = None
-    drop_path: Optional[float] = None
-    pool: Optional[str] = None
-    representation_size: Optional[int] = None
-    position_embedding: Optional[str] = None
-    fused_attention: Optional[bool] = None
-    init: Optional[str] = None
-    backbone_layers: Optional[List[int]] = None
-    backbone_width: Optional[int] = None
-    backbone_style: Optional[str] = None
-    recompute: Optional[int] = dataclasses.field(default=None, metadata={"true_is": 1})
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""
         return {name: value for name, value in dataclasses.asdict(self).items()
                 if name not in ("name", "pretrained", "pretrained_resample") and value is not None}
+
+
+def _model_section_fields():
+    """(name, type, field) of the model section: its own three keys, then every `ViTConfig`
+    field as optional (None: the registered value)."""
+    fields = [("name", str, dataclasses.field(default="vit_walkthrough")),
+              ("pretrained", Optional[str], dataclasses.field(default=None)),
+              ("pretrained_resample", Optional[str], dataclasses.field(default=None))]
+    for field in dataclasses.fields(ViTConfig):
+        metadata = {"true_is": 1} if field.name == "recompute" else {}  # recompute: true = every layer
+        fields.append((field.name, Optional[field.type], dataclasses.field(default=None, metadata=metadata)))
+    return fields
+
+
+ModelConfig = dataclasses.make_dataclass("ModelConfig", _model_section_fields(), bases=(_ModelSection,),
+                                         namespace={"__doc__": _ModelSection.__doc__})
+ModelConfig.__module__ = __name__
 
 
 @dataclasses.dataclass
@@ -275,13 +269,12 @@ class Config:
 
     def save(self, path):
         """Write the resolved config as YAML (atomically)."""
-        from .fileio import atomic_write
 
         def write(temporary):
             with open(temporary, "w", encoding="utf-8") as stream:
                 stream.write(f"# resolved config of {self.name}: every key, defaults included\n")
                 yaml.safe_dump(self.to_dict(), stream, sort_keys=False)
-        atomic_write(path, write)
+        fileio.atomic_write(path, write)
 
 
 # ---- loading, overriding, checking ------------------------------------------------------------
@@ -458,7 +451,6 @@ def _fraction(key, value, closed=False):
 
 def validate(config):
     """Check value ranges and that the model can be built; raise ConfigError naming the key."""
-    from .models import get_model_config  # the model registry is the authority on architectures
 
     model = config.model
     try:
@@ -468,7 +460,6 @@ def validate(config):
         message = str(error)
         raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
     if model.pretrained_resample is not None:
-        from .weights import RESAMPLE_METHODS
         _choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
 
     data = config.data

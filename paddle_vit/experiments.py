@@ -17,7 +17,12 @@ import os
 
 import numpy as np
 
+from . import runtime
 from .config import load_config
+from .engine.logging_utils import setup_logging
+from .engine.trainer import Trainer
+from .errors import TrainingError
+from .viz import _new_figure
 
 FAMILIES = {
     "ViT": dict(name="vit_tiny_patch16_224", patch_size=4, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2,
@@ -54,7 +59,6 @@ def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=Non
 
     import paddle
 
-    from .engine.trainer import Trainer
 
     start = time.time()
     paddle.set_device("cpu")
@@ -99,7 +103,6 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
             thread.join()
         missing = [run for run in runs if run not in outcomes]
         if missing:
-            from .errors import TrainingError
             raise TrainingError(f"{len(missing)} of the {len(runs)} runs did not finish: {errors[-1] if errors else '?'}")
     return {"fractions": list(fractions), "seeds": list(seeds), "steps": steps, "batch_size": batch_size,
             "accuracy": {family: [[outcomes[(family, fraction, seed)][0] for seed in seeds] for fraction in fractions]
@@ -147,7 +150,9 @@ def _worker_main():
     import logging
     import sys
 
-    logging.getLogger("paddle_vit").setLevel(logging.WARNING)
+
+    runtime.configure()  # a process of its own: the settings the tools make
+    setup_logging(logging.WARNING, to="stderr")
     request = json.load(sys.stdin)
     for family, fraction, seed in request["runs"]:
         output_dir = os.path.join(request["work_dir"], f"{family}-{fraction}-{seed}")
@@ -158,7 +163,6 @@ def _worker_main():
 def data_size_figure(results, title=None):
     """Validation top-1 against training images (log scale), mean and standard deviation over
     the seeds for each family: the paper's Figure 3/4 in miniature. Returns the figure."""
-    from .viz import _new_figure
 
     figure = _new_figure(5.0, 3.4)
     axis = figure.subplots()

@@ -2,6 +2,8 @@
 import os
 import tempfile
 
+from .errors import ConfigError
+
 
 def atomic_write(path, write):
     """Call `write(temporary_path)`, flush it to disk, then rename it over `path`.
@@ -40,7 +42,6 @@ def writable_folder(path, what):
     """`path` as a folder this process can write in, created when missing; checked before any
     work is done, so that a mistake costs no computation. `what` names the option in the error
     (a ConfigError: a file where the folder is meant, a folder that cannot be created or written)."""
-    from .errors import ConfigError
 
     path = os.path.expanduser(os.fspath(path))
     if os.path.exists(path) and not os.path.isdir(path):
@@ -59,7 +60,6 @@ def writable_folder(path, what):
 def writable_file(path, what, extensions):
     """`path` as a file that can be written, its folder created when missing, its extension one
     of `extensions` (".png", ...): checked before any work is done. ConfigError otherwise."""
-    from .errors import ConfigError
 
     path = os.path.expanduser(os.fspath(path))
     extension = os.path.splitext(path)[1].lower()

@@ -1,80 +1,69 @@
-"""Process-wide settings for speed, applied once when `paddle_vit` is imported: one for the CPU
-math library (before Paddle computes anything), one for the C allocator, and one Paddle flag;
-and one that only the long-running tools apply, because it restarts the process: tcmalloc as
-the C allocator. Each is measured, documented here and in docs/benchmarks.md, and controlled
-by an environment variable.
+"""Process-wide settings for speed and quiet, made by one explicit call: `configure()`.
+
+Importing `paddle_vit` changes nothing outside the package. The tools call `configure()` first
+thing (`paddle_vit.cli.run` does it for every command); a notebook or a script that wants the
+same speed calls it once, before Paddle computes anything::
+
+    import paddle_vit.runtime
+    paddle_vit.runtime.configure()      # returns what it set, also kept in runtime.APPLIED
+
+Each setting is measured (docs/benchmarks.md) and has an environment variable to switch it off:
+
+| setting | what | off |
+|---|---|---|
+| quiet Paddle | ``GLOG_minloglevel=2`` (Paddle's C++ notes; errors still show) and two warning filters | ``--debug``; a ``GLOG_minloglevel`` of your own wins |
+| MKL on AMD | ``MKL_DEBUG_CPU_TYPE=5``: MKL's AVX2 kernels on AMD CPUs | ``PADDLE_VIT_MKL_AVX2=0`` |
+| glibc's malloc | `mallopt` keeps freed blocks in the heap | ``PADDLE_VIT_MALLOC_TUNING=0`` |
+| stride kernels | ``FLAGS_use_stride_kernel`` off: dense transposes | ``PADDLE_VIT_STRIDE_KERNELS=1`` |
+| the allocator | train, eval and benchmark restart with tcmalloc or oneTBB's malloc preloaded | ``PADDLE_VIT_ALLOCATOR=system`` |
+
+Quiet Paddle. Paddle's C++ log (glog) prints notes that are not the user's to act on ("static
+graph(PIR) not support input out tensor" for every traced model, "New Executor is Running"); it
+reads ``GLOG_minloglevel`` when Paddle's library loads, so `configure()` sets it only for a
+process that has not imported Paddle yet. The warning filters hide Paddle's "No ccache found" (we
+compile no C++ op) and, in to_static's backward pass, "Tensor do not have 'place' interface".
 
 MKL on AMD processors. Paddle's CPU wheels (3.x) do their float32 matrix products with the
 Intel MKL 2019 build they ship (``libmklml_intel.so``), which picks its kernels by CPU *vendor*:
 on an AMD processor it runs its generic SSE code although the CPU has AVX2 and FMA. That MKL
-honours ``MKL_DEBUG_CPU_TYPE=5`` ("use the AVX2 kernels"). Measured on this project's 2-core
-AMD EPYC machine (Paddle 3.3.1, docs/benchmarks.md): a [1576, 384] x [384, 1536] product went
-from 17 to 53 GFLOP/s, and ViT inference and training about doubled.
-
-`configure_cpu_math()` sets the variable only when all of these hold, so it never downgrades
-an Intel CPU (where MKL would otherwise use AVX-512) and never selects instructions the CPU lacks:
-- the CPU reports vendor ``AuthenticAMD`` with the ``avx2`` and ``fma`` flags (Linux /proc/cpuinfo);
-- ``MKL_DEBUG_CPU_TYPE`` is not set already (the user's value wins);
-- ``PADDLE_VIT_MKL_AVX2`` is not ``0`` (the opt-out).
-MKL reads the variable at its first computation, and importing Paddle computes nothing, so
-importing `paddle_vit` anywhere before the first Paddle operation is early enough; a process
-that has already multiplied matrices keeps the slow path (set the variable in the shell then).
-MKL 2020.1 and later ignore the variable (they detect AMD themselves), so it does no harm there.
-Child processes (DataLoader workers, `paddle.distributed.launch` ranks) inherit it.
+honours ``MKL_DEBUG_CPU_TYPE=5`` ("use the AVX2 kernels"). Measured on a 2-core AMD EPYC
+(Paddle 3.3.1, docs/benchmarks.md): a [1576, 384] x [384, 1536] product went from 17 to 53
+GFLOP/s, and ViT inference and training about doubled. `configure_cpu_math()` sets it only when
+the CPU reports vendor ``AuthenticAMD`` with ``avx2`` and ``fma`` (Linux /proc/cpuinfo) and the
+variable is not set already, so it never downgrades an Intel CPU and never selects instructions
+the CPU lacks. MKL reads it at its first computation: a process that has already multiplied
+matrices keeps the slow path. MKL 2020.1 and later ignore it. Child processes inherit it.
 
 The C allocator. Paddle's CPU tensors come from glibc's malloc, and in a Paddle process every
 freed tensor of more than 128 KiB goes straight back to the kernel (glibc's adaptive mmap
-threshold never rises there: strace shows an mmap/munmap pair per elementwise op), so the next
-tensor page-faults on every 4 KiB page it touches: multiplying 2.4 M floats took 10 ms, 9 of
-them page faults. `configure_cpu_math()` therefore fixes glibc's ``M_MMAP_THRESHOLD`` at its
-maximum (32 MiB) and ``M_TRIM_THRESHOLD`` at 1 GiB with `mallopt`, so freed blocks stay in the
-heap and are reused (the same product: 1.3 ms). Measured side by side with timm
-(docs/benchmarks.md), batch 8: inference ViT-Ti/16 0.75x -> 0.98x of timm, S/16 0.92x -> 1.07x,
-B/16 1.03x -> 1.08x; training Ti/16 unchanged (0.79x), S/16 0.90x -> 0.92x. The price is memory
-kept for reuse: peak RSS +0 (Ti/16), +62 MiB (S/16 inference), +121 MiB (B/16 inference),
-+112 MiB (S/16 training). Opt out with ``PADDLE_VIT_MALLOC_TUNING=0``; glibc's own
-``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only
-(elsewhere nothing is changed).
+threshold never rises there), so the next tensor page-faults on every 4 KiB page it touches:
+multiplying 2.4 M floats took 10 ms, 9 of them page faults. `configure_cpu_math()` fixes glibc's
+``M_MMAP_THRESHOLD`` at its maximum (32 MiB) and ``M_TRIM_THRESHOLD`` at 1 GiB with `mallopt`,
+so freed blocks are reused (the same product: 1.3 ms); inference 1.0-1.3x faster, for 0-120 MiB
+more peak memory (docs/benchmarks.md). glibc's own ``MALLOC_MMAP_THRESHOLD_`` /
+``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only.
 
-Stride kernels. Since Paddle 2.6, `transpose`, `slice`, `split`, `unbind` and friends return
-strided *views* in dynamic mode (``FLAGS_use_stride_kernel``, on by default); the next kernel
-that needs contiguous memory (matmul, most of them) first copies the view with a generic
-strided-copy kernel, about 8x slower than the transpose kernel it replaces (1.8 M floats:
-26 ms against 3.4 ms). Attention transposes q, k, v and its output in every layer, forward and
-backward, so `configure_paddle_flags()` turns stride kernels off: views become copies made by
-the dense kernels, which is Paddle's behaviour up to 2.5 and what static graphs do. Measured
-in one process, interleaved (docs/benchmarks.md): dynamic-mode ViT-Ti/16 inference 1.36x,
-training 1.34x. What changes for other code in the process: a transposed or sliced tensor no
-longer shares memory with its source, so writing into it in place does not write through
-(Paddle's own view APIs, `Tensor.view` and `as_strided`, need stride kernels on). Opt out with
-``PADDLE_VIT_STRIDE_KERNELS=1``; an explicit ``FLAGS_use_stride_kernel`` in the environment is
-respected as well.
+Stride kernels. Since Paddle 2.6, `transpose`, `slice`, `split` and friends return strided
+*views* in dynamic mode; the next kernel that needs contiguous memory first copies the view with
+a generic strided-copy kernel, about 8x slower than the transpose kernel it replaces. Attention
+transposes q, k, v and its output in every layer, so `configure_paddle_flags()` turns stride
+kernels off: dynamic-mode ViT-Ti/16 inference 1.36x, training 1.34x (docs/benchmarks.md). What
+changes for other code in the process: a transposed or sliced tensor no longer shares memory
+with its source, so an in-place write into it does not write through (`Tensor.view` and
+`as_strided` need stride kernels on). That is why it is never done by an import.
 
-tcmalloc. Even tuned, glibc's heap fragments under Paddle's allocation pattern: recorded for
-ViT-Ti/16 training at batch 8, the tensors of 64 KiB and more peak at 342 MiB live, glibc's
-heap spans 502 MiB for them, and an ideal best-fit allocator replaying the same trace needs
-375 MiB. That is the gap between paddle-vit's and timm's peak memory in training
-(docs/benchmarks.md). No mallopt setting closes it (thresholds, one arena: all tried); a
-different malloc does. gperftools' tcmalloc (``libtcmalloc-minimal4`` on Debian and Ubuntu,
-``gperftools`` elsewhere), measured side by side with timm: ViT-Ti/16 training peak RSS
-812 -> 722 MiB (timm 721) at the same speed, S/16 inference peak RSS -25 to -80 MiB and no
-slower. jemalloc, tried the same way, was 37% slower in training (it hands pages back).
-A malloc can only be chosen when a process starts (``LD_PRELOAD``), so `tools/train.py`,
-`tools/eval.py` and `tools/benchmark.py` call `relaunch_with_allocator()` first: when tcmalloc
-is installed and ``LD_PRELOAD`` is not set, the process re-executes itself, same arguments,
-with tcmalloc preloaded (about a second: Paddle is imported twice). ``PADDLE_VIT_ALLOCATOR``
-chooses: unset or ``auto`` (tcmalloc when installed), ``system`` (never restart), or the file
-name of another malloc library to preload. Importing `paddle_vit` never restarts anything: in
-a notebook or your own script, start Python with ``LD_PRELOAD=libtcmalloc_minimal.so.4``.
-
-oneTBB's malloc, for a pip-only install. tcmalloc is a system package, which a newcomer who
-followed the README's two commands does not have. The `tbb` wheel, a dependency on Linux
-x86-64, ships oneTBB's scalable malloc (``libtbbmalloc.so.2`` and the ``libtbbmalloc_proxy.so.2``
-that replaces malloc) into the environment's lib/ folder. ``auto`` preloads the pair when
-tcmalloc is not installed (`find_pip_allocator`). Measured 2026-12-01 with timm side by side:
-ViT-Ti/16 training peak RSS 810 -> 724 MiB (timm 720), S/16 1526 -> 1258 MiB (timm 1212), at
-glibc's speed or a little better: Ti/16 0.68x timm against 0.64x under glibc, S/16 0.74x under
-both (docs/benchmarks.md). tcmalloc, where installed, stays first: 689 MiB and 0.72x at Ti/16.
+tcmalloc, or oneTBB's malloc. Even tuned, glibc's heap fragments under Paddle's allocation
+pattern (ViT-Ti/16 training: 342 MiB of large tensors live at the peak, glibc's heap spans 502
+MiB for them): the gap between our and timm's peak memory in training. A different malloc
+closes it: gperftools' tcmalloc (``libtcmalloc-minimal4`` on Debian/Ubuntu) or, for a pip-only
+install, oneTBB's scalable malloc, which the `tbb` wheel (a dependency on Linux x86-64) ships
+into the environment's lib/ folder. Ti/16 training peak RSS about 810 -> 720 MiB (timm 720) at
+the same speed (docs/benchmarks.md). jemalloc was 37% slower (it hands pages back). A malloc can
+only be chosen when a process starts (``LD_PRELOAD``), so ``configure(relaunch=True)``, which the
+train, eval and benchmark commands ask for, re-executes the process once with it preloaded
+(before Paddle is imported: about 0.1 s). ``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc
+when installed, else oneTBB's from the wheel), ``system`` (never restart), or the file name of
+another malloc library. For a notebook or your own script, start Python with ``LD_PRELOAD`` set.
 """
 import ctypes
 import ctypes.util
@@ -97,7 +86,10 @@ KNOWN_ALLOCATORS = ("tcmalloc", "tbbmalloc", "jemalloc", "mimalloc")
 # oneTBB's scalable malloc, shipped by the `tbb` wheel (a dependency on Linux x86-64) into
 # <prefix>/lib: the proxy replaces malloc and needs the allocator itself loaded first
 TBB_LIBRARIES = ("libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")
-APPLIED = {}  # what configure_cpu_math() / configure_paddle_flags() set (paddle_vit's import calls them)
+APPLIED = {}  # what configure() set in this process, setting by setting
+GLOG_VARIABLE = "GLOG_minloglevel"
+# the warnings that are not the user's to act on (quiet_paddle)
+QUIET_WARNINGS = ("No ccache found", "Tensor do not have 'place' interface")
 
 
 def cpu_vendor_and_flags(cpuinfo_path="/proc/cpuinfo"):
@@ -216,11 +208,16 @@ def find_allocator_library(environ=None, find_library=ctypes.util.find_library):
             raise ValueError(f"{ALLOCATOR_VARIABLE}={choice}: no installed library of that name; expected 'auto', "
                              f"'system', a file path or an installed malloc library such as libtcmalloc_minimal.so.4")
         return choice if choice.startswith("lib") and ".so" in choice else found
+    return find_tcmalloc(find_library) or find_pip_allocator()
+
+
+def find_tcmalloc(find_library=ctypes.util.find_library):
+    """gperftools' tcmalloc as the dynamic loader names it, or None where it is not installed."""
     for name in ALLOCATOR_LIBRARIES:
         found = find_library(name)
         if found:
             return found
-    return find_pip_allocator()
+    return None
 
 
 def find_pip_allocator(prefixes=None):
@@ -298,3 +295,35 @@ def describe_allocator():
         "; installing tcmalloc (libtcmalloc-minimal4) or the tbb wheel (pip install tbb) lowers training's peak "
         "memory 10-20%, see docs/benchmarks.md")
     return f"glibc{tuned}{hint}"
+
+
+def quiet_paddle(debug=False, environ=None):
+    """Hide Paddle's notes that are not the user's to act on (module docstring): the warning
+    filters, and ``GLOG_minloglevel=2`` when Paddle is not imported yet and the user set none.
+    With `debug` only the ccache filter. Returns what it set."""
+    import warnings
+
+    environ = os.environ if environ is None else environ
+    applied = {}
+    for message in QUIET_WARNINGS[:1] if debug else QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    applied["warning_filters"] = list(QUIET_WARNINGS[:1] if debug else QUIET_WARNINGS)
+    if not debug and GLOG_VARIABLE not in environ and "paddle" not in sys.modules:
+        environ[GLOG_VARIABLE] = "2"
+        applied[GLOG_VARIABLE] = "2"
+    APPLIED.update(applied)
+    return applied
+
+
+def configure(debug=False, relaunch=False):
+    """Make every process-wide setting of the module docstring that its variable leaves on, and
+    return what was set ({setting: value}, also kept in `APPLIED`). Call it once, first: before
+    Paddle is imported for the quiet log, before it computes for MKL. `debug` keeps Paddle's log
+    and warnings; `relaunch` (the long-running tools) first re-executes the process with the
+    chosen malloc preloaded, which only returns in the process that goes on."""
+    if relaunch:
+        relaunch_with_allocator()
+    applied = quiet_paddle(debug)
+    applied.update(configure_cpu_math())
+    applied.update(configure_paddle_flags())
+    return applied

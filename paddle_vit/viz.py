@@ -29,6 +29,9 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from . import fileio
+from .data import build_transforms
+from .data.imagefolder import decode_image
 from .errors import ConfigError, DataError
 
 logger = logging.getLogger("paddle_vit")
@@ -81,7 +84,6 @@ def save_figure(figure, path, dpi=100):
     """Write `figure` as a PNG (or SVG, PDF by the extension of `path`), atomically (the folder
     is created); returns the path. A full disk or an unwritable folder is a DataError naming the
     file, the previous one kept."""
-    from . import fileio
     extension = os.path.splitext(path)[1].lower()
     file_format = extension[1:] if extension in FIGURE_FORMATS else "png"
     try:
@@ -118,7 +120,6 @@ def load_image(path):
     (transparency on white). A missing or unreadable file is a DataError naming it."""
     from PIL import UnidentifiedImageError
 
-    from .data.imagefolder import decode_image
 
     if not os.path.isfile(path):
         raise DataError(f"image {path} does not exist")
@@ -521,7 +522,6 @@ def prepare_images(paths, config, image_size):
     """Read image files and put them through the config's eval transform: ([B, 3, S, S] float32,
     the B paths read). A file that cannot be read is skipped with a warning naming it, as
     tools/predict.py does; none readable at all is a DataError."""
-    from .data import build_transforms
 
     transform = build_transforms(config.data, image_size, train=False)
     arrays, kept = [], []

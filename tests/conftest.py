@@ -1,8 +1,14 @@
 """Shared test set-up."""
 import logging
 
-import paddle
-import pytest
+from paddle_vit import runtime
+
+# the suite runs the library as the tools do: with the process-wide settings made first (before
+# Paddle computes: MKL's AVX2 kernels on AMD CPUs, the tuned malloc, Paddle's quiet log)
+runtime.configure()
+
+import paddle  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

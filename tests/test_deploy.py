@@ -133,9 +133,9 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     assert metadata["model_name"] == "vit_walkthrough" and metadata["class_names"] == ["0", "1", "2", "3"]
     with open(os.path.join(folder, "inference.json")) as stream:
         program = stream.read()
-    # the eager CPU Linear computes addmm; a traced graph must carry Paddle's linear/matmul instead
+    # the CPU fast path's Linear computes addmm; a traced graph must carry Paddle's linear/matmul instead
     assert "addmm" not in program and ("matmul" in program or "linear" in program)
-    # the traced CPU attention takes q, k, v from slices of the qkv weights (Attention._forward_traced_cpu):
+    # the traced CPU attention takes q, k, v from slices of the qkv weights (variants.TracedCpuAttention):
     # no unbind, which oneDNN has no bfloat16 kernel for and which cost bf16 10-20% (docs/benchmarks.md)
     assert '"1.unbind"' not in program and '"1.slice"' in program
     assert metadata["output"] == "logits" and metadata["input_shape"] == [-1, 3, 14, 14]

@@ -15,7 +15,7 @@ import paddle
 import pytest
 
 from paddle_vit.config import load_config
-from paddle_vit.engine.checkpoint import load_checkpoint
+from paddle_vit.checkpoint import load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
 from repo_paths import TOOLS
@@ -258,7 +258,7 @@ def test_sharding_on_cpu_is_one_line_naming_what_paddle_lacks(tmp_path, capsys, 
 def test_sharded_optimizer_states_merge_into_the_unsharded_one():
     """Two ranks' shares of an AdamW state (as group_sharded_parallel leaves them: each rank the
     moments of its own parameters) merge into the state one unsharded optimizer has."""
-    from paddle_vit.engine.checkpoint import portable_optimizer_state
+    from paddle_vit.checkpoint import portable_optimizer_state
     from paddle_vit.engine.sharding import merge_rank_states, _to_numpy
     paddle.seed(0)
     model = paddle.nn.Sequential(paddle.nn.Linear(4, 3), paddle.nn.Linear(3, 2))

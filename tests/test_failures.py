@@ -16,8 +16,8 @@ from PIL import Image
 
 from paddle_vit import TrainingError
 from paddle_vit.cli import run
-from paddle_vit.engine import checkpoint as checkpoint_module
-from paddle_vit.engine.checkpoint import load_checkpoint
+from paddle_vit import checkpoint as checkpoint_module
+from paddle_vit.checkpoint import load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
 from repo_paths import REPO, TOOLS, load_tool
@@ -385,7 +385,8 @@ def test_a_signal_to_the_whole_process_group_with_loader_workers_stops_cleanly(t
 CTRL_C_TWICE_IN_BACKWARD = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-import paddle_vit  # first, as the tool imports it: its warning filters apply
+from paddle_vit import runtime
+runtime.configure()  # first, as the tool does: its warning filters and quiet log apply
 import paddle
 real_backward, calls = paddle.Tensor.backward, []
 def backward_interrupted(self, *args, **kwargs):
@@ -420,7 +421,7 @@ KILL_DURING_SAVE = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
 import paddle
-from paddle_vit.engine import checkpoint
+from paddle_vit import checkpoint
 real_save, saves = paddle.save, []
 def slow_save(obj, path, *args, **kwargs):
     real_save(obj, path, *args, **kwargs)

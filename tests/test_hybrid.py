@@ -164,11 +164,9 @@ def test_every_hybrid_name_has_timms_parameter_count():
 
 def test_hybrid_macs_match_paddle_flops(paddle_flops_with_numpy2):
     """The analytic count (ViTConfig.count_macs, the backbone's convolutions included) against
-    paddle.flops, which counts each layer from its output; our StdConv2D and Linear are taught to
-    it as Conv2D and Linear, the attention products are counted from the Softmax output."""
+    paddle.flops, which counts each layer from its output; our StdConv2D is taught to it as a
+    Conv2D, Linear as a product of weight and input, the attention products are counted from the Softmax output."""
     import paddle.nn as nn
-
-    from paddle_vit.models.linear import Linear
 
     model = ViT(**dict(TOY, backbone_layers=[1, 1], num_classes=10, fused_attention=False))
 
@@ -185,7 +183,7 @@ def test_hybrid_macs_match_paddle_flops(paddle_flops_with_numpy2):
         layer.total_ops += 0
 
     counted = paddle.flops(model, [1, 3, 32, 32], print_detail=False, custom_ops={
-        StdConv2D: count_conv, Linear: count_linear, nn.Softmax: count_attention_products, nn.GroupNorm: no_macs,
+        StdConv2D: count_conv, nn.Linear: count_linear, nn.Softmax: count_attention_products, nn.GroupNorm: no_macs,
         nn.ReLU: no_macs})
     assert counted == model.config.count_macs() + model.config.num_patches * 32  # + the patch projection's bias
 
@@ -309,7 +307,7 @@ def test_the_three_families_are_configs_of_one_model_of_about_the_same_size(tmp_
 
 
 def create_model_config(config):
-    from paddle_vit.engine.builder import resolve_model_config
+    from paddle_vit.hub import resolve_model_config
     return resolve_model_config(config, num_classes=10)
 
 

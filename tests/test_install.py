@@ -44,7 +44,7 @@ def test_the_cuda_build_comes_from_paddles_index_everywhere_it_is_named():
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     assert PADDLE_INDEX.search(readme) and '".[gpu]"' not in readme
     assert PADDLE_INDEX.search(open(os.path.join(REPO, "setup.py"), encoding="utf-8").read())
-    from paddle_vit.engine.device import GPU_INSTALL, select_device
+    from paddle_vit.device import GPU_INSTALL, select_device
     assert PADDLE_INDEX.search(f"python -m pip {GPU_INSTALL.split('python -m pip ', 1)[1]}")
     import paddle
     if not paddle.device.is_compiled_with_cuda():  # this machine: the error itself says how

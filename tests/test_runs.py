@@ -13,7 +13,7 @@ import pytest
 from paddle_vit import ConfigError
 from paddle_vit.cli import run
 from paddle_vit.config import load_config
-from paddle_vit.engine.checkpoint import load_checkpoint, save_checkpoint
+from paddle_vit.checkpoint import load_checkpoint, save_checkpoint
 from paddle_vit.engine.runs import RunLock
 from paddle_vit.engine.trainer import Trainer
 

@@ -15,7 +15,7 @@ import pytest
 from paddle_vit import ConfigError
 from paddle_vit.config import load_config
 from paddle_vit.engine import trainer as trainer_module
-from paddle_vit.engine.checkpoint import find_latest_checkpoint, load_checkpoint
+from paddle_vit.checkpoint import find_latest_checkpoint, load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
 from repo_paths import REPO, TOOLS

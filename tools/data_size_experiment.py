@@ -1,76 +1,11 @@
 """The paper's data-size experiment in miniature: ViT, hybrid and ResNet on growing fractions of
-the digits (paper Section 4.3, Figures 3-4; notebooks/03_data_size_and_inductive_bias.ipynb).
 
-    python tools/data_size_experiment.py --out docs/images [--fractions 0.1 0.25 0.5 1] [--seeds 0 1 2]
-
-Writes data_size_experiment.png and data_size_experiment.json into --out and prints a table of
-validation top-1 (mean +- std over the seeds) per family and training-set size.
+The script form of ``paddle-vit data-size-experiment`` (paddle_vit/cli/data_size_experiment.py: its arguments and what it does).
 """
-import argparse
-import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
-from paddle_vit.errors import ConfigError, DataError  # noqa: E402
-
-
-def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of every run (default 150)")
-    parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.steps < 1 or any(not 0 < fraction <= 1 for fraction in args.fractions):
-        raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    from paddle_vit.fileio import writable_folder
-    writable_folder(args.out, "--out")  # a file, a read-only folder: said now, not after the runs
-
-    import logging
-    import tempfile
-
-    import paddle
-
-    from paddle_vit.experiments import data_size_figure, run_data_size_experiment
-    from paddle_vit.fileio import atomic_write
-
-    setup_logging()
-    logging.getLogger("paddle_vit").setLevel(logging.WARNING)
-    paddle.set_device("cpu")
-    with tempfile.TemporaryDirectory(prefix="data_size_") as work:
-        results = run_data_size_experiment(
-            work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
-            progress=lambda family, fraction, seed, accuracy, seconds: print(
-                f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f} ({seconds:.1f} s)", flush=True))
-    png = os.path.join(args.out, "data_size_experiment.png")
-    numbers = os.path.join(args.out, "data_size_experiment.json")
-
-    def write_json(temporary):
-        with open(temporary, "w") as stream:
-            json.dump(results, stream, indent=1)
-    for path, write in ((numbers, write_json), (png, lambda temporary: data_size_figure(results).savefig(
-            temporary, dpi=110, format="png"))):
-        try:
-            atomic_write(path, write)
-        except OSError as error:
-            raise DataError(f"cannot write {path}: {error.strerror or error}; the previous one is kept") from None
-
-    import numpy as np
-    print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")
-    print("|---|---|" + "---|" * len(results["train_images"]))
-    for family, rows in results["accuracy"].items():
-        cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
-        print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
-    print(f"wrote {png}")
-    return 0
-
+from paddle_vit.cli import entry
+from paddle_vit.cli.data_size_experiment import main  # noqa: F401  (main(argv) -> exit code, in this process)
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(entry("data-size-experiment"))

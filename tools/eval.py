@@ -1,87 +1,11 @@
 """Evaluate weights on a validation split.
 
-    python tools/eval.py -c CONFIG --weights PATH [-o section.key=value ...]
-    python tools/eval.py --model NAME --weights PATH [-o data.dataset=imagefolder -o data.root=DIR ...]
-
-Prints per-class accuracy, then one JSON line with top1, top5, loss and num_samples (the
-last line of stdout, for scripts). Accepts training checkpoints (.pdckpt, --ema for their EMA
-weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm, Hugging Face
-folders, PaddleClas/PLSC, JAX .npz): the model is built with the options the weights imply, so
---model NAME needs no hand-typed overrides.
+The script form of ``paddle-vit eval`` (paddle_vit/cli/eval.py: its arguments and what it does).
 """
-import argparse
-import json
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
-from paddle_vit.errors import ConfigError  # noqa: E402
-from paddle_vit.runtime import relaunch_with_allocator  # noqa: E402
-
-
-def main(argv):
-    parser = argparse.ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
-    parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
-    parser.add_argument("--model", metavar="NAME",
-                        help="a registered model name instead of a recipe (the default data config; -o data.KEY=...)")
-    parser.add_argument("--weights", required=True,
-                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--ema", action="store_true", help="evaluate the EMA weights of a .pdckpt")
-    parser.add_argument("--confusion-matrix", metavar="PNG",
-                        help="also draw the confusion matrix to PNG (.png, .svg or .pdf; the folder is created)")
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-
-    from paddle_vit.config import load_config
-    from paddle_vit.engine.device import rank
-    from paddle_vit.engine.evaluator import run_evaluation, save_confusion_matrix_png
-
-    setup_logging()
-    if bool(args.config) == bool(args.model):
-        raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), one of them")
-    config = (load_config(args.config, args.override) if args.config
-              else load_config(data={"model": {"name": args.model}}, overrides=args.override))
-    figure = confusion_matrix_path(args, config)  # checked before the evaluation runs
-    metrics = run_evaluation(config, args.weights, use_ema=args.ema)
-    names = metrics["class_names"]
-    for name, accuracy in zip(names, metrics["per_class_accuracy"]):
-        print(f"class {name}: accuracy {accuracy:.4f}")
-    summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision")}
-    print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine})")
-    summary["per_class_accuracy"] = dict(zip(names, metrics["per_class_accuracy"]))
-    if figure and rank() == 0:  # after the numbers are out: a full disk costs the figure only
-        save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
-        print(f"confusion matrix: {figure}")
-    print(json.dumps(summary))
-    return 0
-
-
-def confusion_matrix_path(args, config):
-    """Where the confusion matrix goes: --confusion-matrix, or with eval.confusion_matrix true
-    confusion_matrix_<weights>.png in the run folder the weights belong to (else in
-    config.output_dir); None for no figure. Its folder is created and checked writable now."""
-    from paddle_vit import fileio
-    from paddle_vit.viz import FIGURE_FORMATS
-
-    if args.confusion_matrix:
-        return fileio.writable_file(args.confusion_matrix, "--confusion-matrix", FIGURE_FORMATS)
-    if not config.eval.confusion_matrix:
-        return None
-    weights = os.path.abspath(os.path.expanduser(args.weights))
-    folder = os.path.dirname(weights)
-    if os.path.basename(folder) == "checkpoints":
-        folder = os.path.dirname(folder)  # <run>/checkpoints/best.pdparams -> <run>
-    else:
-        folder = config.output_dir
-    stem = os.path.splitext(os.path.basename(weights.rstrip(os.sep)))[0]
-    return fileio.writable_file(os.path.join(folder, f"confusion_matrix_{stem}.png"), "eval.confusion_matrix",
-                                FIGURE_FORMATS)
-
-
+from paddle_vit.cli import entry
+from paddle_vit.cli.eval import main  # noqa: F401  (main(argv) -> exit code, in this process)
 
 if __name__ == "__main__":
-    relaunch_with_allocator()  # with tcmalloc as malloc when installed (paddle_vit/runtime.py)
-    sys.exit(run(main))
+    sys.exit(entry("eval"))

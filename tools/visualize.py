@@ -1,72 +1,11 @@
 """Draw what a trained ViT learned (paper Fig. 6 and 7):
-python tools/visualize.py -c CONFIG --weights PATH --image FILE [FILE ...] --out DIR [--vdl]
 
-Writes to DIR (created; checked writable before any work): attention_maps.png (attention rollout and the last layer's class-token attention
-per head over the first --rows images), position_embedding_similarity.png, embedding_filters.png
-and attention_distance.png (averaged over all the given images). --vdl also logs them to DIR/vdl for
-VisualDL's image tab. --weights takes what tools/eval.py takes.
+The script form of ``paddle-vit visualize`` (paddle_vit/cli/visualize.py: its arguments and what it does).
 """
-import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from paddle_vit.cli import add_common_arguments, run, setup_logging  # noqa: E402
-from paddle_vit.errors import ConfigError  # noqa: E402
-
-MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
-
-
-def main(argv):
-    parser = argparse.ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
-                                                 "embedding filters and attention distance of a ViT.")
-    parser.add_argument("-c", "--config", required=True, help="the YAML recipe the weights were trained with")
-    parser.add_argument("--weights", required=True, help=".pdckpt, .pdparams, .safetensors or .npz weights")
-    parser.add_argument("--image", required=True, nargs="+", metavar="FILE",
-                        help="images (or folders of images) to look at; unreadable ones are skipped with a warning")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the PNGs")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
-    parser.add_argument("--vdl", action="store_true", help="also log the figures to DIR/vdl (VisualDL images)")
-    parser.add_argument("--rows", type=int, default=8, metavar="N",
-                        help="draw the attention maps of the first N images (the distance uses all)")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs")
-    add_common_arguments(parser)
-    args = parser.parse_args(argv)
-
-    from paddle_vit import fileio, viz
-    from paddle_vit.config import load_config
-    from paddle_vit.deploy.predict import list_images, model_for_weights
-    from paddle_vit.engine.device import select_device
-
-    setup_logging()
-    if args.rows < 1:
-        raise ConfigError(f"--rows must be >= 1 (the images whose attention maps are drawn), got {args.rows}")
-    if not 1 <= args.dpi <= MAX_DPI:
-        raise ConfigError(f"--dpi must be in [1, {MAX_DPI}], got {args.dpi}")
-    config = load_config(args.config, args.override)
-    paths = list_images(args.image)
-    fileio.writable_folder(args.out, "--out")  # before the model is loaded and run
-    select_device(config.train.device)
-    model = model_for_weights(config, args.weights, use_ema=args.ema)
-    images, paths = viz.prepare_images(paths, config, model.patch_embed.image_size[0])
-    titles = [os.path.basename(path) for path in paths]
-    paths, numbers, figures = viz.write_figures(model, images, config.data.mean, config.data.std, args.out,
-                                                titles=titles, max_rows=args.rows, dpi=args.dpi)
-    if args.vdl:
-        from visualdl import LogWriter
-        with LogWriter(logdir=os.path.join(args.out, "vdl")) as writer:
-            for name, figure in figures.items():
-                writer.add_image(tag=f"viz/{name}", img=viz.figure_to_array(figure, args.dpi), step=0)
-        print(f"VisualDL: visualdl --logdir {os.path.join(args.out, 'vdl')}")
-    for path in paths.values():
-        print(path)
-    distance = numbers["attention_distance"]["distance"]
-    print("mean attention distance (pixels) per layer, averaged over heads: "
-          + ", ".join(f"{value:.1f}" for value in distance.mean(axis=1)))
-    return 0
-
+from paddle_vit.cli import entry
+from paddle_vit.cli.visualize import main  # noqa: F401  (main(argv) -> exit code, in this process)
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    sys.exit(entry("visualize"))

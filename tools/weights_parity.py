@@ -14,9 +14,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 TOY = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2)
 

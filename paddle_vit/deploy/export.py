@@ -24,7 +24,10 @@ import shutil
 import sys
 import tempfile
 
+from .. import __version__
 from ..errors import ConfigError, ExportError
+from ..variants import traceable
+from ..weights import save_weights
 
 logger = logging.getLogger("paddle_vit")
 
@@ -124,17 +127,19 @@ def _saved_model_file(prefix):
 
 def save_traced(model, prefix, softmax=False, dtype="float32"):
     """Trace `model` (a ViT) for any batch size and `paddle.jit.save` it at `prefix`; returns
-    (program file, parameters file). `model` itself stays eager (a wrapper is traced), and
-    models.Linear emits Paddle's own `linear` op when traced (paddle2onnx has no addmm)."""
+    (program file, parameters file). The graph computes with the traceable variants
+    (`paddle_vit.variants.traceable`); `model` itself stays eager and keeps its classes."""
     import paddle
     from paddle.static import InputSpec
+
 
     config = model.config
     was_training = model.training
     network = inference_network(model, softmax)
     spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype,
                      name=INPUT_NAME)  # None: any batch size
-    paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
+    with traceable(model):
+        paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
     if was_training:
         model.train()
     return _saved_model_file(prefix), prefix + ".pdiparams"
@@ -144,7 +149,6 @@ def build_metadata(classifier, softmax, files):
     """The ``preprocess.json`` content of an export."""
     import paddle
 
-    from .. import __version__
     config = classifier.model.config
     return {
         "format": EXPORT_FORMAT,
@@ -221,7 +225,6 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     is written to a staging folder first and put in place at once: a failed or killed export
     leaves the earlier one whole.
     """
-    from ..weights import save_weights
 
     formats = list(dict.fromkeys(formats))
     unknown = [name for name in formats if name not in FORMATS]

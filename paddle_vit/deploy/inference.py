@@ -22,7 +22,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError
+from ..runtime import cpu_vendor_and_flags
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, save_traced
 from .predict import Preprocess, check_class_names, softmax
 
@@ -37,7 +39,6 @@ def cpu_bf16_support():
     (False, what is missing); read from Paddle's own check and /proc/cpuinfo's flags."""
     from paddle.base import core
 
-    from ..runtime import cpu_vendor_and_flags
 
     _, flags = cpu_vendor_and_flags()
     named = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
@@ -146,7 +147,6 @@ class PaddleRunner:
         config = inference.Config(model_file, params_file)
         if options.device == "gpu":
             if not paddle.device.is_compiled_with_cuda():
-                from ..engine.device import GPU_INSTALL
                 raise ConfigError(f"--device gpu needs a CUDA build of Paddle; this one is CPU-only: {GPU_INSTALL}")
             config.enable_use_gpu(int(options.gpu_memory_mb), int(options.gpu_id))
             if options.tensorrt:  # not measured on this project's machines

@@ -18,8 +18,13 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..checkpoint import load_checkpoint
+from ..config import DataConfig, load_config
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files, kind_of_special_file
+from ..data.transforms import build_transforms
 from ..errors import ConfigError, DataError, WeightsError
+from ..hub import model_for_evaluation
+from ..variants import use_cpu_fast_paths
 
 logger = logging.getLogger("paddle_vit")
 
@@ -87,8 +92,6 @@ class Preprocess:
     def transform(self):
         """The eval transform `(pil_rgb_image, rng) -> float32 [3, S, S]`, the same object the
         training code builds for validation."""
-        from ..config import DataConfig
-        from ..data.transforms import build_transforms
         data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
                                  eval_crop_pct=self.eval_crop_pct)
         return build_transforms(data_config, self.image_size, train=False)
@@ -257,7 +260,6 @@ def model_for_weights(config, weights, use_ema=False):
     """The model `config` describes, built for and loaded with `weights` as tools/eval.py loads
     them, in eval mode: the class count and the options follow the weights unless the config
     sets them (`paddle_vit.create_model(name, pretrained=...)`), so no data set is needed."""
-    from ..engine.builder import model_for_evaluation
 
     return model_for_evaluation(config, os.fspath(weights) if not isinstance(weights, dict) else weights, use_ema)
 
@@ -272,8 +274,6 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
     for ``-o``. A `model.num_classes` left null follows the weights' head. Class names come
     from the `labels` file, else from a .pdckpt, else none (the class index is printed).
     """
-    from ..config import load_config
-    from ..engine.checkpoint import load_checkpoint
 
     weights = os.fspath(weights)
     if not os.path.exists(weights):
@@ -293,7 +293,7 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         raise ConfigError(f"{weights} is not a training checkpoint (.pdckpt), so the model cannot be read from it: "
                           f"name its recipe with -c CONFIG or its architecture with --model NAME")
 
-    model = model_for_weights(config, weights, use_ema)
+    model = use_cpu_fast_paths(model_for_weights(config, weights, use_ema))
 
     class_names = None
     if labels:

@@ -9,7 +9,13 @@ import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
 
+from ..data import build_dataloader, build_datasets
+from ..deploy.inference import predictor_model
+from ..device import init_distributed, select_device
 from ..errors import ConfigError
+from ..hub import model_for_evaluation, resolve_model_config
+from ..variants import use_cpu_fast_paths, use_traceable_variants
+from ..viz import save_figure
 
 
 @paddle.no_grad()
@@ -98,7 +104,6 @@ def save_confusion_matrix_png(confusion, class_names, path):
                       color="white" if count > confusion.max() / 2 else "black")
     figure.colorbar(image, ax=axes, fraction=0.046)
     figure.tight_layout()
-    from ..viz import save_figure
     try:
         save_figure(figure, path, dpi=120)
     finally:
@@ -112,9 +117,8 @@ def model_for_engine(model, engine, precision="fp32"):
         raise ConfigError(f"eval.precision={precision} runs on the predictor (eval.engine=predictor), "
                           f"not eval.engine={engine}: Paddle's eager CPU kernels have no {precision} convolution")
     if engine == "to_static":
-        return paddle.jit.to_static(model, full_graph=True)
+        return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
     if engine == "predictor":
-        from ..deploy.inference import predictor_model
 
         return predictor_model(model, precision)
     return model
@@ -123,9 +127,6 @@ def model_for_engine(model, engine, precision="fp32"):
 def run_evaluation(config, weights, use_ema=False):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
     (plus `class_names` and `precision`)."""
-    from ..data import build_dataloader, build_datasets
-    from .builder import model_for_evaluation, resolve_model_config
-    from .device import init_distributed, select_device
 
     select_device(config.train.device)
     init_distributed()
@@ -133,7 +134,8 @@ def run_evaluation(config, weights, use_ema=False):
     _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
-    model = model_for_evaluation(config, weights, use_ema, num_classes=len(class_names), class_names=class_names)
+    model = use_cpu_fast_paths(model_for_evaluation(config, weights, use_ema, num_classes=len(class_names),
+                                                    class_names=class_names))
     metrics = evaluate(model_for_engine(model, config.eval.engine, config.eval.precision), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     metrics["precision"] = config.eval.precision

@@ -1,11 +1,85 @@
-"""What a run reports: progress (bar or plain lines), VisualDL scalars, metrics.jsonl."""
+"""What a run reports: log lines (terminal and train.log), progress (bar or plain lines), VisualDL
+scalars, metrics.jsonl."""
 import json
 import logging
 import os
 import struct
+import sys
 import time
 
+from ..errors import TrainingError
+from .. import fileio
+
 logger = logging.getLogger("paddle_vit")
+
+
+_FORMATTER = logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+
+class _LevelPrefix(logging.Formatter):
+    def format(self, record):
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+class _KeepRecords(logging.Handler):
+    """Holds the lines logged before the log file may be created (see `attach_log_file`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+class _Stream(logging.StreamHandler):
+    """Writes to whatever `sys.stdout` (or `sys.stderr`) is at the time of each line."""
+
+    def __init__(self, name):
+        self.name_of_stream = name
+        super().__init__()
+
+    @property
+    def stream(self):
+        return getattr(sys, self.name_of_stream)
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def setup_logging(level=logging.INFO, to="stdout"):
+    """Send the library's log lines (the "paddle_vit" logger) to the terminal, and return it.
+
+    to="stdout": ``HH:MM:SS LEVEL message`` lines, kept for a log file attached later
+    (`attach_log_file`); to="stderr": ``level: message`` lines, so that stdout holds only what
+    the command prints (predict's predictions)."""
+    logger = logging.getLogger("paddle_vit")
+    logger.setLevel(level)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    console = _Stream(to)
+    console.setFormatter(_FORMATTER if to == "stdout" else _LevelPrefix())
+    logger.addHandler(console)
+    if to == "stdout":
+        logger.addHandler(_KeepRecords())
+    logger.propagate = False
+    return logger
+
+
+def attach_log_file(path):
+    """Also write the log to `path`, starting with the lines logged so far. Called once the run
+    is known to be valid, so that a rejected config leaves no output folder behind."""
+    logger = logging.getLogger("paddle_vit")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    file_handler = LogFileHandler(path)
+    file_handler.setFormatter(_FORMATTER)
+    for handler in [h for h in logger.handlers if isinstance(h, _KeepRecords)]:
+        for record in handler.records:
+            file_handler.handle(record)
+        logger.removeHandler(handler)
+    logger.addHandler(file_handler)
 
 
 def format_duration(seconds):
@@ -76,14 +150,12 @@ class ScalarWriter:
             raise self._error(error) from error
 
     def _error(self, error):
-        from ..errors import TrainingError
         return TrainingError(f"cannot write the VisualDL log {self.path}: {error.strerror or error}")
 
     def _keep(self, keep_until_step):
         """Rewrite the file with its complete records up to `keep_until_step` (all when None)."""
         from visualdl.proto import record_pb2
 
-        from ..fileio import atomic_write
         with open(self.path, "rb") as stream:
             data = stream.read()
         kept, offset = [], 0
@@ -104,7 +176,7 @@ class ScalarWriter:
         def write(temporary):
             with open(temporary, "wb") as stream:
                 stream.write(b"".join(kept))
-        atomic_write(self.path, write)
+        fileio.atomic_write(self.path, write)
 
     def _write(self, record):
         if self.stream is None:
@@ -155,13 +227,11 @@ class LogFileHandler(logging.FileHandler):
                     self.failure = error
 
     def handleError(self, record):
-        import sys
         self.failure = self.failure or sys.exc_info()[1]
 
 
 def check_log_files(logger_name="paddle_vit"):
     """Raise TrainingError for a log file that could not be written (a full disk)."""
-    from ..errors import TrainingError
     for handler in logging.getLogger(logger_name).handlers:
         failure = getattr(handler, "failure", None)
         if failure is not None:
@@ -173,10 +243,9 @@ def write_metrics(path, records):
     """metrics.jsonl: one JSON object per finished epoch, rewritten whole and atomically from the
     run's records (which the checkpoint carries), so that a kill or a full disk at any moment
     leaves a file that matches a checkpoint and a resumed run's file equals an unbroken run's."""
-    from ..fileio import atomic_write
 
     def write(temporary):
         with open(temporary, "w", encoding="utf-8") as stream:
             for record in records:
                 stream.write(json.dumps(record, sort_keys=False) + "\n")
-    atomic_write(path, write)
+    fileio.atomic_write(path, write)

@@ -19,6 +19,7 @@ import os
 import re
 import time
 
+from ..checkpoint import find_latest_checkpoint
 from ..errors import ConfigError, TrainingError
 
 LATEST = "latest"
@@ -122,7 +123,6 @@ def _checkpoint_to_resume(resume, folder):
         return None
     if resume != "auto":
         return resume
-    from .checkpoint import find_latest_checkpoint
     return find_latest_checkpoint(os.path.join(folder, "checkpoints"))
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import paddle
 
 from ..errors import ConfigError
-from .checkpoint import portable_optimizer_state
+from ..checkpoint import portable_optimizer_state
 
 SUPPORTED_DEVICES = ("gpu", "xpu")  # group_sharded_parallel asserts one of these (or a custom device)
 

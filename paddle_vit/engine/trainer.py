@@ -16,11 +16,12 @@ import paddle.nn.functional as F
 from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
 from ..errors import ConfigError, TrainingError, WeightsError
 from ..models import ViTConfig
+from ..variants import use_cpu_fast_paths, use_traceable_variants
 from ..viz import attention_overlay_image
 from ..weights import save_weights
-from . import checkpoint as ckpt
-from .builder import build_model, resolve_model_config
-from .device import init_distributed, is_main_process, select_device
+from .. import checkpoint as ckpt
+from ..hub import build_model, resolve_model_config
+from ..device import init_distributed, is_main_process, select_device
 from .ema import ModelEma
 from .evaluator import evaluate
 from . import runs, sharding, stopping
@@ -143,7 +144,7 @@ class Trainer:
             raise ConfigError(f"train.batch_size {train.batch_size} is larger than the training set "
                               f"({len(self.train_set)} images): lower it")
 
-        self.vit = build_model(config, self.num_classes)
+        self.vit = use_cpu_fast_paths(build_model(config, self.num_classes))
         self.updates_per_epoch = math.ceil(len(self.train_loader) / train.accumulate_steps)
         self.schedule = build_schedule(config.optimizer, config.schedule, self.updates_per_epoch, train.epochs)
         self.optimizer = build_optimizer(self.vit, config.optimizer, self.schedule)
@@ -160,6 +161,7 @@ class Trainer:
         else:
             self.model = paddle.DataParallel(self.vit) if self.distributed else self.vit
         if train.to_static:
+            use_traceable_variants(self.vit)
             self.model = paddle.jit.to_static(self.model, full_graph=True)
         data = config.data
         self.mix = None

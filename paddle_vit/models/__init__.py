@@ -1,7 +1,6 @@
 """The ViT modules, named as in the walkthrough."""
 from .attention import Attention
 from .encoder import DropPath, Encoder, EncoderLayer, Mlp
-from .linear import Linear
 from .patch_embed import PatchEmbedding, sincos_2d_embedding
-from .registry import create_model, get_model_config, list_models
+from .registry import get_model_config, list_models
 from .vit import PreLogits, ViT, ViTConfig

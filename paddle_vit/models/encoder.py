@@ -1,32 +1,14 @@
 """The Transformer encoder (paper Eq. 2-4): Mlp, pre-norm EncoderLayer, the Encoder stack."""
-import math
-
 import paddle
 import paddle.nn as nn
-import paddle.nn.functional as F
-
 from paddle.distributed.fleet.utils import recompute
 
 from .attention import Attention
-from .linear import Linear
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
 # "exact": GELU with the Gaussian CDF (timm, PyTorch, Paddle, Hugging Face "gelu"); "tanh": its tanh
 # approximation, flax's nn.gelu default, which the original JAX checkpoints were trained with
 GELUS = ("exact", "tanh")
-
-
-class TanhGELU(nn.Layer):
-    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as flax's
-    nn.gelu computes it. Eagerly it is Paddle's gelu(approximate=True); in a traced graph it is
-    written out, because paddle2onnx converts every gelu to the exact erf form (measured: 2.4e-4
-    off on the logits of a small model), so exported models compute what the eager one does."""
-
-    def forward(self, x):
-        if paddle.in_dynamic_mode():
-            return F.gelu(x, approximate=True)
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + paddle.tanh(inner))
 
 
 class Mlp(nn.Layer):
@@ -39,9 +21,9 @@ class Mlp(nn.Layer):
     def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0, gelu="exact"):
         super().__init__()
         hidden_dim = int(embed_dim * mlp_ratio)
-        self.fc1 = Linear(embed_dim, hidden_dim)
-        self.act = TanhGELU() if gelu == "tanh" else nn.GELU()
-        self.fc2 = Linear(hidden_dim, embed_dim)
+        self.fc1 = nn.Linear(embed_dim, hidden_dim)
+        self.act = nn.GELU(approximate=gelu == "tanh")
+        self.fc2 = nn.Linear(hidden_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):

@@ -53,21 +53,3 @@ def get_model_config(name, **overrides):
         raise ConfigError(f"unknown model {name!r}{close_matches(name, _REGISTRY)}; "
                           f"paddle_vit.list_models() lists them all")
     return _REGISTRY[name].replace(**overrides)
-
-
-def create_model(name, pretrained=None, *, resample=None, strict=True, **overrides):
-    """Build the registered model `name`; `overrides` are `ViTConfig` fields (``num_classes``,
-    ``image_size``, ``pool``, ``drop_path``, ``layer_norm_epsilon``, ``gelu``, ``qk_scale``, ...).
-
-    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, or a dict of
-    arrays), the model is built with the options the checkpoint implies (its class count, a
-    pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...), `overrides`
-    winning, and loaded with `paddle_vit.load_pretrained` (`resample` and `strict` as there).
-    ``model.load_report`` then says what was loaded and which options came from the checkpoint;
-    ``model.class_names`` holds the class names it records, or None.
-    """
-    if pretrained is None:
-        return ViT(get_model_config(name, **overrides))
-    from ..weights import build_pretrained
-
-    return build_pretrained(name, pretrained, overrides, resample=resample, strict=strict)

@@ -25,8 +25,6 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-from .functional import mean_over
-
 # style -> (weight standardisation: epsilon, whether it goes inside the square root; GroupNorm epsilon)
 STYLES = {"timm": dict(std_epsilon=1e-8, epsilon_in_sqrt=True, group_norm_epsilon=1e-5),
           "jax": dict(std_epsilon=1e-5, epsilon_in_sqrt=False, group_norm_epsilon=1e-6)}
@@ -54,8 +52,11 @@ class StdConv2D(nn.Conv2D):
 
     def standardized_weight(self):
         weight = self.weight  # [O, I, kh, kw]
-        centred = weight - mean_over(weight, [1, 2, 3])  # [O, I, kh, kw] - [O, 1, 1, 1]
-        variance = mean_over(centred * centred, [1, 2, 3])  # [O, 1, 1, 1], biased, as both codes
+        centred = weight - weight.mean(axis=[1, 2, 3], keepdim=True)  # [O, I, kh, kw] - [O, 1, 1, 1]
+        variance = (centred * centred).mean(axis=[1, 2, 3], keepdim=True)  # [O, 1, 1, 1], biased, as both codes
+        return self.standardize(centred, variance)
+
+    def standardize(self, centred, variance):
         if self.epsilon_in_sqrt:
             return centred / paddle.sqrt(variance + self.std_epsilon)
         return centred / (paddle.sqrt(variance) + self.std_epsilon)
@@ -64,25 +65,8 @@ class StdConv2D(nn.Conv2D):
         return F.conv2d(x, self.standardized_weight(), stride=self._stride, padding="SAME")
 
 
-class GroupNorm(nn.GroupNorm):
-    """Paddle's GroupNorm, [B, C, H, W] -> [B, C, H, W]; in a traced graph it is written out
-    (mean and variance of each group of C/G channels), because paddle2onnx 2.x exports it as
-    InstanceNormalization with an epsilon read from uninitialised memory (seen: 0, 5e-20,
-    1e-38 in one export, logits off by up to 7 from one export to the next)."""
-
-    def forward(self, x):
-        if paddle.in_dynamic_mode():
-            return super().forward(x)
-        batch, channels, rows, cols = x.shape
-        groups = x.reshape([0, self._num_groups, channels // self._num_groups * rows * cols])  # [B, G, C/G * H * W]
-        centred = groups - mean_over(groups, [2])  # [B, G, C/G * H * W] - [B, G, 1]
-        variance = mean_over(centred * centred, [2])  # [B, G, 1]
-        normalised = (centred / paddle.sqrt(variance + self._epsilon)).reshape([0, channels, rows, cols])
-        return normalised * self.weight.reshape([1, -1, 1, 1]) + self.bias.reshape([1, -1, 1, 1])
-
-
 def group_norm(channels, style):
-    return GroupNorm(num_groups=GROUPS, num_channels=channels, epsilon=STYLES[style]["group_norm_epsilon"])
+    return nn.GroupNorm(num_groups=GROUPS, num_channels=channels, epsilon=STYLES[style]["group_norm_epsilon"])
 
 
 class Stem(nn.Layer):

@@ -8,8 +8,6 @@ import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
-from .functional import mean_over
-from .linear import Linear
 from .patch_embed import POSITION_EMBEDDINGS, HybridEmbedding, PatchEmbedding, grid_size
 from .resnet import (STAGE_CHANNELS, STYLES, ResNetV2, StdConv2D, backbone_channels, backbone_feature_size,
                      backbone_macs)
@@ -50,8 +48,8 @@ class ViTConfig:
             pre-training head, or None for none.
         position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
         fused_attention: the fast attention path (Paddle's fused scaled_dot_product_attention;
-            on CPU a packed equivalent, see attention.py); False runs the walkthrough's explicit
-            path. Attention maps always come from the explicit path.
+            on a CPU the tools run a packed equivalent, paddle_vit.variants); False runs the
+            walkthrough's explicit path. Attention maps always come from the explicit path.
         init: "timm" (truncated normal 0.02) or "jax" (xavier uniform, zero head).
         backbone_layers: None for the plain ViT; for a hybrid (paper Section 3.1), the units per
             stage of its ResNet-v2 (resnet.py): [3, 4, 9] (R50, stride 16), [2, 2, 2, 2] (R26,
@@ -217,7 +215,7 @@ class PreLogits(nn.Layer):
 
     def __init__(self, embed_dim, representation_size):
         super().__init__()
-        self.fc = Linear(embed_dim, representation_size)
+        self.fc = nn.Linear(embed_dim, representation_size)
         self.act = nn.Tanh()
 
     def forward(self, x):
@@ -254,7 +252,7 @@ class ViT(nn.Layer):
         if config.representation_size:
             self.pre_logits = PreLogits(config.embed_dim, config.representation_size)
         self.num_features = config.representation_size or config.embed_dim
-        self.head = Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.head = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
         self.init_weights(config.init)
 
     # ---- the forward pass -------------------------------------------------------------------
@@ -270,12 +268,9 @@ class ViT(nn.Layer):
         if pool == "cls":
             return x[:, 0]  # the class token (paper Eq. 4)
         if pool == "mean":
-            return self.fc_norm(mean_over(x[:, 1:], [1]).squeeze(1))  # patch tokens only, then LayerNorm
+            return self.fc_norm(x[:, 1:].mean(axis=1))  # patch tokens only, then LayerNorm
         x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
-        if paddle.in_dynamic_mode():
-            x = self.avgpool(x)  # [B, D, 1]
-        else:  # traced: the same mean over all tokens; Paddle Inference's oneDNN bf16 passes
-            x = mean_over(x, [2])  # cannot place AdaptiveAvgPool1D's 3-D pool ("should be 4-D")
+        x = self.avgpool(x)  # [B, D, 1]
         return x.flatten(1)  # [B, D]
 
     def forward_head(self, x, pre_logits=False):
@@ -303,7 +298,7 @@ class ViT(nn.Layer):
         self.num_classes = num_classes
         self.config = dataclasses.replace(self.config, num_classes=num_classes)
         if num_classes > 0:
-            self.head = Linear(self.num_features, num_classes)
+            self.head = nn.Linear(self.num_features, num_classes)
             zeros = nn.initializer.Constant(0.0)
             zeros(self.head.weight)
             zeros(self.head.bias)
@@ -312,7 +307,8 @@ class ViT(nn.Layer):
 
     def no_weight_decay_parameters(self):
         """The parameters AdamW should not decay: biases, LayerNorm weights, the class token and
-        position embeddings. Returned as parameters, not names (see DESIGN.md's traps)."""
+        position embeddings. Returned as parameters, not names: the names Paddle's optimizer
+        gives `apply_decay_param_fun` are not `named_parameters()`'s (docs/design.md)."""
         embedding_parameters = [parameter for name, parameter in
                                 self.patch_embed.named_parameters(include_sublayers=False)]
         vectors = [parameter for parameter in self.parameters() if parameter.ndim <= 1]

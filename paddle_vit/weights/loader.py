@@ -30,6 +30,7 @@ import numpy as np
 import paddle
 
 from ..errors import WeightsError
+from ..models import ViT, ViTConfig, get_model_config, list_models
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
 from .reading import names, read_checkpoint
 from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
@@ -81,7 +82,6 @@ class LoadReport:
     notes: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
-        from ..models import ViTConfig
 
         lines = [f"loaded {len(self.loaded)} tensors from {self.source} ({self.format} naming)"]
         defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
@@ -128,7 +128,7 @@ def _read(source):
 
 
 def implied_options(source):
-    """{option: Implied} the checkpoint at `source` implies (engine/builder.py reads a recipe's
+    """{option: Implied} the checkpoint at `source` implies (hub.py reads a recipe's
     model.pretrained this way)."""
     return _read(source).implied
 
@@ -143,7 +143,6 @@ def _same(a, b):
 
 def _how_to_fix(option, value):
     if option in ARCHITECTURE_OPTIONS:
-        from ..models import list_models
         hybrids = [name for name in list_models() if "_r" in name and name.startswith("vit_")]
         kind = (f"a hybrid ResNet + ViT checkpoint: build it with a hybrid name ({', '.join(hybrids[:4])}, ...)"
                 if value is not None else "a plain ViT checkpoint: build it with a plain ViT name")
@@ -372,7 +371,6 @@ def build_pretrained(name, source, overrides, *, resample=None, strict=True, def
     (`overrides`, ViTConfig fields, win; `defaults`, {option: Implied}, fill in what the
     checkpoint does not imply), with the checkpoint loaded. The model carries the `LoadReport`
     as ``load_report`` and the checkpoint's class names as ``class_names``."""
-    from ..models import ViT, get_model_config
 
     if resample is not None:
         check_method(resample)

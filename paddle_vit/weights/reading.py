@@ -99,7 +99,7 @@ def read_checkpoint(source):
 def _recorded_config(state, file_metadata, description):
     """The (model_config, class_names) a paddle-vit checkpoint records, or (None, None)."""
     model_config, class_names = None, None
-    if isinstance(state.get("model_config"), Mapping):  # a .pdckpt (engine/checkpoint.py)
+    if isinstance(state.get("model_config"), Mapping):  # a .pdckpt (checkpoint.py)
         model_config = dict(state["model_config"])
     elif "model_config" in file_metadata:  # a .safetensors written by save_weights
         try:

@@ -1,0 +1,118 @@
+"""Benchmark a ViT: paddle-vit benchmark [MODEL] [--mode infer|train|data] [--engine ...] [--compare timm]
+
+Examples (docs/benchmarks.md has the method and the measured table):
+
+    paddle-vit benchmark vit_small_patch16_224 --batch-size 8 --engine to_static
+    paddle-vit benchmark vit_tiny_patch16_224 --mode train --compare timm --torch-python /path/venv/bin/python
+    paddle-vit benchmark --mode data -c configs/vit_walkthrough_digits_28.yaml --num-workers 1
+    paddle-vit benchmark vit_base_patch16_224 --device gpu --dtype bf16 --mode train --peak-tflops 312 --json
+    paddle-vit benchmark vit_small_patch16_224 --engine predictor --dtype bf16 --compare timm   # oneDNN bf16 on CPU
+    paddle-vit benchmark --mode gemm   # the CPU's fp32 and bf16 matrix-product GFLOP/s
+
+Prints median/min/max images per second, peak memory, achieved TFLOP/s (analytic FLOPs) and
+MFU against --peak-tflops; with --compare timm also timm's numbers, measured in turns with
+ours, and the ratio. --json prints one JSON object instead. Model fields are set with
+``-o model.KEY=VALUE`` (e.g. ``-o model.depth=2``), the data of mode ``data`` with ``-c`` and
+``-o data.KEY=VALUE``, as in tools/train.py.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from . import add_common_arguments, run
+from ..errors import ConfigError
+
+DEFAULT_MODEL = "vit_small_patch16_224"
+# the timm side of --compare timm, run by a Python with torch and timm (not this package's)
+TORCH_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "tools", "torch_reference.py")
+
+
+def build_parser():
+    from ..benchmark import DEVICES, DTYPES, ENGINES, MODES, REFERENCES
+
+    parser = argparse.ArgumentParser(description="Benchmark a Vision Transformer (throughput, memory, MFU).")
+    parser.add_argument("model", nargs="?", help=f"registered model name (default: the config's, else {DEFAULT_MODEL})")
+    parser.add_argument("-c", "--config", help="YAML recipe: its model and data sections are used")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config key (repeatable), e.g. -o model.depth=2 -o data.dataset=digits")
+    parser.add_argument("--mode", default="infer", choices=MODES + ("gemm",),
+                        help="infer: forward pass; train: forward + backward + AdamW step; data: the input pipeline; "
+                             "gemm: the CPU's fp32 and bf16 matrix-product GFLOP/s, the limits the others reach for")
+    parser.add_argument("--engine", default="dynamic", choices=ENGINES,
+                        help="dynamic (eager), to_static (paddle.jit.to_static) or predictor (paddle.inference)")
+    parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES))
+    parser.add_argument("--device", default="cpu", choices=DEVICES)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--image-size", type=int, help="input side (default: the model's)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    parser.add_argument("--iters", type=int, default=5, help="timed iterations per round")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds (alternating with --compare)")
+    parser.add_argument("--threads", type=int, help="CPU threads for both frameworks (default: all cores)")
+    parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for --dtype, to report MFU")
+    parser.add_argument("--dataset", help="mode data: digits, synthetic, ... (default: the config's, else synthetic)")
+    parser.add_argument("--num-workers", type=int, help="mode data: DataLoader workers (default: the config's)")
+    parser.add_argument("--onednn", action=argparse.BooleanOptionalAction, default=True,
+                        help="engine predictor on CPU: Paddle Inference's oneDNN kernels (default on, as in "
+                             "tools/predict.py; --no-onednn for its plain CPU kernels)")
+    parser.add_argument("--compare", choices=REFERENCES, help="also time timm's model of the same configuration")
+    parser.add_argument("--torch-python", default=os.environ.get("PADDLE_VIT_TORCH_PYTHON", sys.executable),
+                        help="a Python with torch and timm, for --compare (default: $PADDLE_VIT_TORCH_PYTHON, "
+                             "else this Python)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile --iters more steps op by op (paddle.profiler; eager and to_static) and "
+                             "print where the time goes")
+    add_common_arguments(parser)
+    return parser
+
+
+def settings_from_arguments(args):
+    from ..benchmark import BenchmarkSettings
+    from ..config import load_config
+
+    config = load_config(args.config, args.override)
+    model_overrides = config.model.vit_overrides()
+    if args.image_size is not None:
+        model_overrides["image_size"] = args.image_size
+    data_config = config.data
+    if args.dataset or not args.config:
+        data_config = dataclasses.replace(data_config, dataset=args.dataset or "synthetic")
+    num_workers = data_config.num_workers if args.num_workers is None else args.num_workers
+    return BenchmarkSettings(
+        model=args.model or (config.model.name if args.config else DEFAULT_MODEL),
+        batch_size=args.batch_size, mode=args.mode, dtype=args.dtype, device=args.device, engine=args.engine,
+        warmup=args.warmup, iters=args.iters, rounds=args.rounds, threads=args.threads,
+        peak_tflops=args.peak_tflops, model_overrides=model_overrides, data_config=data_config,
+        num_workers=num_workers, onednn=args.onednn, profile=args.profile)
+
+
+def benchmark(argv):
+    args = build_parser().parse_args(argv)
+    from ..benchmark import format_gemm, format_report, gemm_limits, run_benchmark
+
+    if args.mode == "gemm":  # the CPU's limits that the model paths are measured against
+        if args.compare:
+            raise ConfigError("--mode gemm measures Paddle's matrix product alone; it has no --compare")
+        if args.threads is not None and args.threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+        result = gemm_limits(threads=args.threads, iterations=max(args.iters, 1) * 2)
+        print(json.dumps(result) if args.json else format_gemm(result))
+        return 0
+
+    settings = settings_from_arguments(args)
+    result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python,
+                           worker_script=TORCH_WORKER)
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0
+
+
+COMMAND = benchmark
+
+
+def main(argv=None):
+    """`paddle-vit benchmark` in this process; returns the exit code (2 with one
+    `error:` line on a user mistake)."""
+    return run(COMMAND, argv)

@@ -1,0 +1,114 @@
+"""Convert any ViT checkpoint into paddle-vit weights for a named model.
+
+    paddle-vit convert --weights SRC --model NAME --out OUT.safetensors|OUT.pdparams [-o key=value ...]
+    paddle-vit convert -c CONFIG [--weights SRC] --out OUT ...
+
+SRC is a timm .safetensors/.pth/.bin, a JAX .npz, a Hugging Face save_pretrained folder (or its
+model.safetensors), a PaddleClas/PLSC .pdparams or a paddle-vit file (the positional form
+`convert_weights.py SRC ...` still works). The model is built with the options the checkpoint
+implies (class count, pre-logits layer, Hugging Face's config.json, the JAX tanh GELU, ...);
+overrides are model (ViTConfig) fields, values read as YAML: -o num_classes=10 -o image_size=384,
+and win. With -c, the model is the recipe's (model.name and the model keys it sets) and SRC
+defaults to its model.pretrained. The position embedding is resampled and the head
+re-initialised as paddle_vit.load_pretrained does; the report says what happened.
+.safetensors records the model's options in its metadata; .pdparams holds tensors only.
+"""
+import argparse
+import dataclasses
+
+
+import yaml
+
+from . import add_common_arguments, run
+from ..errors import ConfigError
+
+# options a .pdparams cannot record, which a later load must be told
+COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
+
+
+def parse_override(text):
+    """"key=value" or "model.key=value" -> (key, value), the value read as YAML (10 -> int, null -> None)."""
+    key, separator, value = text.partition("=")
+    key = key.strip()
+    if key.startswith("model."):
+        key = key[len("model."):]
+    if not separator or not key:
+        raise ConfigError(f"override {text!r} is not key=value, e.g. -o num_classes=10")
+    try:
+        return key, yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({error.problem})") from None
+
+
+def build_parser():
+    from ..weights import RESAMPLE_METHODS
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", metavar="SRC", nargs="?", help="checkpoint to convert (or --weights)")
+    parser.add_argument("--weights", metavar="SRC", help="checkpoint to convert: a file or a Hugging Face folder")
+    parser.add_argument("--model", help="registered model name, e.g. vit_base_patch16_224")
+    parser.add_argument("-c", "--config", help="a YAML recipe: its model section names the model")
+    parser.add_argument("--out", required=True, help="output file, .safetensors or .pdparams")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="model argument override (repeatable), e.g. -o num_classes=10")
+    parser.add_argument("--resample", choices=sorted(RESAMPLE_METHODS),
+                        help="position-embedding resampling (default: as the checkpoint's own code does)")
+    parser.add_argument("--non-strict", action="store_true",
+                        help="leave tensors the checkpoint lacks at their initial values, ignore extra ones")
+    add_common_arguments(parser)
+    return parser
+
+
+def model_request(args):
+    """(model name, source, overrides, resample) from the command line and the recipe."""
+    if args.source and args.weights:
+        raise ConfigError("give the checkpoint once: as SRC or as --weights, not both")
+    if bool(args.model) == bool(args.config):
+        raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them)")
+    source, resample = args.weights or args.source, args.resample
+    overrides = {}
+    if args.config:
+        from ..config import load_config
+
+        config = load_config(args.config)
+        name = config.model.name
+        overrides.update(config.model.vit_overrides())
+        source = source or config.model.pretrained
+        resample = resample or config.model.pretrained_resample
+        if not source:
+            raise ConfigError(f"{args.config} has no model.pretrained: name the checkpoint with --weights SRC")
+    else:
+        name = args.model
+    if not source:
+        raise ConfigError("name the checkpoint to convert: --weights SRC")
+    overrides.update(parse_override(text) for text in args.override)
+    return name, source, overrides, resample
+
+
+def convert(argv):
+    args = build_parser().parse_args(argv)
+    from .. import create_model
+    from ..models import ViTConfig
+    from ..weights import save_weights
+
+    name, source, overrides, resample = model_request(args)
+    model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
+    save_weights(model, args.out)
+    print(model.load_report)
+    print(f"wrote {args.out}")
+    defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
+    unusual = {option: getattr(model.config, option) for option in COMPUTED_OPTIONS
+               if getattr(model.config, option) != defaults[option]}
+    if unusual and args.out.lower().endswith(".pdparams"):
+        flags = " ".join(f"-o model.{option}={value}" for option, value in unusual.items())
+        print(f"note: a .pdparams records no options; load it with {flags} (a .safetensors output records them)")
+    return 0
+
+
+COMMAND = convert
+
+
+def main(argv=None):
+    """`paddle-vit convert` in this process; returns the exit code (2 with one
+    `error:` line on a user mistake)."""
+    return run(COMMAND, argv)

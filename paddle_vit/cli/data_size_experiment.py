@@ -1,0 +1,77 @@
+"""The paper's data-size experiment in miniature: ViT, hybrid and ResNet on growing fractions of
+the digits (paper Section 4.3, Figures 3-4; notebooks/03_data_size_and_inductive_bias.ipynb).
+
+    paddle-vit data-size-experiment --out docs/images [--fractions 0.1 0.25 0.5 1] [--seeds 0 1 2]
+
+Writes data_size_experiment.png and data_size_experiment.json into --out and prints a table of
+validation top-1 (mean +- std over the seeds) per family and training-set size.
+"""
+import argparse
+import json
+import os
+
+from . import add_common_arguments, run, setup_logging
+from ..errors import ConfigError, DataError
+
+
+def experiment(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of every run (default 150)")
+    parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or any(not 0 < fraction <= 1 for fraction in args.fractions):
+        raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    from ..fileio import writable_folder
+    writable_folder(args.out, "--out")  # a file, a read-only folder: said now, not after the runs
+
+    import logging
+    import tempfile
+
+    import paddle
+
+    from ..experiments import data_size_figure, run_data_size_experiment
+    from ..fileio import atomic_write
+
+    setup_logging(logging.WARNING)
+    paddle.set_device("cpu")
+    with tempfile.TemporaryDirectory(prefix="data_size_") as work:
+        results = run_data_size_experiment(
+            work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
+            progress=lambda family, fraction, seed, accuracy, seconds: print(
+                f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f} ({seconds:.1f} s)", flush=True))
+    png = os.path.join(args.out, "data_size_experiment.png")
+    numbers = os.path.join(args.out, "data_size_experiment.json")
+
+    def write_json(temporary):
+        with open(temporary, "w") as stream:
+            json.dump(results, stream, indent=1)
+    for path, write in ((numbers, write_json), (png, lambda temporary: data_size_figure(results).savefig(
+            temporary, dpi=110, format="png"))):
+        try:
+            atomic_write(path, write)
+        except OSError as error:
+            raise DataError(f"cannot write {path}: {error.strerror or error}; the previous one is kept") from None
+
+    import numpy as np
+    print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")
+    print("|---|---|" + "---|" * len(results["train_images"]))
+    for family, rows in results["accuracy"].items():
+        cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
+        print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
+    print(f"wrote {png}")
+    return 0
+
+
+COMMAND = experiment
+
+
+def main(argv=None):
+    """`paddle-vit data-size-experiment` in this process; returns the exit code (2 with one
+    `error:` line on a user mistake)."""
+    return run(COMMAND, argv)

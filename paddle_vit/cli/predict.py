@@ -1,0 +1,143 @@
+"""Classify images with trained weights or an exported model.
+
+    paddle-vit predict --weights PATH (-c CONFIG | --model NAME) IMAGE_OR_FOLDER ... [--topk 5]
+    paddle-vit predict --inference-model DIR IMAGE_OR_FOLDER ... [--topk 5]
+
+Prints ``file  label  probability`` lines (the top-k of every image, best first) or, with
+--json, one JSON object per image (JSON Lines). A file that cannot be read is skipped with one
+warning on stderr; the exit code is 0 when at least one image was classified.
+"""
+import argparse
+import logging
+
+from . import add_common_arguments, run, setup_logging
+from ..errors import ConfigError, DataError
+
+EPILOG = """\
+where the model and its preprocessing come from:
+  --weights with -c CONFIG   the recipe's model and its eval transform (data.eval_crop_pct,
+                             mean, std, interpolation), exactly as tools/eval.py uses them
+  --weights with --model NAME  the registered model (its image size) and the eval transform of
+                             the default data config: plain resize to the model's size
+                             (eval_crop_pct 1.0), bicubic, mean = std = 0.5; -o data.KEY=VALUE
+                             and -o model.KEY=VALUE change them
+  --weights PATH.pdckpt alone  the recipe stored in the training checkpoint
+  --inference-model DIR      the preprocess.json that tools/export.py wrote next to the model
+class names: --labels FILE (one per line), else those the weights record (a .pdckpt, a Hugging
+Face config.json's id2label) or an export's, else the class index.
+the model's options (epsilon, GELU, q.k scale, pre-logits layer, class count) follow what the
+weights imply, as paddle_vit.create_model(name, pretrained=...) does; -o model.KEY=VALUE wins.
+"""
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
+                        help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--weights", metavar="PATH",
+                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
+    source.add_argument("--inference-model", metavar="DIR", help="a folder written by tools/export.py")
+    parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
+    parser.add_argument("--model", metavar="NAME",
+                        help="a registered model name instead of a recipe (default data config's eval transform "
+                             "at the model's image size)")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config override for --weights (repeatable), e.g. -o model.image_size=384")
+    parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
+    parser.add_argument("--labels", metavar="FILE", help="class names, one per line, in class-index order")
+    parser.add_argument("--topk", type=int, default=5, help="how many classes to print per image (default 5)")
+    parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default 8)")
+    parser.add_argument("--json", action="store_true",
+                        help='print one JSON object per image: {"file", "predictions": [{"index", "label", '
+                             '"probability"}, ...]}')
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="auto: a GPU when Paddle has CUDA and one is visible, else the CPU")
+    deploy = parser.add_argument_group("--inference-model options (GPU and TensorRT not measured on this "
+                                       "project's machines)")
+    deploy.add_argument("--backend", choices=("auto", "paddle", "onnxruntime"), default="auto",
+                        help="paddle.inference on the Paddle model, or onnxruntime on model.onnx "
+                             "(auto: the Paddle model when the export has one)")
+    deploy.add_argument("--no-mkldnn", action="store_true", help="switch oneDNN (MKLDNN) off on CPU")
+    deploy.add_argument("--cpu-threads", type=int,
+                        help="threads of the CPU math library (default: all cores this process may use)")
+    deploy.add_argument("--tensorrt", action="store_true", help="TensorRT subgraphs on GPU (needs --device gpu)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default="fp32",
+                        help="fp32 (default); bf16: oneDNN's bfloat16 kernels through paddle.inference on a CPU "
+                             "with AVX512-BF16 or AMX (exported models and --weights); fp16, int8: TensorRT "
+                             "on GPU (--inference-model with --tensorrt)")
+    add_common_arguments(parser)
+    return parser
+
+
+def check_arguments(args):
+    if args.topk < 1:
+        raise ConfigError(f"--topk must be >= 1, got {args.topk}")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.inference_model:
+        given = [flag for flag, value in (("-c", args.config), ("--model", args.model), ("-o", args.override),
+                                          ("--ema", args.ema)) if value]
+        if given:
+            raise ConfigError(f"{', '.join(given)} only apply to --weights; an exported model carries its "
+                              f"preprocessing in preprocess.json")
+    else:
+        given = [flag for flag, value in (("--no-mkldnn", args.no_mkldnn), ("--cpu-threads", args.cpu_threads),
+                                          ("--tensorrt", args.tensorrt), ("--backend", args.backend != "auto"))
+                 if value]
+        if given:
+            raise ConfigError(f"{', '.join(given)} only apply to --inference-model")
+        if args.precision in ("fp16", "int8"):
+            raise ConfigError(f"--precision {args.precision} is TensorRT's (--inference-model with --tensorrt on a "
+                              f"GPU); with --weights use fp32 or bf16")
+
+
+def predict(argv):
+    args = build_parser().parse_args(argv)
+    setup_logging(logging.WARNING, to="stderr")  # a skipped image: one warning line; stdout: predictions
+    check_arguments(args)
+
+    from ..deploy.predict import check_class_names, format_json, format_text, list_images, predict_files, read_labels
+
+    paths = list_images(args.inputs)
+    if args.weights:
+        from ..deploy.predict import load_classifier
+        from ..device import select_device
+        select_device(args.device, "--device")
+        predictor = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
+                                    labels=args.labels)
+        if args.precision == "bf16":  # the model traced and run by paddle.inference with oneDNN bf16
+            from ..deploy.inference import predictor_model
+            predictor.model = predictor_model(predictor.model, "bf16")
+        transform, class_names = predictor.preprocess.transform(), predictor.class_names
+    else:
+        from ..deploy.inference import InferenceModel, InferenceOptions
+        from ..device import resolve_device
+        device = resolve_device(args.device, "--device")
+        options = InferenceOptions(device=device, mkldnn=not args.no_mkldnn, cpu_threads=args.cpu_threads,
+                                   tensorrt=args.tensorrt, precision=args.precision)
+        predictor = InferenceModel(args.inference_model, options, backend=args.backend)
+        transform, class_names = predictor.transform, predictor.class_names
+        if args.labels:
+            class_names = check_class_names(read_labels(args.labels), predictor.num_classes,
+                                            f"labels file {args.labels}")
+
+    skipped, classified = [], 0
+    for path, predictions in predict_files(predictor, paths, transform, args.batch_size, args.topk, class_names,
+                                           skipped):
+        lines = [format_json(path, predictions)] if args.json else format_text(path, predictions)
+        print("\n".join(lines), flush=True)
+        classified += 1
+    if not classified:
+        raise DataError(f"none of the {len(paths)} image(s) could be read")
+    return 0
+
+
+COMMAND = predict
+
+
+def main(argv=None):
+    """`paddle-vit predict` in this process; returns the exit code (2 with one
+    `error:` line on a user mistake)."""
+    return run(COMMAND, argv)

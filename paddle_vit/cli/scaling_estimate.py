@@ -1,0 +1,76 @@
+"""Expected per-GPU throughput, memory and all-reduce traffic of data-parallel ViT training on
+1, 8 and 64 GPUs, computed from the model config (paddle_vit/scaling.py says how): a plan to
+replace with measurements once GPUs are available.
+
+    paddle-vit scaling-estimate                      # ViT-B/16 and ViT-H/14, the paper's batch 4096
+    paddle-vit scaling-estimate vit_large_patch16_224 --gpus 8 16 --micro-batch 32 --mfu 0.35
+"""
+import argparse
+import json
+import math
+
+from . import add_common_arguments, run
+from ..errors import ConfigError
+
+DEFAULT_MICRO_BATCH = {"vit_base_patch16_224": 128, "vit_huge_patch14_224": 32}
+
+
+def positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def estimate(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["vit_base_patch16_224", "vit_huge_patch14_224"])
+    parser.add_argument("--gpus", nargs="+", type=positive(int), default=[1, 8, 64])
+    parser.add_argument("--global-batch", type=positive(int), default=4096, help="images per update (paper: 4096)")
+    parser.add_argument("--micro-batch", type=positive(int), help="images per GPU and step (default: per model)")
+    parser.add_argument("--peak-tflops", type=positive(float), default=312.0, help="16-bit peak (A100: 312)")
+    parser.add_argument("--mfu", type=positive(float), default=0.4, help="fraction of the peak a step reaches")
+    parser.add_argument("--memory-gib", type=positive(float), default=80.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
+    add_common_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.mfu > 1:
+        raise ConfigError(f"--mfu is a fraction of the peak, in (0, 1]; got {args.mfu}")
+
+    from ..models import get_model_config
+    from ..scaling import Hardware, estimate, format_table
+    hardware = Hardware(peak_tflops=args.peak_tflops, mfu=args.mfu, memory_gib=args.memory_gib)
+    tables, result = [], {"hardware": vars(hardware), "global_batch": args.global_batch, "models": {}}
+    for name in args.models:
+        config = get_model_config(name)
+        micro = args.micro_batch or DEFAULT_MICRO_BATCH.get(name, 32)
+        rows = []
+        for gpus in args.gpus:
+            for sharding in ((None,) if gpus == 1 else (None, "os_g")):
+                for recompute in (False, True):
+                    rows.append(estimate(config, gpus, min(micro, args.global_batch // gpus or 1), args.global_batch,
+                                         hardware, recompute, sharding))
+        result["models"][name] = rows
+        tables.append(format_table(name, rows))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"Assumed: {hardware.name}-class GPU, {hardware.peak_tflops:g} TFLOP/s 16-bit peak at "
+              f"{hardware.mfu:.0%} MFU, {hardware.memory_gib:g} GiB; AMP O2 + AdamW; global batch "
+              f"{args.global_batch}. Computed, not measured.\n")
+        print("\n\n".join(tables))
+    return 0
+
+
+COMMAND = estimate
+
+
+def main(argv=None):
+    """`paddle-vit scaling-estimate` in this process; returns the exit code (2 with one
+    `error:` line on a user mistake)."""
+    return run(COMMAND, argv)

@@ -1,0 +1,157 @@
+"""Where the model registry meets the checkpoint loaders: models built by name, by recipe, or
+for a weights file, with the options a checkpoint implies.
+
+`models/` knows the architectures and `weights/` the checkpoint families; neither imports the
+other's callers, and this module is the one place that uses both:
+
+- `create_model(name, pretrained=None, **overrides)`, the public entry point;
+- `build_model` (training): ``model.pretrained`` is the checkpoint; the data set decides the
+  class count (fine-tuning re-initialises the head when it differs);
+- `build_model_for_weights` / `model_for_evaluation` (evaluation, prediction, export, figures):
+  the weights to evaluate are the checkpoint, their head decides the class count; what they do
+  not record themselves (a bare ``.pdparams`` records no epsilon or GELU) comes from the
+  recipe's ``model.pretrained``, the checkpoint the run was fine-tuned from.
+
+Two ways, one rule: a checkpoint decides the options it implies (class count, pre-logits layer,
+epsilon, GELU, ...), and the model keys a recipe sets win.
+"""
+import logging
+
+from .checkpoint import load_checkpoint
+from .errors import WeightsError
+from .models import ViT, get_model_config
+from .weights import Implied, build_pretrained, implied_options
+
+logger = logging.getLogger("paddle_vit")
+
+# the options that change what a checkpoint computes and that a fine-tuned run inherits from the
+# checkpoint it started from
+INHERITED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
+
+
+def create_model(name, pretrained=None, *, resample=None, strict=True, **overrides):
+    """Build the registered model `name`; `overrides` are `ViTConfig` fields (``num_classes``,
+    ``image_size``, ``pool``, ``drop_path``, ``layer_norm_epsilon``, ``gelu``, ``qk_scale``, ...).
+
+    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, or a dict of
+    arrays), the model is built with the options the checkpoint implies (its class count, a
+    pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...), `overrides`
+    winning, and loaded with `paddle_vit.load_pretrained` (`resample` and `strict` as there).
+    ``model.load_report`` then says what was loaded and which options came from the checkpoint;
+    ``model.class_names`` holds the class names it records, or None.
+    """
+    if pretrained is None:
+        return ViT(get_model_config(name, **overrides))
+    return build_pretrained(name, pretrained, overrides, resample=resample, strict=strict)
+
+
+def model_overrides(config, num_classes=None):
+    """The ViTConfig fields `config.model` sets; `num_classes` fills in a `model.num_classes: null`."""
+    overrides = config.model.vit_overrides()
+    if config.model.num_classes is None and num_classes is not None:
+        overrides["num_classes"] = num_classes
+    return overrides
+
+
+def resolve_model_config(config, num_classes=None):
+    """The `ViTConfig` the model section describes, before any checkpoint is read."""
+    return get_model_config(config.model.name, **model_overrides(config, num_classes)).validate()
+
+
+def build_model(config, num_classes=None, load_weights=True):
+    """Create the ViT of `config.model`; when `model.pretrained` names weights, build it with
+    the options they imply and load them (resampling the position embedding and
+    re-initialising the head as needed)."""
+    overrides = model_overrides(config, num_classes)
+    if load_weights and config.model.pretrained:
+        model = create_model(config.model.name, pretrained=config.model.pretrained,
+                             resample=config.model.pretrained_resample, **overrides)
+        logger.info("loaded %s:\n%s", config.model.pretrained, model.load_report)
+        return model
+    return ViT(get_model_config(config.model.name, **overrides).validate())
+
+
+def inherited_options(config, weights):
+    """{option: Implied} of `INHERITED_OPTIONS` that the recipe's ``model.pretrained`` implies
+    (none when it is unset or is `weights` itself)."""
+    pretrained = config.model.pretrained
+    if not pretrained or (isinstance(weights, str) and weights == pretrained):
+        return {}
+    try:
+        implied = implied_options(pretrained)
+    except WeightsError as error:
+        raise WeightsError(f"model.pretrained, the checkpoint these weights were fine-tuned from, decides how they "
+                           f"compute (epsilon, GELU, q.k scale) but cannot be read: {error}; set those model keys "
+                           f"or model.pretrained=null") from None
+    return {option: Implied(value.value, f"from model.pretrained {pretrained}: {value.reason}")
+            for option, value in implied.items() if option in INHERITED_OPTIONS}
+
+
+def build_model_for_weights(config, weights):
+    """The model of `config.model` built for, and loaded with, `weights` (a path or a mapping)
+    as evaluation uses it: strict, the class count from the weights unless the config sets it,
+    the head never re-initialised."""
+    where = weights if isinstance(weights, str) else "the weights"
+    model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
+                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample)
+    report = model.load_report
+    if report.reinitialized:
+        raise WeightsError(f"{where} does not fit the model for evaluation: {', '.join(report.reinitialized)} "
+                           f"had to be re-initialised ({report.notes[0] if report.notes else 'another class count'}); "
+                           f"evaluate with the config it was trained with")
+    return model
+
+
+def weights_source(path, use_ema=False):
+    """What evaluation loads for `path`: the path itself, or with `use_ema` the EMA weights of
+    a training checkpoint (.pdckpt), with the model config and class names it records."""
+    if not use_ema:
+        return path
+    if not str(path).endswith(".pdckpt"):
+        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
+                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
+    checkpoint = load_checkpoint(path)
+    ema = checkpoint.get("ema")
+    if ema is None:
+        raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
+    return {"model": {name: value.numpy() for name, value in ema.items()},
+            "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
+
+
+def model_for_evaluation(config, path, use_ema=False, num_classes=None, class_names=None):
+    """The model `config` describes, built for and loaded with the weights at `path` (see
+    `build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
+    must be the head's, and `class_names`, the data set's classes, must be those a paddle-vit
+    checkpoint records (a .pdckpt, or .safetensors weights of a run), in the same order."""
+
+    model = build_model_for_weights(config, weights_source(path, use_ema))
+    if num_classes is not None and model.config.num_classes != num_classes:
+        raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
+                           f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
+    recorded = model.class_names if model.load_report.format == "paddle-vit" else None
+    if class_names is not None and recorded is not None and list(recorded) != list(class_names):
+        raise WeightsError(f"{path} was trained on other classes than the validation data has: "
+                           f"{describe_class_difference(recorded, class_names)}; evaluate on data with the "
+                           f"class folders it was trained on")
+    model.eval()
+    return model
+
+
+def describe_class_difference(recorded, found, limit=5):
+    """What differs between the class lists `recorded` (a checkpoint's) and `found` (the data's),
+    in a few words: the names only one side has, or else the first position where the order differs."""
+    def few(items):
+        items = list(items)
+        return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+    only_recorded = [name for name in recorded if name not in set(found)]
+    only_found = [name for name in found if name not in set(recorded)]
+    parts = []
+    if only_recorded:
+        parts.append(f"the checkpoint's {few(only_recorded)} not in the data")
+    if only_found:
+        parts.append(f"the data's {few(only_found)} not in the checkpoint")
+    if not parts:
+        index = next(i for i, (a, b) in enumerate(zip(recorded, found)) if a != b)
+        parts.append(f"the same names in another order (class {index} is {recorded[index]} in the checkpoint, "
+                     f"{found[index]} in the data)")
+    return "; ".join(parts)

@@ -1,0 +1,124 @@
+"""The CPU fast paths: eager float32 on a CPU, where Paddle has no fused attention kernel and adds a
+Linear's bias in a second pass. Same parameters, same numbers (tests/test_variants.py)."""
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+from paddle.autograd import PyLayer
+
+from ..models.attention import Attention
+
+
+def runs_on_cpu():
+    """True when Paddle computes on the CPU (its current device; also while tracing a graph).
+    Read from the device, not from a tensor's `place`, which graphs being traced do not have."""
+    return paddle.get_device() == "cpu"
+
+
+def eager_cpu_float32(x):
+    return x.dtype == paddle.float32 and runs_on_cpu() and paddle.in_dynamic_mode()
+
+
+class RecomputedAttention(PyLayer):
+    """softmax(q k^T) v for q already scaled, [B, H, N, d] x 3 -> [B, H, N, d], keeping only q,
+    k and v for the backward pass, which computes the weights P = softmax(q k^T) again:
+        dv = P^T dout,  dP = dout v^T,  dS = P * (dP - rowsum(dP * P)),  dq = dS k,  dk = dS^T q
+    as PyTorch's fused CPU attention and flash attention do: the [B, H, N, N] weights of every
+    layer are not held from the forward to the backward pass (ViT-Ti/16 training at batch 8:
+    peak memory -44 MiB, about 5% slower; docs/benchmarks.md)."""
+
+    @staticmethod
+    def weights(q, k):
+        return F.softmax(paddle.matmul(q, k, transpose_y=True), axis=-1)  # [B, H, N, N]
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return paddle.matmul(RecomputedAttention.weights(q, k), v)  # [B, H, N, d]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v = ctx.saved_tensor()
+        weights = RecomputedAttention.weights(q, k)  # [B, H, N, N], again
+        grad_v = paddle.matmul(weights, grad_out, transpose_x=True)  # [B, H, N, d]
+        grad_weights = paddle.matmul(grad_out, v, transpose_y=True)  # [B, H, N, N]
+        grad_scores = weights * (grad_weights - (grad_weights * weights).sum(axis=-1, keepdim=True))
+        return paddle.matmul(grad_scores, k), paddle.matmul(grad_scores, q, transpose_x=True), grad_v
+
+
+class FastCpuAttention(Attention):
+    """`Attention`'s fused path in eager float32 on a CPU. Paddle has no fused attention kernel
+    there (scaled_dot_product_attention transposes q, k and v one by one), so the packed
+    projection [B, N, 3, H, d] is laid out head-major with a single transpose, q (N x d) is scaled
+    rather than the scores (N x N), and in training without attention dropout the weights are
+    recomputed in the backward pass (`RecomputedAttention`): 5-7% faster than the explicit path
+    (docs/benchmarks.md). Asking for the weights still takes the explicit path."""
+
+    variant_of = Attention
+
+    def fused_attention(self, x):
+        if not eager_cpu_float32(x):
+            return super().fused_attention(x)
+        qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
+        q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(axis=0)  # one transpose, 3 x [B, H, N, d]
+        q = q * self.scales
+        if self.training and self.attention_dropout_rate == 0.0 and paddle.is_grad_enabled():
+            out = RecomputedAttention.apply(q, k, v)  # [B, H, N, d]
+        else:  # a recomputation would draw a new dropout mask
+            attention = self.softmax(paddle.matmul(q, k, transpose_y=True))  # [B, H, N, N]
+            attention = self.attention_dropout(attention)
+            out = paddle.matmul(attention, v)  # [B, H, N, d]
+        out = out.transpose([0, 2, 1, 3]).reshape([0, 0, self.all_head_dim])  # [B, N, H * d]
+        out = self.proj(out)  # [B, N, D]
+        return self.dropout(out)
+
+
+class _AddmmFunction(PyLayer):
+    """out = bias + rows @ weight, [M, in] -> [M, out], whose backward sums the bias gradient as
+    a matrix-vector product, ones[1, M] @ grad, instead of Paddle's column reduction (15-40x
+    slower at ViT's sizes): training steps 4-7% faster (docs/benchmarks.md)."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias):
+        ctx.save_for_backward(rows, weight)
+        ctx.wanted = (not rows.stop_gradient, not weight.stop_gradient, not bias.stop_gradient)
+        return paddle.addmm(bias, rows, weight)  # [M, out]
+
+    @staticmethod
+    def backward(ctx, grad):  # grad: [M, out]
+        rows, weight = ctx.saved_tensor()
+        want_rows, want_weight, want_bias = ctx.wanted
+        grad_rows = paddle.matmul(grad, weight, transpose_y=True) if want_rows else None  # [M, in]
+        grad_weight = paddle.matmul(rows, grad, transpose_x=True) if want_weight else None  # [in, out]
+        grad_bias = None
+        if want_bias:
+            ones = paddle.ones([1, grad.shape[0]], dtype=grad.dtype)  # [1, M]
+            grad_bias = paddle.matmul(ones, grad).reshape([grad.shape[1]])  # [out]
+        return grad_rows, grad_weight, grad_bias
+
+
+class AddmmLinear(nn.Linear):
+    """`nn.Linear` with the bias added inside the matrix product in eager float32 on a CPU.
+
+    Why: there Paddle's `linear` runs the GEMM and then adds the bias in a second, single-threaded
+    broadcast pass over the whole output, which costs a third of the GEMM for ViT's MLP.
+    `paddle.addmm(bias, x, weight)` gives the bias to the GEMM as its C operand (beta = 1); when
+    gradients are recorded, `_AddmmFunction` also sums the bias gradient with a GEMV. Elsewhere
+    the stock `linear` is kept: on GPU (autocast lists `linear`/`matmul`, not `addmm`), for other
+    dtypes, and in traced graphs, whose passes fuse matmul + add themselves (oneDNN's `fc`) and
+    whose exports must stay convertible (paddle2onnx has no `addmm`)."""
+
+    variant_of = nn.Linear
+
+    def forward(self, x):
+        if self.bias is None or not eager_cpu_float32(x):
+            return super().forward(x)
+        rows = x if x.ndim == 2 else x.reshape([-1, x.shape[-1]])  # [..., in] -> [M, in]
+        if paddle.is_grad_enabled() and not (rows.stop_gradient and self.weight.stop_gradient
+                                             and self.bias.stop_gradient):
+            out = _AddmmFunction.apply(rows, self.weight, self.bias)  # [M, out], GEMV bias gradient
+        else:
+            out = paddle.addmm(self.bias, rows, self.weight)  # [M, out] = bias + rows @ weight, one GEMM
+        return out if x.ndim == 2 else out.reshape([*x.shape[:-1], self.weight.shape[1]])  # [..., out]
+
+
+CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear)

@@ -1,0 +1,123 @@
+"""What a traced graph computes with (`paddle.jit.to_static`, `paddle.jit.save` for export and the
+paddle.inference predictor). Each variant computes as its module in eager mode; in a traced graph
+it writes the module out in plain ops where the fused one converts or runs badly:
+
+- on a CPU, attention's q, k and v each from its own columns of the qkv weights, so oneDNN's
+  passes fold the head reshape/transpose into the matrix products (1.03-1.11x in fp32, 1.05-1.10x
+  in bf16 over slicing the packed projection; docs/benchmarks.md);
+- GELU's tanh approximation written out: paddle2onnx converts every gelu to the exact erf form
+  (2.4e-4 off on the logits of a small model), so exports of the JAX checkpoints would not
+  compute what the eager model does;
+- GroupNorm written out: paddle2onnx 2.x exports it as InstanceNormalization with an epsilon read
+  from uninitialised memory (seen: 0, 5e-20, 1e-38; logits off by up to 7 between two exports);
+- means as a sum times 1/count (token pooling, weight standardisation): a traced `mean` makes
+  Paddle Inference's oneDNN pass print "ReduceMeanCheckIfOneDNNSupport" on stdout once per op,
+  into the output of eval and predict; and the walkthrough's AdaptiveAvgPool1D, whose 3-D pool
+  oneDNN's bf16 passes cannot place ("should be 4-D").
+"""
+import math
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+from ..models.attention import Attention
+from ..models.resnet import StdConv2D
+from ..models.vit import ViT
+from .cpu import runs_on_cpu
+
+
+def mean_over(x, axes):
+    """The mean over `axes` (kept), as a sum times 1/count: `mean`'s numbers without its op."""
+    count = 1
+    for axis in axes:
+        count *= x.shape[axis]
+    return x.sum(axis=axes, keepdim=True) * (1.0 / count)
+
+
+class TracedCpuAttention(Attention):
+    """`Attention`'s fused path in a graph traced on a CPU in float32: q, k and v each from its own
+    columns of the qkv weights, [B, N, D] -> [B, H, N, d] by a reshape and a transpose that
+    oneDNN folds into the products (the packed path's transpose and split stay separate ops in a
+    graph, and its unbind has no bfloat16 kernel). Same parameters, same numbers."""
+
+    variant_of = Attention
+
+    def fused_attention(self, x):
+        if not (x.dtype == paddle.float32 and runs_on_cpu() and not paddle.in_dynamic_mode()):
+            return super().fused_attention(x)
+        width = self.all_head_dim
+
+        def heads(index):  # [B, N, D] -> [B, H, N, d]
+            columns = slice(index * width, (index + 1) * width)
+            bias = None if self.qkv.bias is None else self.qkv.bias[columns]
+            projected = F.linear(x, self.qkv.weight[:, columns], bias)
+            return projected.reshape([0, 0, self.num_heads, self.head_dim]).transpose([0, 2, 1, 3])
+
+        q, k, v = heads(0), heads(1), heads(2)
+        attention = F.softmax(paddle.matmul(q, k, transpose_y=True) * self.scales, axis=-1)  # [B, H, N, N]
+        attention = self.attention_dropout(attention)
+        out = paddle.matmul(attention, v).transpose([0, 2, 1, 3]).reshape([0, 0, width])  # [B, N, H * d]
+        return self.dropout(self.proj(out))
+
+
+class WrittenOutTanhGELU(nn.GELU):
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as flax's
+    nn.gelu computes it, written out in a traced graph (eagerly: Paddle's gelu(approximate=True))."""
+
+    variant_of = nn.GELU
+
+    def forward(self, x):
+        if paddle.in_dynamic_mode() or not self._approximate:
+            return super().forward(x)
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + paddle.tanh(inner))
+
+
+class WrittenOutGroupNorm(nn.GroupNorm):
+    """GroupNorm, [B, C, H, W] -> [B, C, H, W], written out in a traced graph: the mean and
+    variance of each group of C/G channels."""
+
+    variant_of = nn.GroupNorm
+
+    def forward(self, x):
+        if paddle.in_dynamic_mode():
+            return super().forward(x)
+        batch, channels, rows, cols = x.shape
+        groups = x.reshape([0, self._num_groups, channels // self._num_groups * rows * cols])  # [B, G, C/G * H * W]
+        centred = groups - mean_over(groups, [2])  # [B, G, C/G * H * W] - [B, G, 1]
+        variance = mean_over(centred * centred, [2])  # [B, G, 1]
+        normalised = (centred / paddle.sqrt(variance + self._epsilon)).reshape([0, channels, rows, cols])
+        return normalised * self.weight.reshape([1, -1, 1, 1]) + self.bias.reshape([1, -1, 1, 1])
+
+
+class TraceableStdConv2D(StdConv2D):
+    """`StdConv2D` whose weight standardisation, in a traced graph, takes its means as sums."""
+
+    variant_of = StdConv2D
+
+    def standardized_weight(self):
+        if paddle.in_dynamic_mode():
+            return super().standardized_weight()
+        weight = self.weight  # [O, I, kh, kw]
+        centred = weight - mean_over(weight, [1, 2, 3])  # [O, I, kh, kw] - [O, 1, 1, 1]
+        variance = mean_over(centred * centred, [1, 2, 3])  # [O, 1, 1, 1], biased, as both codes
+        return self.standardize(centred, variance)
+
+
+class TraceableViT(ViT):
+    """`ViT` whose token pooling, in a traced graph, takes its means as sums (the walkthrough's
+    AdaptiveAvgPool1D included)."""
+
+    variant_of = ViT
+
+    def pool_tokens(self, x):
+        pool = self.config.pool
+        if paddle.in_dynamic_mode() or pool == "cls":
+            return super().pool_tokens(x)
+        if pool == "mean":
+            return self.fc_norm(mean_over(x[:, 1:], [1]).squeeze(1))  # patch tokens only, then LayerNorm
+        return mean_over(x.transpose([0, 2, 1]), [2]).flatten(1)  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
+
+
+TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT)

@@ -1,0 +1,152 @@
+"""The variants of paddle_vit.variants compute what the walkthrough's modules compute: the CPU fast
+paths in values and gradients, the traced-graph variants through to_static; and applying them
+keeps the parameters, the state dict and `isinstance` as they were."""
+import numpy as np
+import paddle
+import paddle.nn as nn
+import pytest
+
+from paddle_vit import ViT, variants
+from paddle_vit.models import Attention
+from paddle_vit.variants import cpu as cpu_variants
+
+OTHER_CODES_OPTIONS = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
+
+
+def tiny_vit(**overrides):
+    arguments = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
+    arguments.update(overrides)
+    return ViT(**arguments)
+
+
+def perturbed_tiny_vit(**overrides):
+    """A tiny ViT whose LayerNorms and position embedding are off their initial values."""
+    paddle.seed(3)
+    model = tiny_vit(**overrides)
+    with paddle.no_grad():
+        for parameter in model.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.3)
+    return model.eval()
+
+
+def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():
+    model = tiny_vit(backbone_layers=None)
+    names = list(model.state_dict())
+    parameters = [id(parameter) for parameter in model.parameters()]
+    variants.use_cpu_fast_paths(model)
+    kinds = {type(layer) for layer in model.sublayers()}
+    assert variants.FastCpuAttention in kinds and variants.AddmmLinear in kinds and Attention not in kinds
+    assert all(isinstance(layer, nn.Linear) for layer in model.sublayers() if type(layer) is variants.AddmmLinear)
+    assert list(model.state_dict()) == names and [id(p) for p in model.parameters()] == parameters
+    with variants.traceable(model):  # for a trace only, over the fast paths
+        assert type(model) is variants.TraceableViT and type(model.encoder.layers[0].attn) is variants.TracedCpuAttention
+        assert list(model.state_dict()) == names
+    assert type(model) is ViT and type(model.encoder.layers[0].attn) is variants.FastCpuAttention
+    variants.use_walkthrough_modules(model)
+    assert {type(layer) for layer in model.sublayers()} & {variants.FastCpuAttention, variants.AddmmLinear} == set()
+
+
+def test_addmm_linear_matches_paddle_linear():
+    paddle.seed(3)
+    stock = nn.Linear(6, 5)
+    fast = nn.Linear(6, 5)
+    fast.set_state_dict(stock.state_dict())
+    variants.use_cpu_fast_paths(fast)
+    assert type(fast) is variants.AddmmLinear and list(fast.state_dict()) == ["weight", "bias"]
+    for shape in ([4, 6], [2, 3, 6], [2, 1, 3, 6]):
+        x = paddle.randn(shape)
+        x.stop_gradient = False
+        fast_out, stock_out = fast(x), stock(x)
+        assert fast_out.shape == stock_out.shape
+        np.testing.assert_allclose(fast_out.numpy(), stock_out.numpy(), atol=1e-6)
+        fast_grads = paddle.grad(fast_out.square().sum(), [x, fast.weight, fast.bias])
+        stock_grads = paddle.grad(stock_out.square().sum(), [x, stock.weight, stock.bias])
+        for ours, theirs in zip(fast_grads, stock_grads):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
+    # frozen parameters and an input without gradient: only what is asked for is computed
+    fast.weight.stop_gradient = stock.weight.stop_gradient = True
+    x = paddle.randn([2, 3, 6])
+    (bias_grad,) = paddle.grad(fast(x).square().sum(), [fast.bias])
+    (stock_bias_grad,) = paddle.grad(stock(x).square().sum(), [stock.bias])
+    np.testing.assert_allclose(bias_grad.numpy(), stock_bias_grad.numpy(), atol=1e-5)
+    with paddle.no_grad():
+        np.testing.assert_allclose(fast(x).numpy(), stock(x).numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("pool", ["cls", "walkthrough"])
+def test_cpu_fast_paths_match_the_walkthrough_path_in_values_and_gradients(pool):
+    """The model as the tools run it (fused attention: the packed CPU path; Linear with addmm)
+    against the walkthrough's explicit attention with Paddle's stock Linear, weights shared."""
+    paddle.seed(5)
+    fast = variants.use_cpu_fast_paths(ViT(image_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3,
+                                           num_classes=7, pool=pool))
+    assert fast.config.fused_attention  # the default
+    reference = ViT(fast.config.replace(fused_attention=False))
+    reference.set_state_dict(fast.state_dict())
+    assert not any(type(layer) in (variants.AddmmLinear, variants.FastCpuAttention) for layer in reference.sublayers())
+    x = paddle.randn([3, 3, 32, 32])
+    fast_logits, reference_logits = fast(x), reference(x)
+    np.testing.assert_allclose(fast_logits.numpy(), reference_logits.numpy(), atol=1e-5)
+    fast_grads = paddle.grad(fast_logits.square().sum(), fast.parameters())
+    reference_grads = paddle.grad(reference_logits.square().sum(), reference.parameters())
+    for (name, _), ours, theirs in zip(fast.named_parameters(), fast_grads, reference_grads):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-4, err_msg=name)
+
+
+def test_training_through_the_recomputing_attention_gives_the_explicit_paths_gradients(monkeypatch):
+    """The CPU fast path recomputes the attention weights in the backward pass by hand
+    (RecomputedAttention); Paddle's own autograd of the explicit path is the reference."""
+    calls = []
+    apply = cpu_variants.RecomputedAttention.apply
+    monkeypatch.setattr(cpu_variants.RecomputedAttention, "apply", lambda *a: calls.append(1) or apply(*a))
+    paddle.seed(2)
+    explicit = tiny_vit(fused_attention=False)
+    fused = variants.use_cpu_fast_paths(tiny_vit(fused_attention=True))
+    fused.set_state_dict(explicit.state_dict())
+    x = paddle.randn([3, 3, 32, 32])
+    mix = paddle.randn([3, 5])  # a loss whose gradient differs for every logit
+    for model in (explicit, fused):
+        model.train()
+        (model(x) * mix).sum().backward()
+    assert len(calls) == 2  # once per layer of the fused model, none for the explicit one
+    for (name, a), b in zip(explicit.named_parameters(), fused.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+    calls.clear()
+    dropped = variants.use_cpu_fast_paths(tiny_vit(fused_attention=True, attention_dropout=0.1))
+    dropped(x).sum().backward()  # a mask cannot be redrawn
+    with paddle.no_grad():
+        fused(x)  # nothing to save for a backward pass
+    assert calls == []
+
+
+def test_recomputed_backward_honours_qk_scale_and_tanh_gelu():
+    paddle.seed(4)
+    explicit = perturbed_tiny_vit(fused_attention=False, **OTHER_CODES_OPTIONS)
+    fused = variants.use_cpu_fast_paths(perturbed_tiny_vit(fused_attention=True, **OTHER_CODES_OPTIONS))
+    x = paddle.randn([3, 3, 32, 32])
+    mix = paddle.randn([3, 5])
+    for model in (explicit, fused):
+        model.train()
+        (model(x) * mix).sum().backward()
+    for (name, a), b in zip(explicit.named_parameters(), fused.parameters()):
+        reference = a.grad.numpy()  # float32 rounding of gradients up to ~25 here: relative to the largest
+        np.testing.assert_allclose(b.grad.numpy(), reference, rtol=1e-4, atol=1e-5 * np.abs(reference).max(),
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("overrides", [dict(pool="mean", **OTHER_CODES_OPTIONS), dict(pool="walkthrough"),
+                                       dict(backbone_layers=[1], patch_size=1, image_size=32, backbone_style="jax")])
+def test_a_graph_traced_with_the_traceable_variants_computes_the_eager_numbers(overrides):
+    """Tanh GELU, GroupNorm, weight standardisation and token means written out, the CPU attention
+    from weight columns: each as its module computes eagerly."""
+    paddle.seed(6)
+    model = perturbed_tiny_vit(**overrides)
+    x = paddle.randn([2, 3, 32, 32])
+    with paddle.no_grad():
+        eager = model(x).numpy()
+        variants.use_traceable_variants(model)
+        assert type(model) is variants.TraceableViT
+        np.testing.assert_allclose(model(x).numpy(), eager, atol=1e-6)  # eagerly a variant is its module
+        traced = paddle.jit.to_static(model, full_graph=True)  # (the same layer, its forward now traced)
+        np.testing.assert_allclose(traced(x).numpy(), eager, atol=1e-4)
