@@ -6,6 +6,7 @@ import pytest
 import paddle_vit
 from paddle_vit import ConfigError, ViT, create_model, list_models
 from paddle_vit.models import Attention, DropPath, PatchEmbedding, get_model_config, sincos_2d_embedding
+from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 
 # paper Table 1 / timm, at 224 with 1000 classes
 PUBLISHED_PARAMETERS = {
@@ -30,12 +31,6 @@ def count_from_config(config):
     tokens = d + (n + 1) * d  # class token + position embedding
     layer = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * hidden + hidden) + (hidden * d + d)
     return patch + tokens + config.depth * layer + 2 * d + d * config.num_classes + config.num_classes
-
-
-def tiny_vit(**overrides):
-    arguments = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
-    arguments.update(overrides)
-    return ViT(**arguments)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
@@ -304,20 +299,6 @@ def numpy_vit_logits(model, images):
         x = x + y @ state[prefix + "mlp.fc2.weight"] + state[prefix + "mlp.fc2.bias"]
     x = layer_norm(x, "encoder.norm")[:, 0]
     return x @ state["head.weight"] + state["head.bias"]
-
-
-OTHER_CODES_OPTIONS = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
-
-
-def perturbed_tiny_vit(**overrides):
-    """A tiny ViT whose LayerNorms and position embedding are off their initial values, so
-    that the epsilon and every other option changes the logits measurably."""
-    paddle.seed(3)
-    model = tiny_vit(**overrides)
-    with paddle.no_grad():
-        for parameter in model.parameters():
-            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.3)
-    return model.eval()
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -9,25 +9,7 @@ import pytest
 from paddle_vit import ViT, variants
 from paddle_vit.models import Attention
 from paddle_vit.variants import cpu as cpu_variants
-
-OTHER_CODES_OPTIONS = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
-
-
-def tiny_vit(**overrides):
-    arguments = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
-    arguments.update(overrides)
-    return ViT(**arguments)
-
-
-def perturbed_tiny_vit(**overrides):
-    """A tiny ViT whose LayerNorms and position embedding are off their initial values."""
-    paddle.seed(3)
-    model = tiny_vit(**overrides)
-    with paddle.no_grad():
-        for parameter in model.parameters():
-            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.3)
-    return model.eval()
-
+from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 
 def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():
     model = tiny_vit(backbone_layers=None)
