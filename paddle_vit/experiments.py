@@ -22,7 +22,7 @@ from .config import load_config
 from .engine.logging_utils import setup_logging
 from .engine.trainer import Trainer
 from .errors import TrainingError
-from .viz import _new_figure
+from .viz import new_figure
 
 FAMILIES = {
     "ViT": dict(name="vit_tiny_patch16_224", patch_size=4, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2,
@@ -164,7 +164,7 @@ def data_size_figure(results, title=None):
     """Validation top-1 against training images (log scale), mean and standard deviation over
     the seeds for each family: the paper's Figure 3/4 in miniature. Returns the figure."""
 
-    figure = _new_figure(5.0, 3.4)
+    figure = new_figure(5.0, 3.4)
     axis = figure.subplots()
     sizes = np.asarray(results["train_images"])
     for family, rows in results["accuracy"].items():

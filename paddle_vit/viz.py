@@ -60,7 +60,7 @@ def _eval_mode(model):
             model.train()
 
 
-def _new_figure(width, height):
+def new_figure(width, height):
     """A matplotlib figure on the Agg canvas, not registered with pyplot."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -279,7 +279,7 @@ def attention_figure(model, images, mean, std, titles=None):
     num_images, num_heads = len(images), heads.shape[1]
     size = images.shape[-2:]
     columns = 2 + num_heads
-    figure = _new_figure(1.6 * columns, 1.75 * num_images + 0.3)
+    figure = new_figure(1.6 * columns, 1.75 * num_images + 0.3)
     axes = figure.subplots(num_images, columns, squeeze=False)
     for row in range(num_images):
         pixels = denormalise(images[row], mean, std)
@@ -305,6 +305,27 @@ def attention_figure(model, images, mean, std, titles=None):
 
 
 # ---- position-embedding similarity (paper Fig. 7, centre) ----------------------------------------
+
+def confusion_matrix_figure(confusion, class_names):
+    """The confusion matrix [K, K] (rows: true class, columns: predicted) as a figure, the counts
+    written in the cells for up to 20 classes."""
+    confusion = np.asarray(confusion)
+    size = max(4.0, 0.45 * len(class_names) + 2)
+    figure = new_figure(size, size)
+    axes = figure.subplots()
+    image = axes.imshow(confusion, cmap="Blues")
+    axes.set_xticks(range(len(class_names)), class_names, rotation=90)
+    axes.set_yticks(range(len(class_names)), class_names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    if len(class_names) <= 20:
+        for (row, column), count in np.ndenumerate(confusion):
+            axes.text(column, row, str(count), ha="center", va="center", fontsize=7,
+                      color="white" if count > confusion.max() / 2 else "black")
+    figure.colorbar(image, ax=axes, fraction=0.046)
+    figure.tight_layout()
+    return figure
+
 
 def position_embedding_similarity(position_embedding, grid, num_prefix_tokens=1):
     """Cosine similarity between the position embeddings of every pair of patches.
@@ -362,7 +383,7 @@ def position_similarity_figure(model, title=None, vmin=-1.0):
     picture = _mosaic(similarity)
     colormap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # the gaps between maps
     side = min(7.0, 1.2 + 0.45 * max(rows, cols))
-    figure = _new_figure(side + 1.0, side)
+    figure = new_figure(side + 1.0, side)
     axis = figure.subplots()
     vmin = similarity.min() if vmin is None else vmin
     shown = axis.imshow(picture, cmap=colormap, vmin=vmin, vmax=1, interpolation="nearest")
@@ -435,7 +456,7 @@ def embedding_filters_figure(model, num_components=NUM_FILTER_COMPONENTS, grey=F
     padded = np.ones((rows * columns, patch, patch, 3))
     padded[:count] = tiles
     picture = _mosaic(padded.reshape(rows, columns, patch, patch, 3), gap_value=1.0)
-    figure = _new_figure(0.9 * columns + 0.4, 0.9 * rows + 0.8)
+    figure = new_figure(0.9 * columns + 0.4, 0.9 * rows + 0.8)
     axis = figure.subplots()
     axis.imshow(picture, interpolation="nearest")
     axis.set_axis_off()
@@ -493,7 +514,7 @@ def attention_distance_figure(model, images, title=None):
     patch_size = model.patch_embed.token_pixels  # a hybrid's token covers S x P pixels
     distance = mean_attention_distance(attentions, _grid_of(model), patch_size)
     depth, num_heads = distance.shape
-    figure = _new_figure(4.2, 3.4)
+    figure = new_figure(4.2, 3.4)
     axis = figure.subplots()
     layers = np.arange(1, depth + 1)
     for head in range(num_heads):

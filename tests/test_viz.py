@@ -276,3 +276,17 @@ def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path)
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "skipping unreadable image" in result.stdout and "broken.png" in result.stdout
+
+
+def test_drawing_a_confusion_matrix_leaves_matplotlib_as_it_found_it(tmp_path):
+    """tools/eval.py's figure is drawn on its own Agg canvas: a notebook's backend stays its own,
+    and pyplot's figure list does not grow."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from paddle_vit.engine.evaluator import save_confusion_matrix_png
+
+    backend, figures = matplotlib.get_backend(), plt.get_fignums()
+    save_confusion_matrix_png([[3, 1], [0, 4]], ["cat", "dog"], str(tmp_path / "confusion.png"))
+    assert (tmp_path / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.get_backend() == backend and plt.get_fignums() == figures

@@ -15,7 +15,7 @@ from ..device import init_distributed, select_device
 from ..errors import ConfigError
 from ..hub import model_for_evaluation, resolve_model_config
 from ..variants import use_cpu_fast_paths, use_traceable_variants
-from ..viz import save_figure
+from ..viz import confusion_matrix_figure, save_figure
 
 
 @paddle.no_grad()
@@ -85,29 +85,8 @@ def evaluate(model, loader, num_classes, autocast=None):
 
 
 def save_confusion_matrix_png(confusion, class_names, path):
-    """Draw the confusion matrix (rows: true class, columns: predicted) with matplotlib."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    confusion = np.asarray(confusion)
-    size = max(4.0, 0.45 * len(class_names) + 2)
-    figure, axes = plt.subplots(figsize=(size, size))
-    image = axes.imshow(confusion, cmap="Blues")
-    axes.set_xticks(range(len(class_names)), class_names, rotation=90)
-    axes.set_yticks(range(len(class_names)), class_names)
-    axes.set_xlabel("predicted")
-    axes.set_ylabel("true")
-    if len(class_names) <= 20:
-        for (row, column), count in np.ndenumerate(confusion):
-            axes.text(column, row, str(count), ha="center", va="center", fontsize=7,
-                      color="white" if count > confusion.max() / 2 else "black")
-    figure.colorbar(image, ax=axes, fraction=0.046)
-    figure.tight_layout()
-    try:
-        save_figure(figure, path, dpi=120)
-    finally:
-        plt.close(figure)
+    """Draw the confusion matrix (rows: true class, columns: predicted) to `path`."""
+    save_figure(confusion_matrix_figure(confusion, class_names), path, dpi=120)
 
 
 def model_for_engine(model, engine, precision="fp32"):
