@@ -11,6 +11,7 @@ never with Paddle): importing timm where torchvision does not match torch, and t
 Only the standard library is imported at module level: the Paddle side imports nothing from here.
 """
 import json
+import os
 import resource
 import sys
 import time
@@ -21,18 +22,27 @@ PROTOCOL_PREFIX = "BENCH_JSON "  # worker answers are the stdout lines that star
 def import_timm():
     """Import timm (and torch) and return the timm module.
 
-    torchvision from PyPI does not always match the torch build: its import registers fake
-    kernels for C++ ops that were never defined ("operator torchvision::nms does not exist"),
-    and timm imports torchvision. Declaring the schemas first lets the import finish; the ops
-    are never called.
+    torchvision from PyPI does not always match the torch build: its import then registers fake
+    kernels for C++ ops its library never defined ("operator torchvision::nms does not exist"),
+    and timm imports torchvision. Where torchvision's own library does not load, declaring the
+    schemas first lets the import finish (the ops are never called); where it loads, torchvision
+    defines them itself, and declaring them first would make its registration abort.
     """
+    import glob
+    import importlib.util
+
     import torch
 
-    for op in ("nms", "qnms"):
-        try:
-            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        except RuntimeError:  # already defined: torchvision matches torch, or imported twice
-            pass
+    spec = importlib.util.find_spec("torchvision")
+    libraries = glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so")) if spec and spec.origin else []
+    try:
+        torch.ops.load_library(libraries[0])  # the same library torchvision's import loads
+    except (IndexError, OSError, RuntimeError):  # none, or built for another torch
+        for op in ("nms", "qnms"):
+            try:
+                torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            except RuntimeError:  # already defined
+                pass
     import timm
 
     return timm
