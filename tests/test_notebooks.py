@@ -101,6 +101,15 @@ def test_strip_volatile_drops_the_cell_timings_and_keeps_the_rest():
     assert notebook.cells[0].metadata == {"tags": ["keep"]}
 
 
+def test_execute_notebooks_refuses_an_unknown_notebook_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        execute_notebooks.main(["no_such_notebook.ipynb"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: no notebook no_such_notebook.ipynb") and "01_walkthrough.ipynb" in error
+    assert len(error.splitlines()) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name", NAMES)

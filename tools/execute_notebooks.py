@@ -43,7 +43,7 @@ def notebook_paths(names=()):
     paths = [name if os.path.exists(name) else os.path.join(NOTEBOOKS, name) for name in names]
     missing = [name for name, path in zip(names, paths) if not os.path.isfile(path)]
     if missing:
-        raise SystemExit(f"error: no notebook {', '.join(missing)} in notebooks/ (expected one of "
+        raise ValueError(f"no notebook {', '.join(missing)} in notebooks/ (expected one of "
                          f"{', '.join(os.path.basename(path) for path in notebook_paths())})")
     return paths
 
@@ -163,9 +163,13 @@ def main(argv=None):
         import PIL  # noqa: F401
     except ImportError as error:
         parser.exit(2, f"error: executing notebooks needs {error.name}: pip install -e \".[test]\"\n")
+    try:
+        paths = notebook_paths(args.notebooks)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
     write_back = not (args.check or args.quick)
     failed = 0
-    for path in notebook_paths(args.notebooks):
+    for path in paths:
         from nbclient.exceptions import CellExecutionError
 
         name, start = os.path.basename(path), time.time()
