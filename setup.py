@@ -3,7 +3,7 @@
 Paddle itself is an extra so that the user picks the build: `pip install -e ".[cpu]"` for the
 CPU wheel from PyPI. Paddle 3's CUDA wheels are not on PyPI (its paddlepaddle-gpu stops at
 2.6): install one from Paddle's own index first, then this package without the cpu extra
-(README, "On a GPU machine"):
+(docs/training.md, "On a GPU machine"):
 
     python -m pip install paddlepaddle-gpu==3.3.1 -i https://www.paddlepaddle.org.cn/packages/stable/cu126/
     pip install -e .

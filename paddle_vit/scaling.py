@@ -1,7 +1,7 @@
 """Training at scale on paper: compute, memory and communication per GPU from a model config.
 
 Everything here is arithmetic on `ViTConfig`, to be replaced by measurements once GPUs are at
-hand (tools/scaling_estimate.py prints it; docs/benchmarks.md keeps a table). Sources:
+hand (tools/scaling_estimate.py prints it; docs/scaling.md keeps a table). Sources:
 - forward multiply-adds per image: the patch embedding, per layer 12 T D^2 (qkv, proj, MLP of
   ratio 4) + 2 T^2 D (q k^T, attention x v), the head; a training step is 3 forwards (the
   backward pass is 2), 4 with every layer recomputed;

@@ -1,5 +1,5 @@
 """Every failure a user can meet, inflicted for real: one clear line and exit code 2, nothing
-half-written, nothing lost. The README's fault table lists these cases."""
+half-written, nothing lost. docs/troubleshooting.md's fault table lists these cases."""
 import errno
 import json
 import os

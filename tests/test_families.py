@@ -451,7 +451,7 @@ def test_convert_tool_takes_the_model_from_a_recipe(tmp_path, capsys):
 
 
 def test_the_readmes_parity_table_command(capsys):
-    """tools/weights_parity.py, whose output is the README's table: every case within the
+    """tools/weights_parity.py, whose output is docs/pretrained.md's table: every case within the
     tests' tolerance, every other way outside it."""
     code, lines, errors = run_tool("weights_parity", ["--json"], capsys)
     assert code == 0, errors

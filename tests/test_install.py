@@ -1,6 +1,7 @@
-"""The install steps the README gives work: every extra of setup.py resolves against the package
-registry (where it is reachable), and the one build that is not on it, Paddle's CUDA wheel, is
-installed from the index the README, setup.py and the device error name."""
+"""The install steps work: every extra of setup.py resolves against the package registry (where it
+is reachable), and the one build that is not on it, Paddle's CUDA wheel, is named with Paddle's own
+index where a user meets it (setup.py, and the error of asking for a GPU without one; the steps
+are in docs/training.md, "On a GPU machine")."""
 import ast
 import os
 import re
@@ -26,6 +27,8 @@ def setup_extras():
     raise AssertionError("setup.py has no extras_require")
 
 
+@pytest.mark.network
+@pytest.mark.slow
 def test_every_extra_resolves_against_the_registry():
     extras = setup_extras()
     assert "cpu" in extras and "test" in extras
@@ -37,12 +40,10 @@ def test_every_extra_resolves_against_the_registry():
     assert result.returncode == 0, f"pip cannot resolve {requirements}:\n{result.stderr[-1500:]}"
 
 
-def test_the_cuda_build_comes_from_paddles_index_everywhere_it_is_named():
+def test_the_cuda_build_comes_from_paddles_index_in_setup_and_the_device_error():
     extras = setup_extras()
     # PyPI's paddlepaddle-gpu stops at 2.6: an extra asking for Paddle 3's can never resolve
     assert not any(requirement.startswith("paddlepaddle-gpu") for group in extras.values() for requirement in group)
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    assert PADDLE_INDEX.search(readme) and '".[gpu]"' not in readme
     assert PADDLE_INDEX.search(open(os.path.join(REPO, "setup.py"), encoding="utf-8").read())
     from paddle_vit.device import GPU_INSTALL, select_device
     assert PADDLE_INDEX.search(f"python -m pip {GPU_INSTALL.split('python -m pip ', 1)[1]}")

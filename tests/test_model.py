@@ -44,7 +44,7 @@ def test_built_model_parameter_count_matches_paper(name):
 
 
 def test_base16_macs_match_published_figure():
-    # DESIGN.md: about 17.6 GMACs per image at 224 (timm reports 17.58)
+    # docs/design.md: about 17.6 GMACs per image at 224 (timm reports 17.58)
     assert get_model_config("vit_base_patch16_224").count_macs() / 1e9 == pytest.approx(17.58, abs=0.05)
 
 

@@ -6,8 +6,8 @@ Loads every reference fixture (tests/fixtures/README.md: small models saved by t
 transformers, vit_jax, PaddleClas and PLSC with those codes' own outputs) through
 ``paddle_vit.create_model(name, pretrained=...)`` and prints, per case, the largest absolute
 difference from that code's output, and the difference when one option is computed the other
-codes' way instead (ViT's epsilon, exact GELU, timm's resampling, ...). The README's table of
-sources is this output.
+codes' way instead (ViT's epsilon, exact GELU, timm's resampling, ...). The table of sources in
+docs/pretrained.md is this output.
 """
 import argparse
 import json

@@ -6,7 +6,7 @@ native.py for this project's files), each with its detection rule, name map and 
 it implies; resample.py for position embeddings; loader.py for fitting a checkpoint to a model
 and the report; reading.py and saving.py for files. `family.py` says what a family is.
 
-Layouts (DESIGN.md): Paddle Linear weights are [in, out], PyTorch's [out, in]; conv weights are
+Layouts (docs/design.md, "Checkpoint layouts"): Paddle Linear weights are [in, out], PyTorch's [out, in]; conv weights are
 OIHW in both; JAX Dense kernels are [in, out], the JAX conv kernel is HWIO, and JAX attention
 kernels are split per head: query/key/value [D, heads, head_dim], out [heads, head_dim, D].
 """

@@ -5,7 +5,7 @@ transformers, PaddleClas/PLSC, this project). Each lives in one module of this p
 defines ``FAMILY``, an instance of a `CheckpointFamily` subclass with:
 
 - ``detect(checkpoint)``: whether the whole checkpoint is of this family (one decision per
-  checkpoint, never per tensor; DESIGN.md's traps);
+  checkpoint, never per tensor; docs/design.md's traps);
 - ``convert(checkpoint)``: its tensors in this project's names and layouts;
 - ``implied_options(checkpoint, converted)``: the `ViTConfig` options its own code computes
   it with (Hugging Face's LayerNorm epsilon, the JAX tanh GELU, ...);
