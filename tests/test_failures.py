@@ -138,6 +138,28 @@ def test_split_with_no_images(tmp_path, capsys):
     assert_one_line_error(*run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys), "val")
 
 
+@pytest.mark.parametrize("fraction, fragments", [
+    # digits class sizes are 174..183: round(n * 0.999) = n takes every image of every class to val
+    ("0.999", ["leaves no image for training", "1797 digits would split 0 train / 1797 val",
+               "lower data.val_fraction (0.2 gives 1438 train / 359 val)"]),
+    # round(183 * 0.002) = 0: no class gives val an image
+    ("0.002", ["leaves no image for validation", "1797 train / 0 val", "raise data.val_fraction"]),
+])
+def test_a_val_fraction_that_empties_a_digits_split_names_the_key_and_sizes(tmp_path, capsys, fraction, fragments):
+    output = tmp_path / "out"
+    argv = ["-c", os.path.join(REPO, "configs", "vit_walkthrough_digits_28.yaml"), "-o", f"data.val_fraction={fraction}",
+            "-o", f"train.output_dir={output}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), f"data.val_fraction {fraction} ", *fragments)
+    assert not output.exists()  # refused before the run folder is made
+
+
+def test_an_empty_digits_val_split_is_refused_by_eval_too(trained, capsys):
+    config, checkpoints = trained
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"), "-o", "data.dataset=digits",
+            "-o", "data.val_fraction=0.002"]
+    assert_one_line_error(*run_tool(EVAL, argv, capsys), "data.val_fraction 0.002 leaves no image for validation")
+
+
 def test_val_classes_differ_from_train(tmp_path, capsys):
     root = image_folder(tmp_path / "images")
     (root / "val" / "dog").rename(root / "val" / "wolf")
