@@ -332,6 +332,21 @@ def test_eval_confusion_matrix_into_a_missing_folder_and_by_config(trained, tmp_
     assert (checkpoints.parent / "confusion_matrix_best.png").stat().st_size > 1000
 
 
+def test_convert_refuses_a_jax_npz_of_integers_and_writes_nothing(tmp_path, capsys):
+    from repo_paths import REPO as repo
+
+    fixture = np.load(os.path.join(repo, "tests", "fixtures", "timm_vit_cls.npz"))
+    integers = tmp_path / "jax_int64.npz"
+    np.savez(integers, **{name: np.round(fixture[name] * 10).astype(np.int64) for name in fixture.files})
+    out = tmp_path / "converted" / "vit.safetensors"
+    argv = ["--weights", str(integers), "--model", "vit_tiny_patch16_224", "-o", "image_size=32", "-o", "patch_size=8",
+            "-o", "embed_dim=32", "-o", "depth=2", "-o", "num_heads=4", "--out", str(out)]
+    code, lines = run_tool(load_tool("convert_weights"), argv, capsys)
+    assert_one_line_error(code, lines, f"{integers}: tensor cls (the model's patch_embed.class_token) is int64",
+                          "(and 31 more tensors like it); expected floating-point")
+    assert not out.parent.exists()
+
+
 def test_eval_pointed_at_optimizer_state(trained, tmp_path, capsys):
     config, checkpoints = trained
     optimizer_file = tmp_path / "last.pdopt"
