@@ -1,4 +1,6 @@
-"""Atomic file writes: a reader (or a killed writer) never sees half a file."""
+"""Atomic file writes: a reader (or a killed writer) never sees half a file. Output folders a
+command makes: checked before any work, and gone again when the command fails."""
+import contextlib
 import os
 import tempfile
 
@@ -69,3 +71,53 @@ def writable_file(path, what, extensions):
         raise ConfigError(f"{what} {path} is a folder; expected a file name ending in {' or '.join(extensions)}")
     writable_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
     return path
+
+
+def _missing_folders(path):
+    """The folders of `path` that do not exist yet, deepest first ([] when `path` exists)."""
+    missing, folder = [], os.path.abspath(path)
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
+@contextlib.contextmanager
+def provisional_folders(path):
+    """Run the block with `path`'s folders made as it needs them; when it raises (a refusal, an
+    error, Ctrl-C), remove again the folders of `path` that were missing before it began and are
+    still empty, so that a failed command leaves no new folder behind. Nothing written is
+    removed: a folder holding a file stays."""
+    missing = _missing_folders(path)
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                os.rmdir(folder)
+            except FileNotFoundError:  # never made (the block failed before): its parents may be
+                continue
+            except OSError:  # something was written there: it stays, and so do the folders above
+                break
+        raise
+
+
+@contextlib.contextmanager
+def output_folder(path, what):
+    """`writable_folder(path, what)` for the block, which writes into the folder: a folder it
+    made is removed again when the block fails before anything was written there."""
+    path = os.path.expanduser(os.fspath(path))
+    with provisional_folders(path):
+        yield writable_folder(path, what)
+
+
+@contextlib.contextmanager
+def output_file(path, what, extensions):
+    """`writable_file(path, what, extensions)` for the block, which writes the file: the folders
+    made for it are removed again when the block fails before the file was written."""
+    path = os.path.expanduser(os.fspath(path))
+    with provisional_folders(os.path.dirname(os.path.abspath(path))):
+        yield writable_file(path, what, extensions)

@@ -332,6 +332,28 @@ def test_eval_confusion_matrix_into_a_missing_folder_and_by_config(trained, tmp_
     assert (checkpoints.parent / "confusion_matrix_best.png").stat().st_size > 1000
 
 
+@pytest.mark.parametrize("extension", ["npz", "safetensors", "pdparams"])
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda array: (array * 100).astype(np.int64), "is int64 (and 31 more tensors like it); expected floating-point"),
+    (lambda array: np.where(np.arange(array.size).reshape(array.shape) < 2, np.nan, array).astype(np.float32),
+     "holds 2 NaN of its"),
+], ids=["integers", "nan"])
+def test_eval_refuses_integer_or_nan_weights_in_every_format(trained, tmp_path, capsys, extension, damage, fragment):
+    """Integer weights used to evaluate at chance, and NaN ones failed as 'not set by set_state_dict'."""
+    from safetensors.numpy import save_file
+
+    config, checkpoints = trained
+    state = {name: damage(tensor.numpy()) for name, tensor in paddle.load(str(checkpoints / "last.pdparams")).items()}
+    path = tmp_path / f"weights.{extension}"
+    {"npz": lambda: np.savez(path, **state), "safetensors": lambda: save_file(state, str(path)),
+     "pdparams": lambda: paddle.save({name: paddle.to_tensor(array) for name, array in state.items()}, str(path))
+     }[extension]()
+    figure = tmp_path / "figures" / "cm.png"
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(path), "--confusion-matrix", str(figure)], capsys)
+    assert_one_line_error(code, lines, f"{path}: tensor ", fragment)
+    assert not figure.parent.exists()
+
+
 def test_convert_refuses_a_jax_npz_of_integers_and_writes_nothing(tmp_path, capsys):
     from repo_paths import REPO as repo
 
@@ -530,6 +552,67 @@ def test_unwritable_output_folder(tmp_path, capsys):
     blocker.write_text("not a folder")
     argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={blocker / 'run'}"]
     assert_one_line_error(*run_tool(TRAIN, argv, capsys), "is not writable")
+
+
+# ---- output folders: a command that fails leaves none it made ------------------------------
+
+def test_visualize_refused_weights_leave_no_out_folder(trained, tmp_path, capsys):
+    config, _ = trained
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    (tmp_path / "weights").mkdir()  # a folder where a weights file is meant
+    out = tmp_path / "new" / "figures"
+    argv = ["-c", config, "--weights", str(tmp_path / "weights"), "--image", str(image), "--out", str(out)]
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), f"{tmp_path / 'weights'} is a directory without",
+                          "expected a weights file")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()  # a folder the user made is theirs: it stays, empty as it was
+    argv[-1] = str(tmp_path / "kept")
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), "is a directory without")
+    assert os.listdir(tmp_path / "kept") == []
+
+
+def test_export_refused_weights_or_a_failed_write_leave_no_out_folder(trained, tmp_path, capsys, monkeypatch):
+    from paddle_vit.deploy import export as export_module
+
+    config, checkpoints = trained
+    export_tool, out = load_tool("export"), tmp_path / "new" / "exported"
+    argv = ["-c", config, "--weights", str(tmp_path / "none.pdparams"), "--out", str(out)]
+    assert_one_line_error(*run_tool(export_tool, argv, capsys), "none.pdparams does not exist")
+    assert not (tmp_path / "new").exists()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(export_module, "save_weights", disk_full)  # after the traced model was written
+    argv[3] = str(checkpoints / "last.pdparams")
+    assert_one_line_error(*run_tool(export_tool, argv, capsys), f"cannot write the export to {out}",
+                          "No space left on device")
+    assert not (tmp_path / "new").exists()  # nor the staging folder inside it
+
+
+def test_an_interrupted_data_size_experiment_leaves_no_out_folder(tmp_path, capsys, monkeypatch):
+    import paddle_vit.experiments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(paddle_vit.experiments, "run_data_size_experiment", interrupted)
+    code = run(load_tool("data_size_experiment").main, ["--out", str(tmp_path / "new" / "figures")])
+    assert code == 130 and capsys.readouterr().err.strip() == "error: interrupted"
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_failed_command_keeps_what_it_wrote_into_a_folder_it_made(tmp_path):
+    from paddle_vit.fileio import provisional_folders
+
+    with pytest.raises(OSError), provisional_folders(tmp_path / "a" / "b" / "c"):
+        os.makedirs(tmp_path / "a" / "b" / "c")
+        (tmp_path / "a" / "b" / "numbers.json").write_text("{}")  # written before the failure: kept
+        raise OSError(errno.ENOSPC, "disk full")
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["numbers.json"]
+    with pytest.raises(OSError), provisional_folders(tmp_path / "x" / "y"):
+        os.makedirs(tmp_path / "x")  # the block failed before it made y: x goes all the same
+        raise OSError(errno.ENOSPC, "disk full")
+    assert not (tmp_path / "x").exists()
 
 
 # ---- numerical faults and memory -----------------------------------------------------------

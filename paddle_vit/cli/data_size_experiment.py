@@ -27,9 +27,17 @@ def experiment(argv):
         raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    from ..fileio import writable_folder
-    writable_folder(args.out, "--out")  # a file, a read-only folder: said now, not after the runs
+    from ..fileio import output_folder
 
+    # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
+    with output_folder(args.out, "--out"):
+        run_and_report(args)
+    return 0
+
+
+def run_and_report(args):
+    """Train every (family, fraction, seed), write the figure and the numbers into args.out,
+    print the table."""
     import logging
     import tempfile
 
@@ -65,7 +73,6 @@ def experiment(argv):
         cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
         print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
     print(f"wrote {png}")
-    return 0
 
 
 COMMAND = experiment
