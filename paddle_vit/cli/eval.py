@@ -9,17 +9,16 @@ weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm
 folders, PaddleClas/PLSC, JAX .npz): the model is built with the options the weights imply, so
 --model NAME needs no hand-typed overrides.
 """
-import argparse
 import contextlib
 import json
 import os
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError
 
 
 def evaluate(argv):
-    parser = argparse.ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
+    parser = ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
                         help="a registered model name instead of a recipe (the default data config; -o data.KEY=...)")

@@ -6,17 +6,16 @@ per head over the first --rows images), position_embedding_similarity.png, embed
 and attention_distance.png (averaged over all the given images). --vdl also logs them to DIR/vdl for
 VisualDL's image tab. --weights takes what tools/eval.py takes.
 """
-import argparse
 import os
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 
 
 def visualize(argv):
-    parser = argparse.ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
+    parser = ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
                                                  "embedding filters and attention distance of a ViT.")
     parser.add_argument("-c", "--config", required=True, help="the YAML recipe the weights were trained with")
     parser.add_argument("--weights", required=True, help=".pdckpt, .pdparams, .safetensors or .npz weights")
