@@ -615,6 +615,71 @@ def test_a_failed_command_keeps_what_it_wrote_into_a_folder_it_made(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+# ---- numeric options: nan, inf, 0, negative ------------------------------------------------
+
+TINY_BENCHMARK = ["vit_tiny_patch16_224", "-o", "model.image_size=32", "-o", "model.patch_size=16", "-o",
+                  "model.depth=1", "--batch-size", "2", "--warmup", "0", "--iters", "1", "--rounds", "1"]
+
+
+@pytest.mark.parametrize("option, fragment", [
+    # nan passed "<= 0" and printed "MFU nan%"; inf (and 1e400, read as inf) printed an MFU of 0
+    (["--peak-tflops", "nan"], "--peak-tflops must be a finite number > 0 (the device's peak TFLOP/s for --dtype), "
+                               "got nan"),
+    (["--peak-tflops", "inf"], "--peak-tflops must be a finite number > 0"),
+    (["--peak-tflops", "1e400"], "--peak-tflops must be a finite number > 0"),
+    (["--peak-tflops", "0"], "got 0.0"), (["--peak-tflops=-1"], "got -1.0"),
+    (["--threads", "0"], f"--threads must be from 1 to {os.cpu_count()} (the CPUs of this machine), got 0"),
+    (["--threads", "100000"], "got 100000"),  # Paddle's thread pool aborted with a C++ stack
+    (["--batch-size", "-1"], "--batch-size must be at least 1, got -1"), (["--iters", "0"], "--iters must be at least 1"),
+    (["--rounds", "0"], "--rounds must be at least 1"), (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    (["--num-workers", "-1"], "--num-workers must be at least 0, got -1"),
+    (["--mode", "gemm", "--iters", "0"], "--iters must be at least 1"),  # gemm used max(iters, 1) silently
+    (["--mode", "gemm", "--peak-tflops", "nan"], "--peak-tflops must be a finite number"),
+    (["--batch-size", "two"], "argument --batch-size: invalid int value: 'two'; see --help"),
+    (["--warmpu", "1"], "unrecognized arguments: --warmpu 1; see --help"),
+])
+def test_benchmark_numeric_options_are_one_line_before_any_work(capsys, option, fragment):
+    code, lines = run_tool(load_tool("benchmark"), [*TINY_BENCHMARK, *option], capsys)
+    assert_one_line_error(code, lines, fragment)
+    assert "images/s" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--gpus", "0"], "argument --gpus: expected an integer > 0, got '0'"),
+    (["--mfu", "nan"], "argument --mfu: expected a finite number > 0, got 'nan'"),
+    (["--peak-tflops", "inf"], "argument --peak-tflops: expected a finite number > 0, got 'inf'"),
+    (["--memory-gib=-1"], "argument --memory-gib: expected a finite number > 0, got '-1'"),
+    (["--micro-batch", "0"], "argument --micro-batch: expected an integer > 0"),
+    (["--mfu", "2"], "--mfu is a fraction of the peak, in (0, 1]"),
+    # two images cannot be shared out over three GPUs: the table would be silently wrong
+    (["--gpus", "3", "--global-batch", "2"], "--global-batch 2 is smaller than --gpus 3"),
+])
+def test_scaling_estimate_numeric_options_are_one_line(capsys, option, fragment):
+    assert_one_line_error(*run_tool(load_tool("scaling_estimate"), ["vit_base_patch16_224", *option], capsys), fragment)
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    config, checkpoints = trained
+    folder = tmp_path_factory.mktemp("exported") / "model"
+    assert run(load_tool("export").main, ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+                                          "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--topk", "0"], "--topk must be >= 1, got 0"), (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+    (["--topk", "nan"], "argument --topk: invalid int value: 'nan'"),
+    (["--cpu-threads", "0"], "cpu_threads (--cpu-threads) must be from 1 to"),
+    (["--cpu-threads", "100000"], "(the CPUs of this machine), got 100000"),
+])
+def test_predict_numeric_options_are_one_line(exported, tmp_path, capsys, option, fragment):
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    argv = ["--inference-model", str(exported), str(image), *option]
+    assert_one_line_error(*run_tool(load_tool("predict"), argv, capsys), fragment)
+
+
 # ---- numerical faults and memory -----------------------------------------------------------
 
 def poison_images(trainer, from_call, to_call=None):
