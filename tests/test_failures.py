@@ -680,6 +680,20 @@ def test_predict_numeric_options_are_one_line(exported, tmp_path, capsys, option
     assert_one_line_error(*run_tool(load_tool("predict"), argv, capsys), fragment)
 
 
+def test_predict_given_only_a_fifo_or_a_folder_of_one_says_why_in_one_line(exported, tmp_path, capsys):
+    """The reasons used to come as warnings before the error: three lines for one mistake."""
+    predict = load_tool("predict")
+    os.mkfifo(tmp_path / "pipe.png")
+    assert_one_line_error(*run_tool(predict, ["--inference-model", str(exported), str(tmp_path / "pipe.png")], capsys),
+                          f"no images found in {tmp_path / 'pipe.png'}: {tmp_path / 'pipe.png'}: not a regular file "
+                          f"(a FIFO)")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "folder" / "pipe.png")
+    code, lines = run_tool(predict, ["--inference-model", str(exported), str(tmp_path / "folder")], capsys)
+    assert_one_line_error(code, lines, "folder/pipe.png: not a regular file (a FIFO)",
+                          f"folder {tmp_path / 'folder'}: no image file (.jpg")
+
+
 # ---- numerical faults and memory -----------------------------------------------------------
 
 def poison_images(trainer, from_call, to_call=None):

@@ -107,7 +107,7 @@ def list_images(inputs):
     files and folders left out, sorted. A path that does not exist, or nothing found at all, is
     a DataError.
     """
-    paths, seen = [], set()
+    paths, seen, unused = [], set(), []  # unused: why a given path adds no image
 
     def add(path):
         key = os.path.abspath(path)
@@ -120,18 +120,21 @@ def list_images(inputs):
         if os.path.isfile(given):
             add(given)
         elif os.path.isdir(given):
-            found, _ = find_image_files(given)  # special files and link loops skipped with a warning
+            found, _ = find_image_files(given, skipped=unused)  # special files, link loops: reported below
             if not found:
-                logger.warning("folder %s holds no images (%s)", given, ", ".join(IMAGE_EXTENSIONS))
+                unused.append(f"folder {given}: no image file ({', '.join(IMAGE_EXTENSIONS)})")
             for path in sorted(found):
                 add(path)
         elif os.path.exists(given):  # a FIFO, a device: opening it could wait forever
-            logger.warning("skipping %s: not a regular file (%s)", given, kind_of_special_file(given))
+            unused.append(f"{given}: not a regular file ({kind_of_special_file(given)})")
         else:
             raise DataError(f"image or folder {given} does not exist")
-    if not paths:
-        raise DataError(f"no images found in {', '.join(map(str, inputs))} "
+    if not paths:  # the reasons belong in the one error line, not in warnings before it
+        raise DataError(f"no images found in {', '.join(map(str, inputs))}: {'; '.join(unused)}" if unused else
+                        f"no images found in {', '.join(map(str, inputs))} "
                         f"(looked for files ending in {', '.join(IMAGE_EXTENSIONS)})")
+    for reason in unused:
+        logger.warning("skipping %s", reason)
     return paths
 
 
