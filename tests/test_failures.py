@@ -694,6 +694,27 @@ def test_predict_given_only_a_fifo_or_a_folder_of_one_says_why_in_one_line(expor
                           f"folder {tmp_path / 'folder'}: no image file (.jpg")
 
 
+@pytest.mark.parametrize("option, fragment", [
+    (["--fractions", "0.01"], "--fractions 0.01 keeps 10 training images, fewer than one batch of 32; the smallest "
+                              "fraction that keeps a batch is 0.024"),  # was "lower train.batch_size", no such option
+    (["--seeds", "-1"], "every --seeds value must be in [0, 2**32 - 1]"),  # was Paddle's "Invoked with: <Generator"
+    (["--fractions", "nan"], "every --fractions value must be in (0, 1], got nan"),
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+])
+def test_data_size_experiment_options_are_one_line_before_any_run(tmp_path, capsys, option, fragment):
+    argv = ["--out", str(tmp_path / "figures"), *option]
+    assert_one_line_error(*run_tool(load_tool("data_size_experiment"), argv, capsys), fragment)
+    assert not (tmp_path / "figures").exists()
+
+
+@pytest.mark.parametrize("override", ["train.seed=-1", "train.seed=4294967296", "data.split_seed=-1"])
+def test_a_seed_out_of_numpys_range_is_a_config_error(tmp_path, capsys, override):
+    output = tmp_path / "out"
+    argv = ["-c", write_config(tmp_path), "-o", override, "-o", f"train.output_dir={output}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), f"{override.split('=')[0]} must be in [0, 2**32 - 1]")
+    assert not output.exists()
+
+
 # ---- numerical faults and memory -----------------------------------------------------------
 
 def poison_images(trainer, from_call, to_call=None):
