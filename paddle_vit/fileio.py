@@ -2,6 +2,7 @@
 command makes: checked before any work, and gone again when the command fails."""
 import contextlib
 import os
+import stat
 import tempfile
 
 from .errors import ConfigError
@@ -40,6 +41,19 @@ def atomic_write(path, write):
         pass
 
 
+def kind_of_special_file(path):
+    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
 def writable_folder(path, what):
     """`path` as a folder this process can write in, created when missing; checked before any
     work is done, so that a mistake costs no computation. `what` names the option in the error
@@ -47,7 +61,8 @@ def writable_folder(path, what):
 
     path = os.path.expanduser(os.fspath(path))
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{what} {path} is a file; expected a folder")
+        raise ConfigError(f"{what} {path} is {'a file' if os.path.isfile(path) else kind_of_special_file(path)}; "
+                          f"expected a folder")
     try:
         os.makedirs(path, exist_ok=True)
         descriptor, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
@@ -67,8 +82,9 @@ def writable_file(path, what, extensions):
     extension = os.path.splitext(path)[1].lower()
     if extension not in extensions:
         raise ConfigError(f"{what} {path} must end in {' or '.join(extensions)}, not {extension or 'no extension'}")
-    if os.path.isdir(path):
-        raise ConfigError(f"{what} {path} is a folder; expected a file name ending in {' or '.join(extensions)}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would be replaced, a folder cannot be
+        kind = "a folder" if os.path.isdir(path) else kind_of_special_file(path)
+        raise ConfigError(f"{what} {path} is {kind}; expected a file name ending in {' or '.join(extensions)}")
     writable_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
     return path
 

@@ -601,6 +601,44 @@ def test_an_interrupted_data_size_experiment_leaves_no_out_folder(tmp_path, caps
     assert not (tmp_path / "new").exists()
 
 
+def test_convert_checks_out_first_and_leaves_no_folder_when_the_checkpoint_fails(trained, tmp_path, capsys):
+    _, checkpoints = trained
+    convert = load_tool("convert_weights")
+    model = ["--model", "vit_walkthrough", "-o", "image_size=14", "-o", "embed_dim=16", "-o", "depth=2",
+             "-o", "num_heads=2", "-o", "num_classes=4"]
+    out = tmp_path / "new" / "vit.safetensors"
+    code, lines = run_tool(convert, ["--weights", str(tmp_path / "none.npz"), *model, "--out", str(out)], capsys)
+    assert_one_line_error(code, lines, "none.npz does not exist")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "taken.safetensors").mkdir()
+    argv = ["--weights", str(checkpoints / "last.pdparams"), *model, "--out", str(tmp_path / "taken.safetensors")]
+    assert_one_line_error(*run_tool(convert, argv, capsys), "--out", "taken.safetensors is a folder; expected a file "
+                                                                     "name ending in .safetensors or .pdparams")
+    assert "loaded" not in capsys.readouterr().out  # said before the checkpoint was read
+
+
+def test_a_fifo_where_a_file_or_folder_is_meant_is_named_and_never_waited_on(trained, exported, tmp_path, capsys):
+    """export --labels FIFO waited forever for a writer; the others called a FIFO 'a file'."""
+    config, checkpoints = trained
+    weights = str(checkpoints / "last.pdparams")
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    for tool, argv, fragment in [
+        ("export", ["-c", config, "--weights", weights, "--out", str(tmp_path / "e"), "--labels", str(fifo)],
+         f"labels file {fifo} is a FIFO; expected a text file, one class name per line"),
+        ("predict", ["--inference-model", str(exported), str(image), "--labels", str(fifo)], "is a FIFO"),
+        ("export", ["-c", config, "--weights", weights, "--out", str(fifo)], f"--out {fifo} is a FIFO; expected a folder"),
+        ("visualize", ["-c", config, "--weights", weights, "--image", str(image), "--out", str(fifo)],
+         f"--out {fifo} is a FIFO; expected a folder"),
+        ("eval", ["-c", config, "--weights", weights, "--confusion-matrix", str(fifo)],
+         f"--confusion-matrix {fifo} is a FIFO; expected a file name ending in .png"),
+    ]:
+        assert_one_line_error(*run_tool(load_tool(tool), argv, capsys), fragment)
+    assert not (tmp_path / "e").exists() and fifo.is_fifo()
+
+
 def test_a_failed_command_keeps_what_it_wrote_into_a_folder_it_made(tmp_path):
     from paddle_vit.fileio import provisional_folders
 

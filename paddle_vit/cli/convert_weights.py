@@ -86,13 +86,15 @@ def model_request(args):
 
 def convert(argv):
     args = build_parser().parse_args(argv)
-    from .. import create_model
+    from .. import create_model, fileio
     from ..models import ViTConfig
     from ..weights import save_weights
 
     name, source, overrides, resample = model_request(args)
-    model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
-    save_weights(model, args.out)
+    # --out is checked before the checkpoint is read; a folder made for it goes when the conversion fails
+    with fileio.output_file(args.out, "--out", (".safetensors", ".pdparams")):
+        model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
+        save_weights(model, args.out)
     print(model.load_report)
     print(f"wrote {args.out}")
     defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}

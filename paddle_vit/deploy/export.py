@@ -172,7 +172,8 @@ def _prepare(out_dir):
     replaced as a whole, never mixed with others). An OS error is an ExportError."""
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
-            raise ExportError(f"--out {out_dir} is a file; expected a folder for the export")
+            kind = "a file" if os.path.isfile(out_dir) else fileio.kind_of_special_file(out_dir)
+            raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
         if os.listdir(out_dir) and not _is_export(out_dir):
             raise ExportError(f"--out {out_dir} holds files that are not an export; give a new or empty folder, "
                               f"or an earlier export to replace")

@@ -20,9 +20,10 @@ import numpy as np
 
 from ..checkpoint import load_checkpoint
 from ..config import DataConfig, load_config
-from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files, kind_of_special_file
+from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.transforms import build_transforms
 from ..errors import ConfigError, DataError, WeightsError
+from ..fileio import kind_of_special_file
 from ..hub import model_for_evaluation
 from ..variants import use_cpu_fast_paths
 
@@ -211,6 +212,9 @@ def format_json(path, predictions):
 
 def read_labels(path):
     """Class names from a text file, one per line (blank lines at the end ignored)."""
+    if os.path.exists(path) and not os.path.isfile(path):  # reading a FIFO would wait for a writer forever
+        kind = "a folder" if os.path.isdir(path) else kind_of_special_file(path)
+        raise ConfigError(f"labels file {path} is {kind}; expected a text file, one class name per line")
     try:
         with open(path, encoding="utf-8") as stream:
             lines = [line.rstrip("\r\n") for line in stream]
