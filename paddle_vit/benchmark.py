@@ -98,15 +98,14 @@ class BenchmarkSettings:
                                      ("dtype", self.dtype, tuple(DTYPES)), ("device", self.device, DEVICES)):
             if value not in choices:
                 raise ConfigError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")
-        for name in ("batch_size", "iters", "rounds"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.warmup < 0 or self.num_workers < 0:
-            raise ConfigError("--warmup and --num-workers must be >= 0")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"--threads must be at least 1, got {self.threads}")
-        if self.peak_tflops is not None and self.peak_tflops <= 0:
-            raise ConfigError(f"--peak-tflops must be > 0, got {self.peak_tflops}")
+        for name, least in (("batch_size", 1), ("iters", 1), ("rounds", 1), ("warmup", 0), ("num_workers", 0)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(self, name)}")
+        runtime.check_thread_count(self.threads, "--threads")
+        # nan fails every comparison and inf gives an MFU of 0: a peak must be a finite number > 0
+        if self.peak_tflops is not None and not 0 < self.peak_tflops < float("inf"):
+            raise ConfigError(f"--peak-tflops must be a finite number > 0 (the device's peak TFLOP/s for --dtype), "
+                              f"got {self.peak_tflops}")
         if self.device == "cpu" and self.dtype == "fp16" and self.mode != "data":
             raise ConfigError("--dtype fp16 needs --device gpu: Paddle's CPU kernels have no fp16 convolution or "
                               "matrix product; on CPU use --dtype fp32, or bf16 with --engine predictor")

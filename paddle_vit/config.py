@@ -449,6 +449,11 @@ def _fraction(key, value, closed=False):
         raise ConfigError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value!r}")
 
 
+def _seed(key, value):
+    if not 0 <= value < 2 ** 32:  # numpy's and Paddle's seeds, and the data's keyed generators
+        raise ConfigError(f"{key} must be in [0, 2**32 - 1], got {value!r}")
+
+
 def validate(config):
     """Check value ranges and that the model can be built; raise ConfigError naming the key."""
 
@@ -467,6 +472,7 @@ def validate(config):
     if data.dataset == "imagefolder" and not data.root:
         raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
     _fraction("data.val_fraction", data.val_fraction)
+    _seed("data.split_seed", data.split_seed)
     if not 0.0 < data.train_fraction <= 1.0:
         raise ConfigError(f"data.train_fraction must be in (0, 1], got {data.train_fraction!r}")
     if data.dataset == "digits":
@@ -514,6 +520,7 @@ def validate(config):
 
     train = config.train
     _at_least("train.epochs", train.epochs, 1)
+    _seed("train.seed", train.seed)
     _at_least("train.batch_size", train.batch_size, 1)
     _at_least("train.accumulate_steps", train.accumulate_steps, 1)
     _fraction("train.label_smoothing", train.label_smoothing)

@@ -33,6 +33,7 @@ FAMILIES = {
                    backbone_layers=[1], pool="mean", position_embedding="none"),
 }
 IMAGE_SIZE = 16  # the 8 x 8 digits, resized
+BATCH_SIZE = 32  # every run's, whatever its fraction: the smallest fraction must keep a batch
 RECIPE = {
     "optimizer": {"lr": 0.003, "weight_decay": 0.05},
     "data": {"dataset": "digits", "train_crop": "resize", "hflip": 0.0},
@@ -41,7 +42,7 @@ RECIPE = {
 }
 
 
-def experiment_config(family, fraction, seed, output_dir, steps=150, batch_size=32, train_size=1438):
+def experiment_config(family, fraction, seed, output_dir, steps=150, batch_size=BATCH_SIZE, train_size=1438):
     """The `Config` of one run: `family` (a key of FAMILIES) on `fraction` of the training split
     (`train_size` images in full), `steps` optimizer steps of `batch_size`, warm-up a tenth."""
     images = max(1, round(train_size * fraction))
@@ -51,6 +52,24 @@ def experiment_config(family, fraction, seed, output_dir, steps=150, batch_size=
     train = dict(RECIPE["train"], epochs=epochs, batch_size=batch_size, seed=seed, output_dir=output_dir)
     return load_config(data={"model": model, "data": data, "optimizer": RECIPE["optimizer"],
                              "schedule": {"warmup_epochs": 0.1 * epochs}, "train": train, "eval": RECIPE["eval"]})
+
+
+def training_images(fractions, batch_size=BATCH_SIZE):
+    """{fraction: images of the digits training split it keeps} for the experiment's runs (at
+    least one image of each class, as `data.train_fraction` keeps), and the smallest fraction,
+    in thousandths, that keeps a whole batch of `batch_size`."""
+    from .data.datasets import digits_sources, stratified_subset
+
+    data = experiment_config("ViT", 1.0, 0, "unused").data
+    labels = digits_sources(data.val_fraction, data.split_seed)[0].labels
+
+    def kept(fraction):  # the same count for every seed: only which images are kept differs
+        return len(stratified_subset(labels, fraction, data.split_seed, 0))
+
+    smallest = math.floor(1000 * batch_size / len(labels)) / 1000
+    while kept(smallest) < batch_size:
+        smallest += 0.001
+    return {fraction: kept(fraction) for fraction in fractions}, round(smallest, 3)
 
 
 def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None):
@@ -71,7 +90,7 @@ def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=Non
 
 
 def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0, 1, 2), families=tuple(FAMILIES),
-                             steps=150, batch_size=32, workers=None, progress=None):
+                             steps=150, batch_size=BATCH_SIZE, workers=None, progress=None):
     """Train every family on every fraction with every seed; returns {"accuracy": {family:
     [[val top-1 per seed] per fraction]}, "train_images": [per fraction], "parameters": {family:
     count}, ...}. The runs are independent: `workers` processes (default: one per core, at most

@@ -1,5 +1,8 @@
-"""Atomic file writes: a reader (or a killed writer) never sees half a file."""
+"""Atomic file writes: a reader (or a killed writer) never sees half a file. Output folders a
+command makes: checked before any work, and gone again when the command fails."""
+import contextlib
 import os
+import stat
 import tempfile
 
 from .errors import ConfigError
@@ -38,6 +41,19 @@ def atomic_write(path, write):
         pass
 
 
+def kind_of_special_file(path):
+    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
 def writable_folder(path, what):
     """`path` as a folder this process can write in, created when missing; checked before any
     work is done, so that a mistake costs no computation. `what` names the option in the error
@@ -45,7 +61,8 @@ def writable_folder(path, what):
 
     path = os.path.expanduser(os.fspath(path))
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"{what} {path} is a file; expected a folder")
+        raise ConfigError(f"{what} {path} is {'a file' if os.path.isfile(path) else kind_of_special_file(path)}; "
+                          f"expected a folder")
     try:
         os.makedirs(path, exist_ok=True)
         descriptor, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
@@ -65,7 +82,58 @@ def writable_file(path, what, extensions):
     extension = os.path.splitext(path)[1].lower()
     if extension not in extensions:
         raise ConfigError(f"{what} {path} must end in {' or '.join(extensions)}, not {extension or 'no extension'}")
-    if os.path.isdir(path):
-        raise ConfigError(f"{what} {path} is a folder; expected a file name ending in {' or '.join(extensions)}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would be replaced, a folder cannot be
+        kind = "a folder" if os.path.isdir(path) else kind_of_special_file(path)
+        raise ConfigError(f"{what} {path} is {kind}; expected a file name ending in {' or '.join(extensions)}")
     writable_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
     return path
+
+
+def _missing_folders(path):
+    """The folders of `path` that do not exist yet, deepest first ([] when `path` exists)."""
+    missing, folder = [], os.path.abspath(path)
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
+@contextlib.contextmanager
+def provisional_folders(path):
+    """Run the block with `path`'s folders made as it needs them; when it raises (a refusal, an
+    error, Ctrl-C), remove again the folders of `path` that were missing before it began and are
+    still empty, so that a failed command leaves no new folder behind. Nothing written is
+    removed: a folder holding a file stays."""
+    missing = _missing_folders(path)
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                os.rmdir(folder)
+            except FileNotFoundError:  # never made (the block failed before): its parents may be
+                continue
+            except OSError:  # something was written there: it stays, and so do the folders above
+                break
+        raise
+
+
+@contextlib.contextmanager
+def output_folder(path, what):
+    """`writable_folder(path, what)` for the block, which writes into the folder: a folder it
+    made is removed again when the block fails before anything was written there."""
+    path = os.path.expanduser(os.fspath(path))
+    with provisional_folders(path):
+        yield writable_folder(path, what)
+
+
+@contextlib.contextmanager
+def output_file(path, what, extensions):
+    """`writable_file(path, what, extensions)` for the block, which writes the file: the folders
+    made for it are removed again when the block fails before the file was written."""
+    path = os.path.expanduser(os.fspath(path))
+    with provisional_folders(os.path.dirname(os.path.abspath(path))):
+        yield writable_file(path, what, extensions)

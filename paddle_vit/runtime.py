@@ -71,6 +71,8 @@ import os
 import re
 import sys
 
+from .errors import ConfigError
+
 MKL_CPU_TYPE_VARIABLE = "MKL_DEBUG_CPU_TYPE"
 MKL_AVX2 = "5"
 OPT_OUT_VARIABLE = "PADDLE_VIT_MKL_AVX2"
@@ -166,6 +168,16 @@ def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo", malloc=True):
         applied["mallopt"] = {"M_MMAP_THRESHOLD": MMAP_THRESHOLD_BYTES, "M_TRIM_THRESHOLD": TRIM_THRESHOLD_BYTES}
     APPLIED.update(applied)
     return applied
+
+
+def check_thread_count(threads, option):
+    """`threads` (None: the default, all cores) as a thread count for the CPU math library, or a
+    ConfigError naming `option`: from 1 to the CPUs of this machine. More threads than CPUs only
+    wait for one another, and tens of thousands abort Paddle's thread pool."""
+    cpus = os.cpu_count() or 1
+    if threads is not None and not 1 <= threads <= cpus:
+        raise ConfigError(f"{option} must be from 1 to {cpus} (the CPUs of this machine), got {threads}")
+    return threads
 
 
 def active_allocator(maps_path="/proc/self/maps"):

@@ -138,6 +138,28 @@ def test_split_with_no_images(tmp_path, capsys):
     assert_one_line_error(*run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root)], capsys), "val")
 
 
+@pytest.mark.parametrize("fraction, fragments", [
+    # digits class sizes are 174..183: round(n * 0.999) = n takes every image of every class to val
+    ("0.999", ["leaves no image for training", "1797 digits would split 0 train / 1797 val",
+               "lower data.val_fraction (0.2 gives 1438 train / 359 val)"]),
+    # round(183 * 0.002) = 0: no class gives val an image
+    ("0.002", ["leaves no image for validation", "1797 train / 0 val", "raise data.val_fraction"]),
+])
+def test_a_val_fraction_that_empties_a_digits_split_names_the_key_and_sizes(tmp_path, capsys, fraction, fragments):
+    output = tmp_path / "out"
+    argv = ["-c", os.path.join(REPO, "configs", "vit_walkthrough_digits_28.yaml"), "-o", f"data.val_fraction={fraction}",
+            "-o", f"train.output_dir={output}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), f"data.val_fraction {fraction} ", *fragments)
+    assert not output.exists()  # refused before the run folder is made
+
+
+def test_an_empty_digits_val_split_is_refused_by_eval_too(trained, capsys):
+    config, checkpoints = trained
+    argv = ["-c", config, "--weights", str(checkpoints / "last.pdparams"), "-o", "data.dataset=digits",
+            "-o", "data.val_fraction=0.002"]
+    assert_one_line_error(*run_tool(EVAL, argv, capsys), "data.val_fraction 0.002 leaves no image for validation")
+
+
 def test_val_classes_differ_from_train(tmp_path, capsys):
     root = image_folder(tmp_path / "images")
     (root / "val" / "dog").rename(root / "val" / "wolf")
@@ -308,6 +330,43 @@ def test_eval_confusion_matrix_into_a_missing_folder_and_by_config(trained, tmp_
     assert run(EVAL.main, ["-c", config, "--weights", str(checkpoints / "best.pdparams"),
                            "-o", "eval.confusion_matrix=true"]) == 0
     assert (checkpoints.parent / "confusion_matrix_best.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("extension", ["npz", "safetensors", "pdparams"])
+@pytest.mark.parametrize("damage, fragment", [
+    (lambda array: (array * 100).astype(np.int64), "is int64 (and 31 more tensors like it); expected floating-point"),
+    (lambda array: np.where(np.arange(array.size).reshape(array.shape) < 2, np.nan, array).astype(np.float32),
+     "holds 2 NaN of its"),
+], ids=["integers", "nan"])
+def test_eval_refuses_integer_or_nan_weights_in_every_format(trained, tmp_path, capsys, extension, damage, fragment):
+    """Integer weights used to evaluate at chance, and NaN ones failed as 'not set by set_state_dict'."""
+    from safetensors.numpy import save_file
+
+    config, checkpoints = trained
+    state = {name: damage(tensor.numpy()) for name, tensor in paddle.load(str(checkpoints / "last.pdparams")).items()}
+    path = tmp_path / f"weights.{extension}"
+    {"npz": lambda: np.savez(path, **state), "safetensors": lambda: save_file(state, str(path)),
+     "pdparams": lambda: paddle.save({name: paddle.to_tensor(array) for name, array in state.items()}, str(path))
+     }[extension]()
+    figure = tmp_path / "figures" / "cm.png"
+    code, lines = run_tool(EVAL, ["-c", config, "--weights", str(path), "--confusion-matrix", str(figure)], capsys)
+    assert_one_line_error(code, lines, f"{path}: tensor ", fragment)
+    assert not figure.parent.exists()
+
+
+def test_convert_refuses_a_jax_npz_of_integers_and_writes_nothing(tmp_path, capsys):
+    from repo_paths import REPO as repo
+
+    fixture = np.load(os.path.join(repo, "tests", "fixtures", "timm_vit_cls.npz"))
+    integers = tmp_path / "jax_int64.npz"
+    np.savez(integers, **{name: np.round(fixture[name] * 10).astype(np.int64) for name in fixture.files})
+    out = tmp_path / "converted" / "vit.safetensors"
+    argv = ["--weights", str(integers), "--model", "vit_tiny_patch16_224", "-o", "image_size=32", "-o", "patch_size=8",
+            "-o", "embed_dim=32", "-o", "depth=2", "-o", "num_heads=4", "--out", str(out)]
+    code, lines = run_tool(load_tool("convert_weights"), argv, capsys)
+    assert_one_line_error(code, lines, f"{integers}: tensor cls (the model's patch_embed.class_token) is int64",
+                          "(and 31 more tensors like it); expected floating-point")
+    assert not out.parent.exists()
 
 
 def test_eval_pointed_at_optimizer_state(trained, tmp_path, capsys):
@@ -493,6 +552,205 @@ def test_unwritable_output_folder(tmp_path, capsys):
     blocker.write_text("not a folder")
     argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={blocker / 'run'}"]
     assert_one_line_error(*run_tool(TRAIN, argv, capsys), "is not writable")
+
+
+# ---- output folders: a command that fails leaves none it made ------------------------------
+
+def test_visualize_refused_weights_leave_no_out_folder(trained, tmp_path, capsys):
+    config, _ = trained
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    (tmp_path / "weights").mkdir()  # a folder where a weights file is meant
+    out = tmp_path / "new" / "figures"
+    argv = ["-c", config, "--weights", str(tmp_path / "weights"), "--image", str(image), "--out", str(out)]
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), f"{tmp_path / 'weights'} is a directory without",
+                          "expected a weights file")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()  # a folder the user made is theirs: it stays, empty as it was
+    argv[-1] = str(tmp_path / "kept")
+    assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), "is a directory without")
+    assert os.listdir(tmp_path / "kept") == []
+
+
+def test_export_refused_weights_or_a_failed_write_leave_no_out_folder(trained, tmp_path, capsys, monkeypatch):
+    from paddle_vit.deploy import export as export_module
+
+    config, checkpoints = trained
+    export_tool, out = load_tool("export"), tmp_path / "new" / "exported"
+    argv = ["-c", config, "--weights", str(tmp_path / "none.pdparams"), "--out", str(out)]
+    assert_one_line_error(*run_tool(export_tool, argv, capsys), "none.pdparams does not exist")
+    assert not (tmp_path / "new").exists()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(export_module, "save_weights", disk_full)  # after the traced model was written
+    argv[3] = str(checkpoints / "last.pdparams")
+    assert_one_line_error(*run_tool(export_tool, argv, capsys), f"cannot write the export to {out}",
+                          "No space left on device")
+    assert not (tmp_path / "new").exists()  # nor the staging folder inside it
+
+
+def test_an_interrupted_data_size_experiment_leaves_no_out_folder(tmp_path, capsys, monkeypatch):
+    import paddle_vit.experiments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(paddle_vit.experiments, "run_data_size_experiment", interrupted)
+    code = run(load_tool("data_size_experiment").main, ["--out", str(tmp_path / "new" / "figures")])
+    assert code == 130 and capsys.readouterr().err.strip() == "error: interrupted"
+    assert not (tmp_path / "new").exists()
+
+
+def test_convert_checks_out_first_and_leaves_no_folder_when_the_checkpoint_fails(trained, tmp_path, capsys):
+    _, checkpoints = trained
+    convert = load_tool("convert_weights")
+    model = ["--model", "vit_walkthrough", "-o", "image_size=14", "-o", "embed_dim=16", "-o", "depth=2",
+             "-o", "num_heads=2", "-o", "num_classes=4"]
+    out = tmp_path / "new" / "vit.safetensors"
+    code, lines = run_tool(convert, ["--weights", str(tmp_path / "none.npz"), *model, "--out", str(out)], capsys)
+    assert_one_line_error(code, lines, "none.npz does not exist")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "taken.safetensors").mkdir()
+    argv = ["--weights", str(checkpoints / "last.pdparams"), *model, "--out", str(tmp_path / "taken.safetensors")]
+    assert_one_line_error(*run_tool(convert, argv, capsys), "--out", "taken.safetensors is a folder; expected a file "
+                                                                     "name ending in .safetensors or .pdparams")
+    assert "loaded" not in capsys.readouterr().out  # said before the checkpoint was read
+
+
+def test_a_fifo_where_a_file_or_folder_is_meant_is_named_and_never_waited_on(trained, exported, tmp_path, capsys):
+    """export --labels FIFO waited forever for a writer; the others called a FIFO 'a file'."""
+    config, checkpoints = trained
+    weights = str(checkpoints / "last.pdparams")
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    for tool, argv, fragment in [
+        ("export", ["-c", config, "--weights", weights, "--out", str(tmp_path / "e"), "--labels", str(fifo)],
+         f"labels file {fifo} is a FIFO; expected a text file, one class name per line"),
+        ("predict", ["--inference-model", str(exported), str(image), "--labels", str(fifo)], "is a FIFO"),
+        ("export", ["-c", config, "--weights", weights, "--out", str(fifo)], f"--out {fifo} is a FIFO; expected a folder"),
+        ("visualize", ["-c", config, "--weights", weights, "--image", str(image), "--out", str(fifo)],
+         f"--out {fifo} is a FIFO; expected a folder"),
+        ("eval", ["-c", config, "--weights", weights, "--confusion-matrix", str(fifo)],
+         f"--confusion-matrix {fifo} is a FIFO; expected a file name ending in .png"),
+    ]:
+        assert_one_line_error(*run_tool(load_tool(tool), argv, capsys), fragment)
+    assert not (tmp_path / "e").exists() and fifo.is_fifo()
+
+
+def test_a_failed_command_keeps_what_it_wrote_into_a_folder_it_made(tmp_path):
+    from paddle_vit.fileio import provisional_folders
+
+    with pytest.raises(OSError), provisional_folders(tmp_path / "a" / "b" / "c"):
+        os.makedirs(tmp_path / "a" / "b" / "c")
+        (tmp_path / "a" / "b" / "numbers.json").write_text("{}")  # written before the failure: kept
+        raise OSError(errno.ENOSPC, "disk full")
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["numbers.json"]
+    with pytest.raises(OSError), provisional_folders(tmp_path / "x" / "y"):
+        os.makedirs(tmp_path / "x")  # the block failed before it made y: x goes all the same
+        raise OSError(errno.ENOSPC, "disk full")
+    assert not (tmp_path / "x").exists()
+
+
+# ---- numeric options: nan, inf, 0, negative ------------------------------------------------
+
+TINY_BENCHMARK = ["vit_tiny_patch16_224", "-o", "model.image_size=32", "-o", "model.patch_size=16", "-o",
+                  "model.depth=1", "--batch-size", "2", "--warmup", "0", "--iters", "1", "--rounds", "1"]
+
+
+@pytest.mark.parametrize("option, fragment", [
+    # nan passed "<= 0" and printed "MFU nan%"; inf (and 1e400, read as inf) printed an MFU of 0
+    (["--peak-tflops", "nan"], "--peak-tflops must be a finite number > 0 (the device's peak TFLOP/s for --dtype), "
+                               "got nan"),
+    (["--peak-tflops", "inf"], "--peak-tflops must be a finite number > 0"),
+    (["--peak-tflops", "1e400"], "--peak-tflops must be a finite number > 0"),
+    (["--peak-tflops", "0"], "got 0.0"), (["--peak-tflops=-1"], "got -1.0"),
+    (["--threads", "0"], f"--threads must be from 1 to {os.cpu_count()} (the CPUs of this machine), got 0"),
+    (["--threads", "100000"], "got 100000"),  # Paddle's thread pool aborted with a C++ stack
+    (["--batch-size", "-1"], "--batch-size must be at least 1, got -1"), (["--iters", "0"], "--iters must be at least 1"),
+    (["--rounds", "0"], "--rounds must be at least 1"), (["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    (["--num-workers", "-1"], "--num-workers must be at least 0, got -1"),
+    (["--mode", "gemm", "--iters", "0"], "--iters must be at least 1"),  # gemm used max(iters, 1) silently
+    (["--mode", "gemm", "--peak-tflops", "nan"], "--peak-tflops must be a finite number"),
+    (["--batch-size", "two"], "argument --batch-size: invalid int value: 'two'; see --help"),
+    (["--warmpu", "1"], "unrecognized arguments: --warmpu 1; see --help"),
+])
+def test_benchmark_numeric_options_are_one_line_before_any_work(capsys, option, fragment):
+    code, lines = run_tool(load_tool("benchmark"), [*TINY_BENCHMARK, *option], capsys)
+    assert_one_line_error(code, lines, fragment)
+    assert "images/s" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--gpus", "0"], "argument --gpus: expected an integer > 0, got '0'"),
+    (["--mfu", "nan"], "argument --mfu: expected a finite number > 0, got 'nan'"),
+    (["--peak-tflops", "inf"], "argument --peak-tflops: expected a finite number > 0, got 'inf'"),
+    (["--memory-gib=-1"], "argument --memory-gib: expected a finite number > 0, got '-1'"),
+    (["--micro-batch", "0"], "argument --micro-batch: expected an integer > 0"),
+    (["--mfu", "2"], "--mfu is a fraction of the peak, in (0, 1]"),
+    # two images cannot be shared out over three GPUs: the table would be silently wrong
+    (["--gpus", "3", "--global-batch", "2"], "--global-batch 2 is smaller than --gpus 3"),
+])
+def test_scaling_estimate_numeric_options_are_one_line(capsys, option, fragment):
+    assert_one_line_error(*run_tool(load_tool("scaling_estimate"), ["vit_base_patch16_224", *option], capsys), fragment)
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    config, checkpoints = trained
+    folder = tmp_path_factory.mktemp("exported") / "model"
+    assert run(load_tool("export").main, ["-c", config, "--weights", str(checkpoints / "last.pdparams"),
+                                          "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--topk", "0"], "--topk must be >= 1, got 0"), (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+    (["--topk", "nan"], "argument --topk: invalid int value: 'nan'"),
+    (["--cpu-threads", "0"], "cpu_threads (--cpu-threads) must be from 1 to"),
+    (["--cpu-threads", "100000"], "(the CPUs of this machine), got 100000"),
+])
+def test_predict_numeric_options_are_one_line(exported, tmp_path, capsys, option, fragment):
+    image = tmp_path / "image.png"
+    Image.new("RGB", (14, 14), (0, 128, 255)).save(image)
+    argv = ["--inference-model", str(exported), str(image), *option]
+    assert_one_line_error(*run_tool(load_tool("predict"), argv, capsys), fragment)
+
+
+def test_predict_given_only_a_fifo_or_a_folder_of_one_says_why_in_one_line(exported, tmp_path, capsys):
+    """The reasons used to come as warnings before the error: three lines for one mistake."""
+    predict = load_tool("predict")
+    os.mkfifo(tmp_path / "pipe.png")
+    assert_one_line_error(*run_tool(predict, ["--inference-model", str(exported), str(tmp_path / "pipe.png")], capsys),
+                          f"no images found in {tmp_path / 'pipe.png'}: {tmp_path / 'pipe.png'}: not a regular file "
+                          f"(a FIFO)")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "folder" / "pipe.png")
+    code, lines = run_tool(predict, ["--inference-model", str(exported), str(tmp_path / "folder")], capsys)
+    assert_one_line_error(code, lines, "folder/pipe.png: not a regular file (a FIFO)",
+                          f"folder {tmp_path / 'folder'}: no image file (.jpg")
+
+
+@pytest.mark.parametrize("option, fragment", [
+    (["--fractions", "0.01"], "--fractions 0.01 keeps 10 training images, fewer than one batch of 32; the smallest "
+                              "fraction that keeps a batch is 0.024"),  # was "lower train.batch_size", no such option
+    (["--seeds", "-1"], "every --seeds value must be in [0, 2**32 - 1]"),  # was Paddle's "Invoked with: <Generator"
+    (["--fractions", "nan"], "every --fractions value must be in (0, 1], got nan"),
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+])
+def test_data_size_experiment_options_are_one_line_before_any_run(tmp_path, capsys, option, fragment):
+    argv = ["--out", str(tmp_path / "figures"), *option]
+    assert_one_line_error(*run_tool(load_tool("data_size_experiment"), argv, capsys), fragment)
+    assert not (tmp_path / "figures").exists()
+
+
+@pytest.mark.parametrize("override", ["train.seed=-1", "train.seed=4294967296", "data.split_seed=-1"])
+def test_a_seed_out_of_numpys_range_is_a_config_error(tmp_path, capsys, override):
+    output = tmp_path / "out"
+    argv = ["-c", write_config(tmp_path), "-o", override, "-o", f"train.output_dir={output}"]
+    assert_one_line_error(*run_tool(TRAIN, argv, capsys), f"{override.split('=')[0]} must be in [0, 2**32 - 1]")
+    assert not output.exists()
 
 
 # ---- numerical faults and memory -----------------------------------------------------------

@@ -376,6 +376,95 @@ def test_pth_loads_when_torch_is_importable(tmp_path):
     assert_matches_timm(model, "timm_vit_cls")
 
 
+# ---- values that are no weights ------------------------------------------------------------------
+
+def rewritten(tmp_path, extension, damage):
+    """The timm_vit_cls weights written again as a .npz (JAX layout), a .safetensors (timm's) or
+    a .pdparams (this project's), each array passed through `damage(name, array)`."""
+    path = tmp_path / f"damaged.{extension}"
+    if extension == "npz":
+        np.savez(path, **{name: damage(name, array) for name, array in np.load(fixture("timm_vit_cls.npz")).items()})
+    elif extension == "safetensors":
+        from safetensors.numpy import save_file
+        save_file({name: damage(name, array) for name, array in load_file(fixture("timm_vit_cls.safetensors")).items()},
+                  str(path))
+    else:
+        model = build("timm_vit_cls")
+        load_as_timm(model, fixture("timm_vit_cls.safetensors"))
+        paddle.save({name: paddle.to_tensor(damage(name, tensor.numpy())) for name, tensor in model.state_dict().items()},
+                    str(path))
+    return str(path)
+
+
+def a_weight(extension):
+    """A tensor of the timm_vit_cls weights in each file's own names, and how the message names it."""
+    return {"npz": ("Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel",
+                    "tensor Transformer/encoderblock_1/MlpBlock_3/Dense_0/kernel (the model's "
+                    "encoder.layers.1.mlp.fc1.weight)"),
+            "safetensors": ("blocks.1.mlp.fc1.weight", "tensor blocks.1.mlp.fc1.weight (the model's "
+                                                        "encoder.layers.1.mlp.fc1.weight)"),
+            "pdparams": ("encoder.layers.1.mlp.fc1.weight", "tensor encoder.layers.1.mlp.fc1.weight;")}[extension]
+
+
+@pytest.mark.parametrize("extension", ["npz", "safetensors", "pdparams"])
+def test_integer_weights_are_refused_naming_a_tensor_its_dtype_and_the_file(tmp_path, extension):
+    """An integer copy of float weights used to be cast back silently: the model then computed
+    with rounded weights (here all of them 0 or +-1) and classified at chance."""
+    name, named = a_weight(extension)
+    path = rewritten(tmp_path, extension, lambda key, array: array.astype(np.int64) if key == name else array)
+    with pytest.raises(WeightsError) as caught:
+        load_as_timm(build("timm_vit_cls"), path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {named.rstrip(';')} is int64;"), message
+    assert "expected floating-point weights" in message and "more tensor" not in message
+    (tmp_path / "all").mkdir()
+    everything = rewritten(tmp_path / "all", extension, lambda key, array: array.astype(np.int32))
+    with pytest.raises(WeightsError, match=r"is int32 \(and 31 more tensors like it\)"):  # 32 in all
+        load_as_timm(build("timm_vit_cls"), everything)
+
+
+@pytest.mark.parametrize("extension", ["npz", "safetensors", "pdparams"])
+def test_nan_and_inf_weights_are_refused_naming_the_tensor_and_how_many(tmp_path, extension):
+    name, named = a_weight(extension)
+
+    def poison(key, array):
+        if key != name:
+            return array
+        array = array.copy()
+        array.flat[:3] = np.nan
+        array.flat[10] = -np.inf
+        return array
+
+    with pytest.raises(WeightsError) as caught:
+        load_as_timm(build("timm_vit_cls"), rewritten(tmp_path, extension, poison))
+    message = str(caught.value)
+    assert f"{named.rstrip(';')} holds 3 NaN and 1 Inf of its 4096 values; expected finite weights" in message
+
+
+def test_a_float64_weight_beyond_float32_range_is_refused_not_made_inf(tmp_path):
+    def huge(key, array):
+        if key != "cls":
+            return array
+        array = array.astype(np.float64)
+        array.flat[0] = 1e300
+        return array
+
+    with pytest.raises(WeightsError, match=r"tensor cls \(the model's patch_embed.class_token\) holds 1 beyond "
+                                           r"float32's range of its 32 values"):
+        load_as_timm(build("timm_vit_cls"), rewritten(tmp_path, "npz", huge))
+
+
+def test_integer_or_nan_tensors_the_model_does_not_take_are_no_error(tmp_path):
+    """Only what is loaded is checked: a head replaced for fine-tuning may hold anything."""
+    def damaged_head(key, array):
+        return np.full(array.shape, np.nan, array.dtype) if key.startswith("head/") else array
+
+    model = build("timm_vit_cls", num_classes=3)
+    report = load_as_timm(model, rewritten(tmp_path, "npz", damaged_head))
+    assert report.reinitialized == ["head.weight", "head.bias"]
+    assert all(np.isfinite(tensor.numpy()).all() for tensor in model.state_dict().values())
+
+
 # ---- saving ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extension", ["pdparams", "safetensors"])

@@ -7,13 +7,14 @@ name: a `PaddleVitError`) one line ``error: <message>`` on stderr and exit code 
 traceback unless ``--debug`` is given, and first makes the process-wide settings
 (`paddle_vit.runtime.configure`), before Paddle is imported or computes.
 """
+import argparse
 import importlib
 import os
 import sys
 
 from .. import runtime
 from ..engine.logging_utils import attach_log_file, setup_logging  # noqa: F401  (the commands')
-from ..errors import PaddleVitError
+from ..errors import ConfigError, PaddleVitError
 
 # command -> (module, one line of help); the long-running ones restart once with a better malloc
 COMMANDS = {
@@ -28,6 +29,15 @@ COMMANDS = {
     "scaling-estimate": ("scaling_estimate", "expected multi-GPU throughput, memory and traffic"),
 }
 RELAUNCHED = ("train", "eval", "benchmark")  # runtime.py: the allocator a whole process keeps
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose mistakes (an unknown option, a value of the wrong type, a missing
+    argument) are a `ConfigError` like every other: one ``error:`` line and exit code 2 through
+    `run`, not argparse's usage block followed by its own error line."""
+
+    def error(self, message):
+        raise ConfigError(f"{message}; see --help")
 
 
 def add_common_arguments(parser):

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from . import add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, run
 from ..errors import ConfigError
 
 DEFAULT_MODEL = "vit_small_patch16_224"
@@ -33,7 +33,7 @@ TORCH_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.p
 def build_parser():
     from ..benchmark import DEVICES, DTYPES, ENGINES, MODES, REFERENCES
 
-    parser = argparse.ArgumentParser(description="Benchmark a Vision Transformer (throughput, memory, MFU).")
+    parser = ArgumentParser(description="Benchmark a Vision Transformer (throughput, memory, MFU).")
     parser.add_argument("model", nargs="?", help=f"registered model name (default: the config's, else {DEFAULT_MODEL})")
     parser.add_argument("-c", "--config", help="YAML recipe: its model and data sections are used")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -91,14 +91,16 @@ def settings_from_arguments(args):
 
 def benchmark(argv):
     args = build_parser().parse_args(argv)
-    from ..benchmark import format_gemm, format_report, gemm_limits, run_benchmark
+    from ..benchmark import BenchmarkSettings, format_gemm, format_report, gemm_limits, run_benchmark
 
     if args.mode == "gemm":  # the CPU's limits that the model paths are measured against
         if args.compare:
             raise ConfigError("--mode gemm measures Paddle's matrix product alone; it has no --compare")
-        if args.threads is not None and args.threads < 1:
-            raise ConfigError(f"--threads must be at least 1, got {args.threads}")
-        result = gemm_limits(threads=args.threads, iterations=max(args.iters, 1) * 2)
+        # its numbers are checked as every mode's are, the ones it does not use too: a typo is said
+        BenchmarkSettings(batch_size=args.batch_size, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
+                          threads=args.threads, peak_tflops=args.peak_tflops,
+                          num_workers=args.num_workers or 0).validate()
+        result = gemm_limits(threads=args.threads, iterations=args.iters * 2)
         print(json.dumps(result) if args.json else format_gemm(result))
         return 0
 

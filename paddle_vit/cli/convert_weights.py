@@ -13,13 +13,12 @@ defaults to its model.pretrained. The position embedding is resampled and the he
 re-initialised as paddle_vit.load_pretrained does; the report says what happened.
 .safetensors records the model's options in its metadata; .pdparams holds tensors only.
 """
-import argparse
 import dataclasses
 
 
 import yaml
 
-from . import add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, run
 from ..errors import ConfigError
 
 # options a .pdparams cannot record, which a later load must be told
@@ -43,7 +42,7 @@ def parse_override(text):
 def build_parser():
     from ..weights import RESAMPLE_METHODS
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", metavar="SRC", nargs="?", help="checkpoint to convert (or --weights)")
     parser.add_argument("--weights", metavar="SRC", help="checkpoint to convert: a file or a Hugging Face folder")
     parser.add_argument("--model", help="registered model name, e.g. vit_base_patch16_224")
@@ -87,13 +86,15 @@ def model_request(args):
 
 def convert(argv):
     args = build_parser().parse_args(argv)
-    from .. import create_model
+    from .. import create_model, fileio
     from ..models import ViTConfig
     from ..weights import save_weights
 
     name, source, overrides, resample = model_request(args)
-    model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
-    save_weights(model, args.out)
+    # --out is checked before the checkpoint is read; a folder made for it goes when the conversion fails
+    with fileio.output_file(args.out, "--out", (".safetensors", ".pdparams")):
+        model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
+        save_weights(model, args.out)
     print(model.load_report)
     print(f"wrote {args.out}")
     defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}

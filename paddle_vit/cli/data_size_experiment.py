@@ -6,16 +6,15 @@ the digits (paper Section 4.3, Figures 3-4; notebooks/03_data_size_and_inductive
 Writes data_size_experiment.png and data_size_experiment.json into --out and prints a table of
 validation top-1 (mean +- std over the seeds) per family and training-set size.
 """
-import argparse
 import json
 import os
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError, DataError
 
 
 def experiment(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -23,13 +22,34 @@ def experiment(argv):
     parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.steps < 1 or any(not 0 < fraction <= 1 for fraction in args.fractions):
-        raise ConfigError("--steps must be >= 1 and every --fractions value in (0, 1]")
+    if args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if any(not 0 < fraction <= 1 for fraction in args.fractions):
+        raise ConfigError(f"every --fractions value must be in (0, 1], got {' '.join(map(str, args.fractions))}")
+    if any(not 0 <= seed < 2 ** 32 for seed in args.seeds):
+        raise ConfigError(f"every --seeds value must be in [0, 2**32 - 1] (numpy's and Paddle's seeds), got "
+                          f"{' '.join(map(str, args.seeds))}")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-    from ..fileio import writable_folder
-    writable_folder(args.out, "--out")  # a file, a read-only folder: said now, not after the runs
+    from ..experiments import BATCH_SIZE, training_images
 
+    kept, smallest = training_images(args.fractions)  # a run needs a whole batch: said now, not after the others
+    few = {fraction: images for fraction, images in kept.items() if images < BATCH_SIZE}
+    if few:
+        fraction, images = next(iter(few.items()))
+        raise ConfigError(f"--fractions {fraction:g} keeps {images} training images, fewer than one batch of "
+                          f"{BATCH_SIZE}; the smallest fraction that keeps a batch is {smallest:g}")
+    from ..fileio import output_folder
+
+    # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
+    with output_folder(args.out, "--out"):
+        run_and_report(args)
+    return 0
+
+
+def run_and_report(args):
+    """Train every (family, fraction, seed), write the figure and the numbers into args.out,
+    print the table."""
     import logging
     import tempfile
 
@@ -65,7 +85,6 @@ def experiment(argv):
         cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
         print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
     print(f"wrote {png}")
-    return 0
 
 
 COMMAND = experiment

@@ -9,16 +9,16 @@ weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm
 folders, PaddleClas/PLSC, JAX .npz): the model is built with the options the weights imply, so
 --model NAME needs no hand-typed overrides.
 """
-import argparse
+import contextlib
 import json
 import os
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError
 
 
 def evaluate(argv):
-    parser = argparse.ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
+    parser = ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
                         help="a registered model name instead of a recipe (the default data config; -o data.KEY=...)")
@@ -31,16 +31,28 @@ def evaluate(argv):
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
+    from .. import fileio
     from ..config import load_config
-    from ..device import rank
-    from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
+    from ..viz import FIGURE_FORMATS
 
     setup_logging()
     if bool(args.config) == bool(args.model):
         raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), one of them")
     config = (load_config(args.config, args.override) if args.config
               else load_config(data={"model": {"name": args.model}}, overrides=args.override))
-    figure = confusion_matrix_path(args, config)  # checked before the evaluation runs
+    target = confusion_matrix_target(args, config)
+    # the figure's place is checked before the evaluation runs; a folder made for it goes when it fails
+    with fileio.output_file(*target, FIGURE_FORMATS) if target else contextlib.nullcontext() as figure:
+        report(args, config, figure)
+    return 0
+
+
+def report(args, config, figure):
+    """Evaluate, print the per-class accuracy and the JSON summary, draw the confusion matrix to
+    `figure` (None: none)."""
+    from ..device import rank
+    from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
+
     metrics = run_evaluation(config, args.weights, use_ema=args.ema)
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
@@ -52,18 +64,14 @@ def evaluate(argv):
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
         print(f"confusion matrix: {figure}")
     print(json.dumps(summary))
-    return 0
 
 
-def confusion_matrix_path(args, config):
-    """Where the confusion matrix goes: --confusion-matrix, or with eval.confusion_matrix true
-    confusion_matrix_<weights>.png in the run folder the weights belong to (else in
-    config.output_dir); None for no figure. Its folder is created and checked writable now."""
-    from .. import fileio
-    from ..viz import FIGURE_FORMATS
-
+def confusion_matrix_target(args, config):
+    """(where the confusion matrix goes, the option that says so): --confusion-matrix, or with
+    eval.confusion_matrix true confusion_matrix_<weights>.png in the run folder the weights
+    belong to (else in config.output_dir); None for no figure."""
     if args.confusion_matrix:
-        return fileio.writable_file(args.confusion_matrix, "--confusion-matrix", FIGURE_FORMATS)
+        return args.confusion_matrix, "--confusion-matrix"
     if not config.eval.confusion_matrix:
         return None
     weights = os.path.abspath(os.path.expanduser(args.weights))
@@ -73,8 +81,7 @@ def confusion_matrix_path(args, config):
     else:
         folder = config.output_dir
     stem = os.path.splitext(os.path.basename(weights.rstrip(os.sep)))[0]
-    return fileio.writable_file(os.path.join(folder, f"confusion_matrix_{stem}.png"), "eval.confusion_matrix",
-                                FIGURE_FORMATS)
+    return os.path.join(folder, f"confusion_matrix_{stem}.png"), "eval.confusion_matrix"
 
 
 COMMAND = evaluate

@@ -9,11 +9,11 @@ interpolation, class names, model name), all that tools/predict.py --inference-m
 """
 import argparse
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    parser = ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[3:]))
     parser.add_argument("--weights", required=True, metavar="PATH",

@@ -10,7 +10,7 @@ warning on stderr; the exit code is 0 when at least one image was classified.
 import argparse
 import logging
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError, DataError
 
 EPILOG = """\
@@ -31,7 +31,7 @@ weights imply, as paddle_vit.create_model(name, pretrained=...) does; -o model.K
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
+    parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                         help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")

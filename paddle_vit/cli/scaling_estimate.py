@@ -9,26 +9,28 @@ import argparse
 import json
 import math
 
-from . import add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, run
 from ..errors import ConfigError
 
 DEFAULT_MICRO_BATCH = {"vit_base_patch16_224": 128, "vit_huge_patch14_224": 32}
 
 
 def positive(kind):
+    expected = "an integer > 0" if kind is int else "a finite number > 0"
+
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
         if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
     return parse
 
 
 def estimate(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["vit_base_patch16_224", "vit_huge_patch14_224"])
     parser.add_argument("--gpus", nargs="+", type=positive(int), default=[1, 8, 64])
     parser.add_argument("--global-batch", type=positive(int), default=4096, help="images per update (paper: 4096)")
@@ -41,6 +43,9 @@ def estimate(argv):
     args = parser.parse_args(argv)
     if args.mfu > 1:
         raise ConfigError(f"--mfu is a fraction of the peak, in (0, 1]; got {args.mfu}")
+    if args.global_batch < max(args.gpus):  # a GPU without an image takes no part in the update
+        raise ConfigError(f"--global-batch {args.global_batch} is smaller than --gpus {max(args.gpus)}: every GPU "
+                          f"needs at least one image per update")
 
     from ..models import get_model_config
     from ..scaling import Hardware, estimate, format_table

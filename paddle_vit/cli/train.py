@@ -4,17 +4,16 @@ Multi-GPU: python -m paddle.distributed.launch --gpus 0,1 tools/train.py -c ... 
 and writes). Stop with Ctrl-C (or SIGTERM): the step finishes, a checkpoint is written, and
 `-o train.resume=auto` continues exactly there.
 """
-import argparse
 import json
 import logging
 import os
 import sys
 
-from . import add_common_arguments, attach_log_file, run, setup_logging
+from . import ArgumentParser, add_common_arguments, attach_log_file, run, setup_logging
 
 
 def train(argv):
-    parser = argparse.ArgumentParser(description="Train a Vision Transformer.")
+    parser = ArgumentParser(description="Train a Vision Transformer.")
     parser.add_argument("-c", "--config", required=True, help="YAML recipe in configs/")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config key (repeatable), e.g. -o train.epochs=5")

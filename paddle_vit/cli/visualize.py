@@ -6,17 +6,16 @@ per head over the first --rows images), position_embedding_similarity.png, embed
 and attention_distance.png (averaged over all the given images). --vdl also logs them to DIR/vdl for
 VisualDL's image tab. --weights takes what tools/eval.py takes.
 """
-import argparse
 import os
 
-from . import add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, run, setup_logging
 from ..errors import ConfigError
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 
 
 def visualize(argv):
-    parser = argparse.ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
+    parser = ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
                                                  "embedding filters and attention distance of a ViT.")
     parser.add_argument("-c", "--config", required=True, help="the YAML recipe the weights were trained with")
     parser.add_argument("--weights", required=True, help=".pdckpt, .pdparams, .safetensors or .npz weights")
@@ -32,10 +31,9 @@ def visualize(argv):
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
-    from .. import fileio, viz
+    from .. import fileio
     from ..config import load_config
-    from ..deploy.predict import list_images, model_for_weights
-    from ..device import select_device
+    from ..deploy.predict import list_images
 
     setup_logging()
     if args.rows < 1:
@@ -44,7 +42,17 @@ def visualize(argv):
         raise ConfigError(f"--dpi must be in [1, {MAX_DPI}], got {args.dpi}")
     config = load_config(args.config, args.override)
     paths = list_images(args.image)
-    fileio.writable_folder(args.out, "--out")  # before the model is loaded and run
+    with fileio.output_folder(args.out, "--out"):  # checked before the model is loaded and run; gone on failure
+        draw(args, config, paths)
+    return 0
+
+
+def draw(args, config, paths):
+    """Load the weights, draw every figure into args.out and print where they went."""
+    from .. import viz
+    from ..deploy.predict import model_for_weights
+    from ..device import select_device
+
     select_device(config.train.device)
     model = model_for_weights(config, args.weights, use_ema=args.ema)
     images, paths = viz.prepare_images(paths, config, model.patch_embed.image_size[0])
@@ -62,7 +70,6 @@ def visualize(argv):
     distance = numbers["attention_distance"]["distance"]
     print("mean attention distance (pixels) per layer, averaged over heads: "
           + ", ".join(f"{value:.1f}" for value in distance.mean(axis=1)))
-    return 0
 
 
 COMMAND = visualize

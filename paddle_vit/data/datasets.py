@@ -14,6 +14,7 @@ import numpy as np
 import paddle
 from PIL import Image
 
+from ..config import DataConfig
 from ..errors import ConfigError, DataError, close_matches
 from .cifar import load_cifar
 from .imagefolder import build_imagefolder_sources
@@ -133,9 +134,23 @@ def digits_sources(val_fraction, split_seed):
     images = np.round(digits.images * 255.0 / 16.0).astype(np.uint8)  # [1797, 8, 8]
     labels = digits.target.astype(np.int64)
     train, val = stratified_split(labels, val_fraction, split_seed)
+    if len(train) == 0 or len(val) == 0:
+        raise ConfigError(_empty_digits_split(labels, val_fraction, split_seed, len(train), len(val)))
     class_names = [str(c) for c in range(10)]
     return (ArraySource(images[train], labels[train], class_names, indices=train),
             ArraySource(images[val], labels[val], class_names, indices=val), class_names)
+
+
+def _empty_digits_split(labels, val_fraction, split_seed, num_train, num_val):
+    """The message for a data.val_fraction that leaves one split of the digits without an image:
+    round(n_c * val_fraction) of each class c goes to val, so a fraction near 1 takes every image
+    and one near 0 none. Names the sizes the split would have and a value that works."""
+    empty, direction = ("training", "lower") if num_train == 0 else ("validation", "raise")
+    example = DataConfig.val_fraction  # the default
+    example_train, example_val = (len(part) for part in stratified_split(labels, example, split_seed))
+    return (f"data.val_fraction {val_fraction:g} leaves no image for {empty}: the {len(labels)} digits would split "
+            f"{num_train} train / {num_val} val; {direction} data.val_fraction ({example:g} gives "
+            f"{example_train} train / {example_val} val)")
 
 
 def _split_report(message):

@@ -12,12 +12,12 @@ the next readable file) or raises DataError naming it (on_bad_image="error").
 """
 import logging
 import os
-import stat
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import DataError
+from ..fileio import kind_of_special_file
 from .shared import SharedBytes
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -33,15 +33,23 @@ def _is_image_file(name):
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def find_image_files(folder, split_dir=None):
+def find_image_files(folder, split_dir=None, skipped=None):
     """(sorted image paths, number of ignored non-image files) under `folder`, recursively.
 
     Symbolic links are followed, but a folder reached a second time (a link back to a parent: a
     loop, or two links to one folder) is walked once, with a warning; a name with an image's
     extension that is not a regular file (a FIFO, a device, a socket, a dangling link) is skipped
     with a warning, since opening a FIFO would wait forever for a writer. A link back to
-    `split_dir`, which would count every class's images in this one, counts as a loop too."""
+    `split_dir`, which would count every class's images in this one, counts as a loop too. With a
+    list `skipped`, the warnings' reasons are appended to it instead, for the caller to report."""
     images, ignored = [], 0
+
+    def skip(reason):
+        if skipped is None:
+            logger.warning("skipping %s", reason)
+        else:
+            skipped.append(reason)
+
     seen = set()
     if split_dir is not None:
         status = os.stat(split_dir)
@@ -52,11 +60,10 @@ def find_image_files(folder, split_dir=None):
         try:
             status = os.stat(directory)
         except OSError as error:
-            logger.warning("skipping folder %s: %s", directory, error.strerror or error)
+            skip(f"folder {directory}: {error.strerror or error}")
             continue
         if (status.st_dev, status.st_ino) in seen:
-            logger.warning("skipping %s: a symbolic link to a folder walked already (a loop, or a second link to it)",
-                           directory)
+            skip(f"{directory}: a symbolic link to a folder walked already (a loop, or a second link to it)")
             continue
         seen.add((status.st_dev, status.st_ino))
         try:
@@ -79,22 +86,9 @@ def find_image_files(folder, split_dir=None):
             elif is_file:
                 images.append(entry.path)
             else:
-                logger.warning("skipping %s: not a regular file (%s)", entry.path, kind_of_special_file(entry.path))
+                skip(f"{entry.path}: not a regular file ({kind_of_special_file(entry.path)})")
         pending.extend(reversed(subfolders))
     return sorted(images), ignored
-
-
-def kind_of_special_file(path):
-    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a file"
 
 
 def scan_split(split_dir):

@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 
-from .. import __version__
+from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
 from ..variants import traceable
 from ..weights import save_weights
@@ -172,7 +172,8 @@ def _prepare(out_dir):
     replaced as a whole, never mixed with others). An OS error is an ExportError."""
     if os.path.exists(out_dir):
         if not os.path.isdir(out_dir):
-            raise ExportError(f"--out {out_dir} is a file; expected a folder for the export")
+            kind = "a file" if os.path.isfile(out_dir) else fileio.kind_of_special_file(out_dir)
+            raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
         if os.listdir(out_dir) and not _is_export(out_dir):
             raise ExportError(f"--out {out_dir} holds files that are not an export; give a new or empty folder, "
                               f"or an earlier export to replace")
@@ -232,34 +233,35 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
         raise ConfigError(f"export formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
     paddle2onnx = import_paddle2onnx() if "onnx" in formats else None
     out_dir = os.fspath(out_dir)
-    staging = _prepare(out_dir)
-    try:
-        model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
+    with fileio.provisional_folders(out_dir):  # a failed export leaves no folder it made
+        staging = _prepare(out_dir)
+        try:
+            model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
 
-        files = {}
-        if "paddle" in formats:
-            files["paddle_model"] = os.path.basename(model_file)
-            files["paddle_params"] = os.path.basename(params_file)
-        if "onnx" in formats:
-            files["onnx"] = ONNX_FILE
-        files["weights"] = WEIGHTS_FILE
-        metadata = build_metadata(classifier, softmax, files)
-        if paddle2onnx is not None:
-            _write_onnx(paddle2onnx, model_file, params_file, os.path.join(staging, ONNX_FILE), opset_version,
-                        metadata)
-        save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
-        if "paddle" not in formats:  # traced for the ONNX conversion only: not part of this export
-            os.remove(model_file)
-            os.remove(params_file)
-        with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
-            json.dump(metadata, stream, indent=2, ensure_ascii=False)
-            stream.write("\n")
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; an export is not
-        _exchange(staging, out_dir)
-    except OSError as error:
-        raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            files = {}
+            if "paddle" in formats:
+                files["paddle_model"] = os.path.basename(model_file)
+                files["paddle_params"] = os.path.basename(params_file)
+            if "onnx" in formats:
+                files["onnx"] = ONNX_FILE
+            files["weights"] = WEIGHTS_FILE
+            metadata = build_metadata(classifier, softmax, files)
+            if paddle2onnx is not None:
+                _write_onnx(paddle2onnx, model_file, params_file, os.path.join(staging, ONNX_FILE), opset_version,
+                            metadata)
+            save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
+            if "paddle" not in formats:  # traced for the ONNX conversion only: not part of this export
+                os.remove(model_file)
+                os.remove(params_file)
+            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
+                json.dump(metadata, stream, indent=2, ensure_ascii=False)
+                stream.write("\n")
+            os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; an export is not
+            _exchange(staging, out_dir)
+        except OSError as error:
+            raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     written = {role: os.path.join(out_dir, name) for role, name in files.items()}
     written["metadata"] = os.path.join(out_dir, METADATA_FILE)
     logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError
-from ..runtime import cpu_vendor_and_flags
+from ..runtime import check_thread_count, cpu_vendor_and_flags
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, save_traced
 from .predict import Preprocess, check_class_names, softmax
 
@@ -85,8 +85,7 @@ class InferenceOptions:
             raise ConfigError("precision bf16 is the CPU's oneDNN path; on a GPU use fp16 with --tensorrt")
         if self.precision == "bf16" and not self.mkldnn:
             raise ConfigError("precision bf16 runs on oneDNN: leave oneDNN (MKLDNN) on")
-        if self.cpu_threads is not None and self.cpu_threads < 1:
-            raise ConfigError(f"cpu threads must be >= 1, got {self.cpu_threads}")
+        check_thread_count(self.cpu_threads, "cpu_threads (--cpu-threads)")
         return self
 
 

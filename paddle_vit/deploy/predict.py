@@ -20,9 +20,10 @@ import numpy as np
 
 from ..checkpoint import load_checkpoint
 from ..config import DataConfig, load_config
-from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files, kind_of_special_file
+from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.transforms import build_transforms
 from ..errors import ConfigError, DataError, WeightsError
+from ..fileio import kind_of_special_file
 from ..hub import model_for_evaluation
 from ..variants import use_cpu_fast_paths
 
@@ -107,7 +108,7 @@ def list_images(inputs):
     files and folders left out, sorted. A path that does not exist, or nothing found at all, is
     a DataError.
     """
-    paths, seen = [], set()
+    paths, seen, unused = [], set(), []  # unused: why a given path adds no image
 
     def add(path):
         key = os.path.abspath(path)
@@ -120,18 +121,21 @@ def list_images(inputs):
         if os.path.isfile(given):
             add(given)
         elif os.path.isdir(given):
-            found, _ = find_image_files(given)  # special files and link loops skipped with a warning
+            found, _ = find_image_files(given, skipped=unused)  # special files, link loops: reported below
             if not found:
-                logger.warning("folder %s holds no images (%s)", given, ", ".join(IMAGE_EXTENSIONS))
+                unused.append(f"folder {given}: no image file ({', '.join(IMAGE_EXTENSIONS)})")
             for path in sorted(found):
                 add(path)
         elif os.path.exists(given):  # a FIFO, a device: opening it could wait forever
-            logger.warning("skipping %s: not a regular file (%s)", given, kind_of_special_file(given))
+            unused.append(f"{given}: not a regular file ({kind_of_special_file(given)})")
         else:
             raise DataError(f"image or folder {given} does not exist")
-    if not paths:
-        raise DataError(f"no images found in {', '.join(map(str, inputs))} "
+    if not paths:  # the reasons belong in the one error line, not in warnings before it
+        raise DataError(f"no images found in {', '.join(map(str, inputs))}: {'; '.join(unused)}" if unused else
+                        f"no images found in {', '.join(map(str, inputs))} "
                         f"(looked for files ending in {', '.join(IMAGE_EXTENSIONS)})")
+    for reason in unused:
+        logger.warning("skipping %s", reason)
     return paths
 
 
@@ -208,6 +212,9 @@ def format_json(path, predictions):
 
 def read_labels(path):
     """Class names from a text file, one per line (blank lines at the end ignored)."""
+    if os.path.exists(path) and not os.path.isfile(path):  # reading a FIFO would wait for a writer forever
+        kind = "a folder" if os.path.isdir(path) else kind_of_special_file(path)
+        raise ConfigError(f"labels file {path} is {kind}; expected a text file, one class name per line")
     try:
         with open(path, encoding="utf-8") as stream:
             lines = [line.rstrip("\r\n") for line in stream]

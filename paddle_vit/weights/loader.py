@@ -298,6 +298,50 @@ def _layout_hint(missing, unexpected):
     return ""
 
 
+def _check_values(reading, report):
+    """Every checkpoint tensor the model takes must hold finite floating-point numbers. Integer
+    arrays (a file that stored its float tensors as integers) would be cast to float silently and
+    compute nonsense, and NaN or Inf would spread through every logit; each is refused, naming
+    the first such tensor as the file calls it, and how many others there are."""
+    tensors, converted = reading.converted.tensors, reading.converted
+    taken = report.loaded + [name for name, _, _ in report.resampled]  # re-initialised ones excluded
+    not_float = [name for name in taken if tensors[name].dtype.kind != "f"]
+    if not_float:
+        name = not_float[0]
+        raise WeightsError(f"{reading.checkpoint.description}: {_named(converted, name)} is {tensors[name].dtype}"
+                           f"{_and_more(not_float)}; expected floating-point weights (float32, float16 or "
+                           f"bfloat16): integers would load as rounded weights and compute nonsense; save the "
+                           f"float tensors")
+    not_finite = {name: _not_finite_counts(tensors[name]) for name in taken}
+    not_finite = {name: counts for name, counts in not_finite.items() if counts}
+    if not_finite:
+        name, counts = next(iter(not_finite.items()))
+        raise WeightsError(f"{reading.checkpoint.description}: {_named(converted, name)} holds {counts} of its "
+                           f"{tensors[name].size} values{_and_more(not_finite)}; expected finite weights (a run "
+                           f"that diverged, or a damaged file): use an earlier checkpoint")
+
+
+def _named(converted, name):
+    """The tensor as the file names it, and as the model does when that differs."""
+    in_file = converted.checkpoint_name(name)
+    return f"tensor {in_file}" if in_file == name else f"tensor {in_file} (the model's {name})"
+
+
+def _and_more(names_):
+    others = len(names_) - 1
+    return f" (and {others} more tensor{'s' if others > 1 else ''} like it)" if others else ""
+
+
+def _not_finite_counts(array):
+    """'3 NaN and 1 Inf' (and values a float32 cannot hold) of a float array, or ''."""
+    counts = [(int(np.isnan(array).sum()), "NaN"), (int(np.isinf(array).sum()), "Inf")]
+    limit = np.finfo(np.float32).max
+    if np.finfo(array.dtype).max > limit:  # float64: finite here, Inf in the float32 model
+        with np.errstate(invalid="ignore"):
+            counts.append((int((np.abs(array[np.isfinite(array)]) > limit).sum()), "beyond float32's range"))
+    return " and ".join(f"{count} {what}" for count, what in counts if count)
+
+
 def _set_weights(model, values, report, description):
     model_state = model.state_dict()
     for name in report.missing:  # set too, so that set_state_dict has nothing to warn about
@@ -320,6 +364,7 @@ def _load(model, reading, strict, resample, explicit):
     report = LoadReport(source=reading.checkpoint.description, format=reading.converted.format)
     _check_options(model, reading, set(explicit), strict, report)
     values = _fit(model, reading, strict, resample, report)
+    _check_values(reading, report)
     _set_weights(model, values, report, reading.checkpoint.description)
     report.class_names = reading.family.class_names(reading.checkpoint, model.config.num_classes)
     logger.debug("%s", report)
