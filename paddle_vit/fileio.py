@@ -1,5 +1,7 @@
-"""Atomic file writes: a reader (or a killed writer) never sees half a file."""
+"""Atomic file writes: a reader (or a killed writer) never sees half a file; and the checks of a
+path made before any work (a folder one can write in, a file name, what a non-file is)."""
 import os
+import stat
 import tempfile
 
 from .errors import ConfigError
@@ -69,3 +71,16 @@ def writable_file(path, what, extensions):
         raise ConfigError(f"{what} {path} is a folder; expected a file name ending in {' or '.join(extensions)}")
     writable_folder(os.path.dirname(os.path.abspath(path)), f"the folder of {what}")
     return path
+
+
+def kind_of_special_file(path):
+    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"

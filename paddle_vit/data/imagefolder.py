@@ -12,12 +12,12 @@ the next readable file) or raises DataError naming it (on_bad_image="error").
 """
 import logging
 import os
-import stat
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import DataError
+from ..fileio import kind_of_special_file
 from .shared import SharedBytes
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -82,19 +82,6 @@ def find_image_files(folder, split_dir=None):
                 logger.warning("skipping %s: not a regular file (%s)", entry.path, kind_of_special_file(entry.path))
         pending.extend(reversed(subfolders))
     return sorted(images), ignored
-
-
-def kind_of_special_file(path):
-    """'a FIFO', 'a device', ... for the thing at `path` that is not a regular file."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return "a dangling or looping symbolic link" if os.path.islink(path) else "unreadable"
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "not a file"
 
 
 def scan_split(split_dir):

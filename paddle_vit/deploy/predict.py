@@ -20,9 +20,10 @@ import numpy as np
 
 from ..checkpoint import load_checkpoint
 from ..config import DataConfig, load_config
-from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files, kind_of_special_file
+from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.transforms import build_transforms
 from ..errors import ConfigError, DataError, WeightsError
+from ..fileio import kind_of_special_file
 from ..hub import model_for_evaluation
 from ..variants import use_cpu_fast_paths
 
