@@ -348,3 +348,40 @@ def test_head_lr_scale_multiplies_the_head_learning_rate(tmp_path):
                        - before["encoder.layers.0.mlp.fc1.weight"]).max()
     assert head_step == pytest.approx(10 * 0.003, rel=0.01)
     assert body_step == pytest.approx(0.003, rel=0.01)
+
+# ---- one step, shared with the benchmark ---------------------------------------------------
+
+def test_the_loss_is_cross_entropy_of_hard_labels_or_soft_targets():
+    from paddle_vit.engine import step
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 3)).astype(np.float32)
+    labels = np.array([0, 2, 1, 2])
+    soft = rng.dirichlet(np.ones(3), size=4).astype(np.float32)
+    log_softmax = logits - logits.max(1, keepdims=True)
+    log_softmax = log_softmax - np.log(np.exp(log_softmax).sum(1, keepdims=True))
+    hard_loss = step.classification_loss(paddle.to_tensor(logits), paddle.to_tensor(labels))
+    soft_loss = step.classification_loss(paddle.to_tensor(logits), paddle.to_tensor(soft))
+    assert float(hard_loss) == pytest.approx(-log_softmax[np.arange(4), labels].mean(), rel=1e-6)
+    assert float(soft_loss) == pytest.approx(-(soft * log_softmax).sum(1).mean(), rel=1e-6)
+
+
+def test_two_accumulated_micro_steps_make_the_update_of_their_whole_batch():
+    from paddle_vit.engine import step
+
+    rng = np.random.default_rng(0)
+    images = paddle.to_tensor(rng.normal(size=(8, 5)).astype(np.float32))  # [B, features]
+    labels = paddle.to_tensor(rng.integers(0, 3, 8))
+    whole, halves = paddle.nn.Linear(5, 3), paddle.nn.Linear(5, 3)
+    halves.set_state_dict(whole.state_dict())
+    start = whole.weight.numpy().copy()
+    step.backward(step.forward_loss(whole, images, labels))
+    expected_gradient = whole.weight.grad.numpy().copy()
+    for part in (slice(0, 4), slice(4, 8)):
+        step.backward(step.forward_loss(halves, images[part], labels[part]), accumulate_steps=2)
+    np.testing.assert_allclose(halves.weight.grad.numpy(), expected_gradient, rtol=1e-5, atol=1e-7)
+    sgd = paddle.optimizer.SGD(learning_rate=0.5, parameters=halves.parameters())
+    assert step.apply_update(sgd) is None  # no loss scaler: nothing to report
+    np.testing.assert_allclose(halves.weight.numpy(), start - 0.5 * expected_gradient, rtol=1e-5, atol=1e-7)
+    assert halves.weight.grad is None  # freed until the next backward
+

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 
 from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
 from ..errors import ConfigError, TrainingError, WeightsError
@@ -24,7 +23,7 @@ from ..hub import build_model, resolve_model_config
 from ..device import init_distributed, is_main_process, select_device
 from .ema import ModelEma
 from .evaluator import evaluate
-from . import runs, sharding, stopping
+from . import runs, sharding, step, stopping
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .optim import build_optimizer, build_schedule
 
@@ -37,11 +36,6 @@ def step_seed(seed, epoch, batch, rank=0):
     must be independent draws, not one mask repeated on every rank's share of the step."""
     words = [seed, epoch, batch] + ([rank] if rank else [])
     return int(np.random.SeedSequence(words).generate_state(1)[0] % (2 ** 31))
-
-
-def soft_cross_entropy(logits, targets):
-    """Cross-entropy against soft targets [B, K] (mixup, cutmix, label smoothing)."""
-    return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
 
 
 @contextlib.contextmanager
@@ -380,15 +374,10 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):
-        if not self.amp_dtype:
-            return contextlib.nullcontext()
-        return paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level=self.config.train.amp_level)
+        return step.autocast(self.amp_dtype, self.config.train.amp_level)
 
     def loss(self, logits, targets):
-        logits = logits.astype("float32")
-        if targets.ndim == 2:
-            return soft_cross_entropy(logits, targets)
-        return F.cross_entropy(logits, targets)
+        return step.classification_loss(logits, targets)
 
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
@@ -407,15 +396,12 @@ class Trainer:
     def optimizer_step(self):
         """Apply the accumulated gradients, unless a loss in the window was NaN/Inf (then drop
         them, as the fp16 loss scaler does for an overflow)."""
-        skipped = self.window_not_finite
-        if not skipped and self.scaler:
-            self.scaler.step(self.optimizer)  # skips the update itself when it finds Inf/NaN gradients
-            self.scaler.update()
-            found_inf = getattr(self.scaler, "_found_inf", None)
+        if self.window_not_finite:
+            self.optimizer.clear_grad(set_to_zero=False)
+            skipped = True
+        else:  # with fp16 the scaler skips the update itself when it finds Inf/NaN gradients
+            found_inf = step.apply_update(self.optimizer, self.scaler)
             skipped = bool(found_inf) if found_inf is not None else False
-        elif not skipped:
-            self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=False)  # freed until the next backward: lower peak memory
         self.schedule.step()
         self.global_step += 1
         self.window_not_finite = False
@@ -543,18 +529,15 @@ class Trainer:
             batch = self.batch_in_epoch
             if train.deterministic:
                 paddle.seed(step_seed(train.seed, epoch, batch, self.rank))
-            images, targets = self.targets(images, labels, epoch, batch)
-            with self.autocast():
-                logits = self.model(images)
-            loss = self.loss(logits, targets)
+            images, targets = self.targets(images, labels, epoch, batch)  # [B, 3, S, S]; [B] or [B, K]
+            loss = step.forward_loss(self.model, images, targets, self.autocast)
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
             finite = self._loss_is_finite(loss) if train.check_finite and not self.scaler else True
             at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
             if finite:
-                scaled = loss / train.accumulate_steps
                 # ranks average their gradients once per update, at its last micro-step, not at each
                 with self._gradient_sync(at_update):
-                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                    step.backward(loss, self.scaler, train.accumulate_steps)
                 running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
                 running_count += 1
             else:
