@@ -4,7 +4,8 @@
 `build_run` makes the rest, in the order the run's random numbers depend on (the model's
 initial weights are drawn from Paddle's generator right after it is seeded), and returns it as
 one `RunParts`. Every check that can refuse the run cheaply (the class count, a batch larger
-than the data) comes before the model is built, and all of them before a run folder exists.
+than the data, a split none of whose images decodes) comes before the model is built, and all
+of them before a run folder exists.
 """
 import dataclasses
 import logging
@@ -97,6 +98,8 @@ def build_data(config):
     if len(train_loader) == 0:
         raise ConfigError(f"train.batch_size {train.batch_size} is larger than the training set "
                           f"({len(train_set)} images): lower it")
+    for split in (train_set, val_set):  # images are decoded lazily: a split of garbage would fail mid-run
+        split.check_readable()
     return train_set, val_set, class_names, train_loader, val_loader
 
 
