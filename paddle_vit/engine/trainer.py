@@ -48,12 +48,15 @@ class Trainer:
 
     `fit()` trains from where the run stands (a fresh start, or the checkpoint named by
     `train.resume`), evaluates every `eval.interval` epochs, writes checkpoints, VisualDL
-    scalars and metrics.jsonl (rank 0 only), and returns a summary dict.
+    scalars and metrics.jsonl (rank 0 only), and returns a summary dict. The process's random
+    generators (and cuDNN's determinism flag) are given back as they were when it ends, and by
+    `close()` for a trainer never fitted.
     """
 
     def __init__(self, config, progress_bar=False):
         self.progress_bar = progress_bar
         self.lock = None  # the run folder's, taken once the run is known to start
+        self.process_random_state = seeding.ProcessRandomState.capture()  # before the run seeds anything
         try:
             placement = build.place_process(config.train.device)
             seeding.seed_process(config.train, placement.place)
@@ -106,10 +109,14 @@ class Trainer:
             raise
 
     def close(self):
-        """Release the run folder (the lock); fit() does it when it ends."""
+        """Release the run folder (the lock) and give the process its random generators back;
+        fit() does it when it ends."""
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+        if self.process_random_state is not None:
+            self.process_random_state.restore()
+            self.process_random_state = None
 
     # ---- state ----------------------------------------------------------------------------
     def state(self):
@@ -232,7 +239,7 @@ class Trainer:
         try:
             return self._run_epochs()
         finally:
-            self.close()  # the lock, however the run ends
+            self.close()  # the lock and the process's random generators, however the run ends
 
     def _run_epochs(self):
         train = self.config.train
