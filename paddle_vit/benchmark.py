@@ -17,8 +17,9 @@ images per second, a paired comparison that drifting background load does not bi
 What each mode times:
 - ``infer``: the forward pass without autograd (``paddle.no_grad`` / ``torch.inference_mode``);
 - ``train``: forward, cross-entropy, backward, global-norm clipping and the AdamW step with the
-  project's recipe (`engine.optim.build_optimizer`: no decay on biases, norms and embeddings);
-  the loss is never read back, so there is no host synchronisation inside the step;
+  project's recipe (`engine.optim.build_optimizer`: no decay on biases, norms and embeddings),
+  the trainer's own step (`engine.step`); the loss is never read back, so there is no host
+  synchronisation inside the step;
 - ``data``: one batch from the project's `ResumableDataLoader` (decode, augment, collate).
 
 Engines: ``dynamic`` (eager), ``to_static`` (`paddle.jit.to_static`, whole graph) and
@@ -28,7 +29,6 @@ Engines: ``dynamic`` (eager), ``to_static`` (`paddle.jit.to_static`, whole graph
 FLOPs are counted analytically: `ViTConfig.count_macs()` (one forward pass of one image) x 2,
 x 3 more for a training step (the backward pass costs about twice the forward).
 """
-import contextlib
 import dataclasses
 import json
 import logging
@@ -47,6 +47,7 @@ from .config import DataConfig, OptimizerConfig
 from .data import build_dataloader, build_datasets
 from .deploy.inference import InferenceOptions, PaddleRunner, cpu_bf16_support, predictor_for_model
 from .device import select_device
+from .engine import step as train_step
 from .engine.optim import build_optimizer
 from .errors import ConfigError, PaddleVitError
 from .models import ViT, get_model_config
@@ -281,22 +282,14 @@ class PaddleSubject:
         return self.runner(self.host_images)
 
     def _train_step(self):
-        import paddle.nn.functional as F
-
-        autocast = (paddle.amp.auto_cast(enable=True, dtype=self.autocast_dtype, level="O1")
-                    if self.autocast_dtype else contextlib.nullcontext())
-        with autocast:
-            logits = self.model(self.images)
-        loss = F.cross_entropy(logits.astype("float32"), self.labels)
-        if self.scaler:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=False)  # free the gradients between steps, as torch does
+        # the trainer's step (engine/step.py) without its finite check: the loss is not read back
+        loss = train_step.forward_loss(self.model, self.images, self.labels, self._autocast)
+        train_step.backward(loss, self.scaler)
+        train_step.apply_update(self.optimizer, self.scaler)  # frees the gradients between steps, as torch does
         return loss
+
+    def _autocast(self):
+        return train_step.autocast(self.autocast_dtype, "O1")
 
     def _data_step(self):
         try:

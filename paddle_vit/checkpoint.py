@@ -18,6 +18,9 @@ from . import fileio
 
 logger = logging.getLogger("paddle_vit")
 CHECKPOINT_FORMAT = "paddle_vit.checkpoint/1"
+# what a checkpoint must hold to be resumed; older paddle-vit versions wrote fewer
+RESUME_KEYS = ("model", "optimizer", "scheduler", "epoch", "global_step", "model_config", "config")
+RESUME_CONFIG_KEYS = (("data", "dataset"), ("train", "batch_size"))  # read to check it continues the same run
 
 
 def save_object(obj, path):
@@ -33,7 +36,7 @@ def save_checkpoint(state, path):
 def load_checkpoint(path):
     """Read a `.pdckpt`; a missing, truncated or foreign file is a WeightsError naming it."""
     if not os.path.isfile(path):
-        raise WeightsError(f"checkpoint {path} does not exist")
+        raise WeightsError(f"checkpoint {path} {_why_not_a_file(path)}")
     try:
         state = paddle.load(path)
     except Exception as error:  # paddle/pickle raise many kinds for a damaged file
@@ -44,18 +47,50 @@ def load_checkpoint(path):
     return state
 
 
+def _why_not_a_file(path):
+    """The end of the sentence "checkpoint PATH ..." for a path that is no regular file."""
+    if os.path.isdir(path):
+        inside = os.path.join(path, "checkpoints", "last.pdckpt")
+        return ("is a folder; expected a .pdckpt file" + (f" such as {inside}" if os.path.isfile(inside) else ""))
+    if os.path.lexists(path):
+        return f"is not a regular file ({fileio.kind_of_special_file(path)})"
+    return "does not exist"
+
+
+def check_resumable(state, path):
+    """Refuse, naming what it lacks, a checkpoint written before it recorded all a resume needs."""
+    missing = [key for key in RESUME_KEYS if key not in state]
+    config = state.get("config")
+    if isinstance(config, dict):
+        missing += [f"config.{section}.{key}" for section, key in RESUME_CONFIG_KEYS
+                    if not isinstance(config.get(section), dict) or key not in config[section]]
+    if missing:
+        raise WeightsError(f"checkpoint {path} was written by an older paddle-vit and lacks {', '.join(missing)}: "
+                           f"it cannot be resumed; start a new run from its weights with -o model.pretrained={path}")
+
+
 def find_latest_checkpoint(folder):
-    """The readable `.pdckpt` in `folder` with the highest global step, or None. Unreadable ones
-    (e.g. cut short by a crash) are skipped with a warning."""
-    best_path, best_step = None, -1
+    """The resumable `.pdckpt` in `folder` with the highest global step, or None when it holds
+    none. Unreadable ones (e.g. cut short by a crash) and ones of an older format are skipped
+    with a warning while another can be resumed; when none can, the first one's problem is the
+    error (a WeightsError): starting afresh would write over the run they belong to."""
+    best_path, best_step, problems = None, -1, []
     for path in sorted(glob.glob(os.path.join(folder, "*.pdckpt"))):
         try:
-            step = load_checkpoint(path)["global_step"]
+            state = load_checkpoint(path)
+            check_resumable(state, path)
         except WeightsError as error:
-            logger.warning("skipping %s", error)
+            problems.append(error)
             continue
-        if step > best_step:
-            best_path, best_step = path, step
+        if state["global_step"] > best_step:
+            best_path, best_step = path, state["global_step"]
+    if best_path is None and problems:
+        if len(problems) == 1:
+            raise problems[0]
+        raise WeightsError(f"none of the {len(problems)} checkpoints in {folder} can be resumed; the first: "
+                           f"{problems[0]}")
+    for problem in problems:
+        logger.warning("skipping %s", problem)
     return best_path
 
 

@@ -1,5 +1,6 @@
-"""Atomic file writes: a reader (or a killed writer) never sees half a file. Output folders a
-command makes: checked before any work, and gone again when the command fails."""
+"""Atomic file writes: a reader (or a killed writer) never sees half a file; the checks of a path
+made before any work (a folder one can write in, a file name, what a non-file is); and output
+folders a command makes, gone again when the command fails."""
 import contextlib
 import os
 import stat

@@ -81,6 +81,31 @@ def test_every_mode_and_engine_runs_on_cpu_and_reports_json(capsys, mode, engine
     assert result["num_parameters"] > 0
 
 
+def test_the_timed_train_step_reads_nothing_back_and_makes_an_update(monkeypatch):
+    """The trainer's step (engine/step.py) as the benchmark times it: no value read to the host
+    (a read waits for the device), the weights moved, the gradients freed."""
+    settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", mode="train", batch_size=2, threads=1,
+                                       model_overrides=dict(image_size=32, patch_size=8, depth=2, embed_dim=48,
+                                                            num_heads=3, num_classes=10))
+    subject = bench.PaddleSubject(settings)
+    before = {name: value.numpy().copy() for name, value in subject.model.state_dict().items()}
+    reads = []
+    for name in ("numpy", "item", "tolist", "__float__", "__int__", "__bool__", "__index__"):
+        original = getattr(paddle.Tensor, name)
+        monkeypatch.setattr(paddle.Tensor, name, lambda self, *args, _name=name, _original=original, **kwargs:
+                            reads.append(_name) or _original(self, *args, **kwargs))
+    float(paddle.ones([]))
+    assert "__float__" in reads  # a read is seen
+    reads.clear()
+    subject.timed(2)
+    assert reads == []
+    monkeypatch.undo()
+    after = subject.model.state_dict()
+    for name in ("head.weight", "encoder.layers.0.attn.qkv.weight"):
+        assert not np.array_equal(after[name].numpy(), before[name]), name
+    assert all(parameter.grad is None for parameter in subject.model.parameters())
+
+
 def test_data_mode_times_the_input_pipeline(capsys):
     result = run_tool(capsys, *TINY, "--mode", "data", "--dataset", "synthetic")
     check_result(result, "data", "dynamic")

@@ -217,6 +217,48 @@ def test_imagefolder_error_mode_names_the_bad_file(folder):
     assert "g_truncated.jpg" in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_a_readable_split_costs_one_decode_and_bad_files_on_the_way_are_skipped_as_load_would(folder, monkeypatch,
+                                                                                                caplog):
+    from paddle_vit.data import imagefolder
+
+    train, val, _ = build_datasets(config(dataset="imagefolder", root=str(folder), on_bad_image="skip"), 16)
+    decoded = []
+    monkeypatch.setattr(imagefolder, "decode_image", lambda path: decoded.append(os.path.basename(path)) or
+                        decode_image(path))
+    val.check_readable()
+    assert decoded == ["v.jpg"]  # a healthy split: its first file, once
+    paths = train.source.paths  # cat/a_rgb.jpg ... g_truncated.jpg, then dog's: put the bad file first
+    bad = train_index(train, "g_truncated.jpg")
+    paths.insert(0, paths.pop(bad))
+    decoded.clear()
+    with caplog.at_level(logging.WARNING, logger="paddle_vit"):
+        train.check_readable()
+    assert decoded == ["g_truncated.jpg", "a_rgb.jpg"]
+    assert train.num_bad_images == 1 and train.source.bad_images == [paths[0]]
+    assert caplog.text.count("skipping unreadable image") == 1 and "g_truncated.jpg" in caplog.text
+
+
+def test_a_split_whose_images_all_fail_to_decode_is_refused_naming_the_folder(tmp_path):
+    root = tmp_path / "images"
+    for split in ("train", "val"):
+        for name in ("cat", "dog"):
+            (root / split / name).mkdir(parents=True)
+            for index in range(2):
+                if split == "train":
+                    Image.new("RGB", (8, 8), (index, 0, 0)).save(root / split / name / f"{index}.png")
+                else:
+                    (root / split / name / f"{index}.jpg").write_bytes(b"not a jpeg" * 4)
+    for policy, fragments in (("skip", [f"ImageFolder split {root / 'val'} has no readable image",
+                                        "all 4 files tried fail to decode", "cat/0.jpg"]),
+                              ("error", [f"cannot read image {root / 'val' / 'cat' / '0.jpg'}"])):
+        train, val, _ = build_datasets(config(dataset="imagefolder", root=str(root), on_bad_image=policy), 16)
+        train.check_readable()
+        with pytest.raises(DataError) as raised:
+            val.check_readable()
+        for fragment in fragments:
+            assert fragment in str(raised.value), policy
+
+
 def test_a_bug_in_a_worker_is_raised_in_the_main_process_and_loaders_keep_working():
     dataset = synthetic_train(size=8)
 

@@ -228,6 +228,21 @@ def test_corrupt_and_odd_images_are_skipped_or_converted_in_skip_mode(tmp_path, 
     assert len(records) == 1 and records[0]["skipped_images"] == 1 and "skipped_images 1" in output.out
 
 
+@pytest.mark.parametrize("policy, fragments", [
+    ("skip", ["ImageFolder split", "val has no readable image", "all 6 files tried fail to decode"]),
+    ("error", ["cannot read image", "val/cat/0.jpg"]),
+])
+def test_a_validation_split_of_only_corrupt_images_is_refused_before_the_run_folder_is_made(tmp_path, capsys, policy,
+                                                                                           fragments):
+    root = image_folder(tmp_path / "images")
+    for path in (root / "val").rglob("*.jpg"):
+        path.write_bytes(b"\xff\xd8 not a jpeg" * 8)  # named .jpg, garbage inside
+    code, lines = run_tool(TRAIN, ["-c", imagefolder_config(tmp_path, root), "-o", f"data.on_bad_image={policy}"],
+                           capsys)
+    assert_one_line_error(code, lines, str(root / "val"), *fragments)
+    assert not (tmp_path / "out").exists()
+
+
 # ---- weights -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 folders, the lock, resume checks, a SIGKILL at every write point, a full disk (a real tmpfs)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,6 +187,80 @@ def test_a_checkpoint_of_an_older_format_is_one_line(tmp_path, capsys):
     save_checkpoint(state, str(folder / "checkpoints" / "last.pdckpt"))
     code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto"])
     one_error_line(code, capsys.readouterr().err, "was written by an older paddle-vit and lacks model_config")
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory):
+    """A finished one-epoch run folder, copied by each test that damages it."""
+    folder = tmp_path_factory.mktemp("one_epoch") / "run"
+    Trainer(small_config(folder, train={"epochs": 1})).fit()
+    return folder
+
+
+def files_in(folder):
+    """{relative path: bytes, or the kind of a special file} of everything under `folder`."""
+    found = {}
+    for directory, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(directory, name)
+            found[os.path.relpath(path, folder)] = (open(path, "rb").read() if os.path.isfile(path)
+                                                    else oct(os.lstat(path).st_mode))
+    return found
+
+
+def without_global_step(path):
+    state = load_checkpoint(str(path))
+    del state["global_step"]
+    save_checkpoint(state, str(path))
+
+
+def emptied(path):
+    path.write_bytes(b"")
+
+
+def replaced_by_a_fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+def two_emptied(path):
+    (path.parent / "epoch_0001.pdckpt").write_bytes(b"")
+    path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("damage, fragments", [
+    (without_global_step, ["last.pdckpt was written by an older paddle-vit and lacks global_step: it cannot be "
+                           "resumed", "-o model.pretrained="]),
+    (emptied, ["last.pdckpt cannot be read (truncated or corrupt?)"]),
+    (replaced_by_a_fifo, ["last.pdckpt is not a regular file (a FIFO)"]),
+    (two_emptied, ["none of the 2 checkpoints in", "can be resumed; the first: checkpoint",
+                   "epoch_0001.pdckpt cannot be read"]),
+])
+def test_resume_auto_on_checkpoints_it_cannot_resume_is_one_line_and_leaves_the_run_as_it_was(
+        tmp_path, capsys, one_epoch_run, damage, fragments):
+    """Starting afresh instead would write a new config.yaml, metrics.jsonl and checkpoints over
+    the run's."""
+    folder = tmp_path / "run"
+    shutil.copytree(one_epoch_run, folder)
+    damage(folder / "checkpoints" / "last.pdckpt")
+    before = files_in(folder)
+    code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto"])
+    one_error_line(code, capsys.readouterr().err, str(folder / "checkpoints"), *fragments)
+    assert files_in(folder) == before
+
+
+def test_a_folder_where_a_checkpoint_is_meant_or_a_file_where_a_folder_is_meant_is_one_line(tmp_path, capsys,
+                                                                                           one_epoch_run):
+    code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={tmp_path / 'new'}",
+                            "-o", f"train.resume={one_epoch_run}"])
+    one_error_line(code, capsys.readouterr().err, f"checkpoint {one_epoch_run} is a folder; expected a .pdckpt file "
+                   f"such as {one_epoch_run / 'checkpoints' / 'last.pdckpt'}")
+    assert not (tmp_path / "new").exists()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a run")
+    code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={a_file}", "-o", "train.resume=auto"])
+    one_error_line(code, capsys.readouterr().err, f"train.output_dir {a_file} is a file; expected a folder")
+    assert a_file.read_text() == "not a run"
 
 
 # ---- a SIGKILL at every write point ----------------------------------------------------------

@@ -348,3 +348,96 @@ def test_head_lr_scale_multiplies_the_head_learning_rate(tmp_path):
                        - before["encoder.layers.0.mlp.fc1.weight"]).max()
     assert head_step == pytest.approx(10 * 0.003, rel=0.01)
     assert body_step == pytest.approx(0.003, rel=0.01)
+
+
+# ---- one step, shared with the benchmark ---------------------------------------------------
+
+def test_the_loss_is_cross_entropy_of_hard_labels_or_soft_targets():
+    from paddle_vit.engine import step
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 3)).astype(np.float32)
+    labels = np.array([0, 2, 1, 2])
+    soft = rng.dirichlet(np.ones(3), size=4).astype(np.float32)
+    log_softmax = logits - logits.max(1, keepdims=True)
+    log_softmax = log_softmax - np.log(np.exp(log_softmax).sum(1, keepdims=True))
+    hard_loss = step.classification_loss(paddle.to_tensor(logits), paddle.to_tensor(labels))
+    soft_loss = step.classification_loss(paddle.to_tensor(logits), paddle.to_tensor(soft))
+    assert float(hard_loss) == pytest.approx(-log_softmax[np.arange(4), labels].mean(), rel=1e-6)
+    assert float(soft_loss) == pytest.approx(-(soft * log_softmax).sum(1).mean(), rel=1e-6)
+
+
+def test_two_accumulated_micro_steps_make_the_update_of_their_whole_batch():
+    from paddle_vit.engine import step
+
+    rng = np.random.default_rng(0)
+    images = paddle.to_tensor(rng.normal(size=(8, 5)).astype(np.float32))  # [B, features]
+    labels = paddle.to_tensor(rng.integers(0, 3, 8))
+    whole, halves = paddle.nn.Linear(5, 3), paddle.nn.Linear(5, 3)
+    halves.set_state_dict(whole.state_dict())
+    start = whole.weight.numpy().copy()
+    step.backward(step.forward_loss(whole, images, labels))
+    expected_gradient = whole.weight.grad.numpy().copy()
+    for part in (slice(0, 4), slice(4, 8)):
+        step.backward(step.forward_loss(halves, images[part], labels[part]), accumulate_steps=2)
+    np.testing.assert_allclose(halves.weight.grad.numpy(), expected_gradient, rtol=1e-5, atol=1e-7)
+    sgd = paddle.optimizer.SGD(learning_rate=0.5, parameters=halves.parameters())
+    assert step.apply_update(sgd) is None  # no loss scaler: nothing to report
+    np.testing.assert_allclose(halves.weight.numpy(), start - 0.5 * expected_gradient, rtol=1e-5, atol=1e-7)
+    assert halves.weight.grad is None  # freed until the next backward
+
+
+# ---- the process as the trainer found it ---------------------------------------------------
+
+def draws():
+    """A Paddle and a numpy random draw, from the global generators."""
+    return paddle.rand([3]).numpy(), np.random.rand(3)
+
+
+def assert_draws_continue_the_seeded_sequence(before_draws, after_draws):
+    """`after_draws` must be what the generators seeded with 123 / 456 give after `before_draws`,
+    as if nothing had run between them."""
+    paddle.seed(123)
+    np.random.seed(456)
+    for got, want in zip((before_draws, after_draws), (draws(), draws())):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_fit_gives_the_process_its_random_generators_back(tmp_path):
+    paddle.seed(123)
+    np.random.seed(456)
+    before = draws()
+    Trainer(small_config(tmp_path / "run", train={"epochs": 1, "seed": 7})).fit()
+    assert_draws_continue_the_seeded_sequence(before, draws())
+
+
+def test_a_trainer_closed_unfitted_or_refused_while_building_gives_them_back_too(tmp_path):
+    paddle.seed(123)
+    np.random.seed(456)
+    before = draws()
+    Trainer(small_config(tmp_path / "closed", train={"epochs": 1, "seed": 7})).close()
+    assert_draws_continue_the_seeded_sequence(before, draws())
+    paddle.seed(123)
+    np.random.seed(456)
+    before = draws()
+    with pytest.raises(ConfigError, match="larger than the training set"):  # refused after seeding
+        Trainer(small_config(tmp_path / "refused", train={"epochs": 1, "seed": 7, "batch_size": 512}))
+    assert_draws_continue_the_seeded_sequence(before, draws())
+    assert not (tmp_path / "refused").exists()
+
+
+def test_the_deterministic_flag_is_set_for_a_gpu_run_and_put_back(monkeypatch):
+    """A CPU build keeps cuDNN's flag private (it cannot be read there): a public boolean flag
+    stands in for it, so that setting and restoring are exercised on any machine."""
+    from paddle_vit.engine import seeding
+
+    monkeypatch.setattr(seeding, "DETERMINISTIC_FLAG", "FLAGS_check_nan_inf")
+    assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is False
+    saved = seeding.ProcessRandomState.capture()
+    seeding.seed_process(small_config("unused").train, "cpu")
+    assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is False  # not on a CPU
+    seeding.seed_process(small_config("unused").train, "gpu:0")
+    assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is True
+    saved.restore()
+    assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is False

@@ -120,6 +120,12 @@ class SubsetSource:
     def load(self, index):
         return self.source.load(int(self.indices[index]))
 
+    def check_readable(self):
+        """The source's check (ImageFolder), over this subset's images only."""
+        check = getattr(self.source, "check_readable", None)
+        if check is not None:
+            check(self.indices)
+
     def __getattr__(self, name):  # num_bad_images and the like come from the source
         return getattr(self.__dict__["source"], name)
 
@@ -251,6 +257,13 @@ class AugmentedDataset(paddle.io.Dataset):
     def num_bad_images(self):
         """Unreadable images skipped so far (ImageFolder only; 0 otherwise)."""
         return getattr(self.source, "num_bad_images", 0)
+
+    def check_readable(self):
+        """Refuse (DataError) a split none of whose files can be read (ImageFolder: one decode
+        when the first file is whole); the other sources are held in memory or drawn."""
+        check = getattr(self.source, "check_readable", None)
+        if check is not None:
+            check()
 
 
 def build_sources(data_config, image_size):

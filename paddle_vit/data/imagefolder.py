@@ -8,7 +8,8 @@ warning); a split needs at least two classes; hidden files and folders (".*", su
 .ipynb_checkpoints) are left out; other files whose extension is not an image's are ignored
 and counted. A file that fails to decode is skipped (on_bad_image="skip": a warning names it
 once, `num_bad_images` counts it across worker processes, and the sample slot is served by
-the next readable file) or raises DataError naming it (on_bad_image="error").
+the next readable file) or raises DataError naming it (on_bad_image="error"). A split in which
+no file decodes at all is refused before training starts (`check_readable`).
 """
 import logging
 import os
@@ -191,18 +192,46 @@ class ImageFolderSource:
             candidate = (index + offset) % count
             if bad[candidate]:
                 continue
-            path = self.paths[candidate]
             try:
-                image = decode_image(path)
+                image = decode_image(self.paths[candidate])
             except Exception as error:  # a corrupt file can make any decoder raise anything
-                if self.on_bad_image == "error":
-                    raise DataError(f"cannot read image {path}: {_one_line(error)}") from None
-                if not bad[candidate]:
-                    bad[candidate] = 1
-                    logger.warning("skipping unreadable image %s (%s)", path, _one_line(error))
+                self._unreadable(candidate, error)
                 continue
             return image, int(self.labels[candidate])
         raise DataError(f"no readable image left in {self.split_dir}")
+
+    def _unreadable(self, index, error):
+        """File `index` failed to decode: the error (on_bad_image="error"), or skip it from now on."""
+        path = self.paths[index]
+        if self.on_bad_image == "error":
+            raise DataError(f"cannot read image {path}: {_one_line(error)}") from None
+        if not self._bad.view[index]:
+            self._bad.view[index] = 1
+            logger.warning("skipping unreadable image %s (%s)", path, _one_line(error))
+
+    def check_readable(self, indices=None):
+        """Refuse a split none of whose files (of `indices`, all by default) decodes, now rather
+        than at the first batch or evaluation, after a run has made its folder. Files are tried
+        in order until one decodes: one decode for a healthy split. Those that fail on the way
+        are the error, or skipped, as `load` would have them; a split that is all garbage is
+        one DataError naming its folder, not one warning per file."""
+        order = range(len(self.paths)) if indices is None else [int(index) for index in indices]
+        failed = []  # (index, error) of the files tried so far
+        for index in order:
+            try:
+                decode_image(self.paths[index])
+            except Exception as error:  # a corrupt file can make any decoder raise anything
+                if self.on_bad_image == "error":
+                    self._unreadable(index, error)  # raises, as load would
+                failed.append((index, error))
+                continue
+            for bad_index, error in failed:
+                self._unreadable(bad_index, error)
+            return
+        first, error = failed[0]
+        raise DataError(f"ImageFolder split {self.split_dir} has no readable image: all {len(failed)} files tried "
+                        f"fail to decode (the first, {self.paths[first]}: {_one_line(error)}); "
+                        f"replace them or point data.root elsewhere")
 
 
 def build_imagefolder_sources(root, on_bad_image="skip"):

@@ -12,15 +12,18 @@ The policy (timm's and Lightning's): every run gets a folder of its own.
 A lock (``<run>/.lock``, an advisory ``flock`` the kernel releases when the process ends, however
 it ends) stops two live processes from writing one run.
 """
+import dataclasses
 import errno
 import fcntl
 import glob
+import json
 import os
 import re
 import time
 
-from ..checkpoint import find_latest_checkpoint
+from ..checkpoint import find_latest_checkpoint, remove_unfinished_writes
 from ..errors import ConfigError, TrainingError
+from .logging_utils import write_metrics
 
 LATEST = "latest"
 LOCK = ".lock"
@@ -127,7 +130,6 @@ def _checkpoint_to_resume(resume, folder):
 
 
 def _run_progress(folder):
-    import json
     try:
         with open(os.path.join(folder, "metrics.jsonl"), encoding="utf-8") as stream:
             lines = [line for line in stream if line.strip()]
@@ -135,6 +137,32 @@ def _run_progress(folder):
             if lines else ""
     except (OSError, ValueError, KeyError, IndexError):
         return ""
+
+
+def open_run_folder(folder, config, history):
+    """Make the main process's run folder ready to write, and lock it: `folder`, or a new
+    run-NNN when None; `checkpoints/` without the leftovers of writes a killed run never
+    finished; config.yaml naming the folder; metrics.jsonl holding `history` (the resumed
+    epochs' records, or none). Returns (the folder, its RunLock)."""
+    lock = None
+    try:
+        output_dir = folder or new_run_folder(config.output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        lock = RunLock(output_dir).acquire()
+        checkpoint_dir = os.path.join(output_dir, "checkpoints")
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        remove_unfinished_writes(checkpoint_dir)
+        run_config = dataclasses.replace(config, train=dataclasses.replace(config.train, output_dir=output_dir))
+        run_config.save(os.path.join(output_dir, "config.yaml"))
+        write_metrics(os.path.join(output_dir, "metrics.jsonl"), history)
+    except BaseException as error:
+        if lock is not None:
+            lock.release()
+        if isinstance(error, OSError):
+            raise ConfigError(f"train.output_dir {folder or config.output_dir} is not writable: "
+                              f"{error.strerror or error}") from error
+        raise
+    return output_dir, lock
 
 
 class RunLock:

@@ -1,7 +1,13 @@
-"""The training loop: data, model, AdamW, schedule, AMP, EMA, checkpoints, logs, resume."""
+"""The training loop: epochs of steps, evaluation, checkpoints, logs, signals.
+
+A `Trainer` is one run. Its parts are built by `build.py` (device, data, model, optimizer,
+schedule, AMP, EMA, the wrappers), a checkpoint to continue from is checked and restored by
+`resume.py`, one step's forward, loss, backward and update are `step.py`'s; here they are put
+in motion: the accumulation window around the steps, the finite check, EMA, the log lines,
+VisualDL scalars and metrics.jsonl, the checkpoints, and what Ctrl-C or SIGTERM does.
+"""
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -9,39 +15,19 @@ import signal
 import sys
 import time
 
-import numpy as np
 import paddle
-import paddle.nn.functional as F
 
-from ..data import MixupCutmix, batch_rng, build_dataloader, build_datasets, one_hot_smoothed
-from ..errors import ConfigError, TrainingError, WeightsError
-from ..models import ViTConfig
-from ..variants import use_cpu_fast_paths, use_traceable_variants
+from .. import checkpoint as ckpt
+from ..data import batch_rng, one_hot_smoothed
+from ..errors import TrainingError, WeightsError
 from ..viz import attention_overlay_image
 from ..weights import save_weights
-from .. import checkpoint as ckpt
-from ..hub import build_model, resolve_model_config
-from ..device import init_distributed, is_main_process, select_device
-from .ema import ModelEma
+from . import build, resume, runs, seeding, sharding, step, stopping
 from .evaluator import evaluate
-from . import runs, sharding, stopping
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
-from .optim import build_optimizer, build_schedule
+from .seeding import step_seed
 
 logger = logging.getLogger("paddle_vit")
-
-
-def step_seed(seed, epoch, batch, rank=0):
-    """A seed for one training step, the same however the run was interrupted and resumed. Each
-    rank gets its own (rank 0's is a single process's): the ranks' dropout and drop-path masks
-    must be independent draws, not one mask repeated on every rank's share of the step."""
-    words = [seed, epoch, batch] + ([rank] if rank else [])
-    return int(np.random.SeedSequence(words).generate_state(1)[0] % (2 ** 31))
-
-
-def soft_cross_entropy(logits, targets):
-    """Cross-entropy against soft targets [B, K] (mixup, cutmix, label smoothing)."""
-    return -(targets * F.log_softmax(logits, axis=-1)).sum(axis=-1).mean()
 
 
 @contextlib.contextmanager
@@ -57,155 +43,80 @@ def _reported_write_errors(path, what="checkpoint"):
         raise TrainingError(f"cannot write {what} {path}: {error.strerror or error}; {kept}") from error
 
 
-def _few(names, limit=5):
-    names = list(names)
-    return "[" + ", ".join(map(str, names[:limit])) + (f", ... ({len(names)} in all)" if len(names) > limit else "") + "]"
-
-
-def amp_dtype_for(amp, place):
-    """Paddle's dtype name for `amp` ("bf16"/"fp16"), or None for float32. Paddle's autocast
-    only acts on GPU/XPU: elsewhere, or on a GPU without that dtype, train in float32 and say so."""
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(amp)
-    if dtype is None:
-        return None
-    supported = paddle.amp.is_bfloat16_supported() if amp == "bf16" else paddle.amp.is_float16_supported()
-    if not place.startswith("gpu") or not supported:
-        logger.warning("train.amp=%s has no effect on %s (Paddle's AMP needs a GPU with %s): training in float32",
-                       amp, place, dtype)
-        return None
-    return dtype
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchGeometry:
-    """How a run makes one optimizer step: batch_size images per process and micro-step, on
-    `processes` processes, `accumulate_steps` micro-steps per update."""
-    batch_size: int
-    processes: int
-    accumulate_steps: int
-
-    @property
-    def images_per_step(self):
-        return self.batch_size * self.processes
-
-    @property
-    def global_batch(self):
-        return self.batch_size * self.processes * self.accumulate_steps
-
-    @classmethod
-    def recorded_in(cls, state):
-        train = state["config"]["train"]
-        return cls(train["batch_size"], state.get("world_size", 1), train["accumulate_steps"])
-
-    def __str__(self):
-        return f"{self.batch_size} per process x {self.processes} process{'es' if self.processes != 1 else ''} " \
-               f"x {self.accumulate_steps} accumulated"
-
-
 class Trainer:
     """Everything a run needs, built from one `Config`.
 
     `fit()` trains from where the run stands (a fresh start, or the checkpoint named by
     `train.resume`), evaluates every `eval.interval` epochs, writes checkpoints, VisualDL
-    scalars and metrics.jsonl (rank 0 only), and returns a summary dict.
+    scalars and metrics.jsonl (rank 0 only), and returns a summary dict. The process's random
+    generators (and cuDNN's determinism flag) are given back as they were when it ends, and by
+    `close()` for a trainer never fitted.
     """
 
     def __init__(self, config, progress_bar=False):
-        self.config = config
         self.progress_bar = progress_bar
-        train = config.train
-        self.place = select_device(train.device)
-        self.distributed = init_distributed()
-        self.main = is_main_process()
-        if train.deterministic and self.place.startswith("gpu"):
-            paddle.set_flags({"FLAGS_cudnn_deterministic": True})
-        paddle.seed(train.seed)
-        np.random.seed(train.seed)
-        self.world_size = paddle.distributed.get_world_size() if self.distributed else 1
-        self.rank = paddle.distributed.get_rank() if self.distributed else 0
-        self.geometry_differences = []  # how a resumed checkpoint's global batch differs, if it does
-        folder, checkpoint = runs.plan_run(config, self.main)
-        resume_state = ckpt.load_checkpoint(checkpoint) if checkpoint is not None else None
-        if resume_state is not None:  # may set accumulate_steps to keep the run's global batch
-            config = self.config = self._fit_batch_geometry(resume_state, checkpoint)
-            train = config.train
+        self.lock = None  # the run folder's, taken once the run is known to start
+        self.process_random_state = seeding.ProcessRandomState.capture()  # before the run seeds anything
+        try:
+            placement = build.place_process(config.train.device)
+            seeding.seed_process(config.train, placement.place)
+            folder, checkpoint = runs.plan_run(config, placement.main)
+            resume_state, geometry_differences = None, []
+            if checkpoint is not None:  # may set accumulate_steps to keep the run's global batch
+                resume_state, config, geometry_differences = resume.open_checkpoint(checkpoint, config,
+                                                                                    placement.world_size)
+            parts = build.build_run(config, placement)
+            if resume_state is not None:  # before a new folder exists: a refused resume leaves nothing
+                position = resume.resume(config, resume_state, checkpoint, parts, geometry_differences,
+                                         placement.world_size)
+            else:
+                position = resume.Position()
+                if config.train.resume:
+                    logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", config.train.resume)
+            if placement.distributed:  # before rank 0 writes anything into the run folder
+                resume.check_ranks_agree(position, checkpoint)
 
-        image_size = resolve_model_config(config, num_classes=2).image_size
-        self.train_set, self.val_set, self.class_names = build_datasets(config.data, image_size, seed=train.seed)
-        self.num_classes = len(self.class_names)
-        if config.model.num_classes is not None and config.model.num_classes != self.num_classes:
-            raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {config.data.dataset} "
-                              f"has {self.num_classes} classes; set model.num_classes: null to follow the data")
-        self.train_loader = build_dataloader(self.train_set, train.batch_size, shuffle=True, drop_last=True,
-                                             num_workers=config.data.num_workers, seed=train.seed, by_step=True)
-        self.val_loader = build_dataloader(self.val_set, config.eval.batch_size, shuffle=False, drop_last=False,
-                                           num_workers=config.data.num_workers, seed=train.seed)
-        if len(self.train_loader) == 0:
-            raise ConfigError(f"train.batch_size {train.batch_size} is larger than the training set "
-                              f"({len(self.train_set)} images): lower it")
+            self.config = config
+            self.place, self.distributed, self.main = placement.place, placement.distributed, placement.main
+            self.world_size, self.rank = placement.world_size, placement.rank
+            # the run's parts, by the names the loop (and the notebooks) use
+            self.train_set, self.val_set, self.class_names = parts.train_set, parts.val_set, parts.class_names
+            self.num_classes = len(parts.class_names)
+            self.train_loader, self.val_loader = parts.train_loader, parts.val_loader
+            self.vit, self.model = parts.vit, parts.model  # the ViT; what the loop calls (wrapped, traced)
+            self.optimizer, self.schedule = parts.optimizer, parts.schedule
+            self.updates_per_epoch = parts.updates_per_epoch
+            self.amp_dtype, self.scaler, self.ema = parts.amp_dtype, parts.scaler, parts.ema
+            self.sharded, self.mix = parts.sharded, parts.mix
+            # where the run stands
+            self.epoch, self.batch_in_epoch = position.epoch, position.batch_in_epoch
+            self.global_step, self.best_top1 = position.global_step, position.best_top1
+            self.epoch_loss_sum, self.epoch_loss_count = position.epoch_loss_sum, position.epoch_loss_count
+            self.bad_steps = position.bad_steps  # non-finite losses in a row
+            self.window_not_finite = False  # a non-finite loss in this update's window
+            self.history = position.history  # every finished epoch's record: metrics.jsonl is written from it
+            self.stop_requested = False  # by the first Ctrl-C or SIGTERM: stop at the next update
+            self.phase = "train"  # or "eval": what an out-of-memory error advises on
 
-        self.vit = use_cpu_fast_paths(build_model(config, self.num_classes))
-        self.updates_per_epoch = math.ceil(len(self.train_loader) / train.accumulate_steps)
-        self.schedule = build_schedule(config.optimizer, config.schedule, self.updates_per_epoch, train.epochs)
-        self.optimizer = build_optimizer(self.vit, config.optimizer, self.schedule)
-        self.amp_dtype = amp_dtype_for(train.amp, self.place)
-        if self.amp_dtype and train.amp_level == "O2":
-            self.vit, self.optimizer = paddle.amp.decorate(models=self.vit, optimizers=self.optimizer, level="O2",
-                                                           dtype=self.amp_dtype, master_weight=True)
-        self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if self.amp_dtype == "float16" else None
-        self.ema = ModelEma(self.vit, train.ema_decay) if train.ema else None
-        self.sharded = sharding.check_supported(train.sharding, self.place, self.distributed)
-        if self.sharded:  # instead of DataParallel: it reduces the gradients too
-            self.model, self.optimizer, self.scaler = sharding.wrap(self.vit, self.optimizer, self.scaler,
-                                                                    train.sharding)
-        else:
-            self.model = paddle.DataParallel(self.vit) if self.distributed else self.vit
-        if train.to_static:
-            use_traceable_variants(self.vit)
-            self.model = paddle.jit.to_static(self.model, full_graph=True)
-        data = config.data
-        self.mix = None
-        if data.mixup_alpha > 0 or data.cutmix_alpha > 0:
-            self.mix = MixupCutmix(data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.switch_prob,
-                                   train.label_smoothing, self.num_classes)
-
-        self.epoch, self.batch_in_epoch, self.global_step, self.best_top1 = 0, 0, 0, -1.0
-        self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0  # this epoch's so far, kept across a resume
-        self.bad_steps, self.window_not_finite = 0, False  # non-finite losses in a row; in this update
-        self.history = []  # every finished epoch's metrics record: metrics.jsonl is written from it
-        self.stop_requested = False
-        self.lock = None
-        if resume_state is not None:
-            self._resume(resume_state, checkpoint)  # before a new folder exists: a refused resume leaves nothing
-        elif train.resume:
-            logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", train.resume)
-        if self.distributed:  # before rank 0 writes anything into the run folder
-            self._check_ranks_agree(checkpoint)
-        if self.main:
-            try:
-                self.output_dir = folder or runs.new_run_folder(config.output_dir)
-                os.makedirs(self.output_dir, exist_ok=True)
-                self.lock = runs.RunLock(self.output_dir).acquire()
-                self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
-                os.makedirs(self.checkpoint_dir, exist_ok=True)
-                ckpt.remove_unfinished_writes(self.checkpoint_dir)
-                run_config = dataclasses.replace(config, train=dataclasses.replace(train, output_dir=self.output_dir))
-                run_config.save(os.path.join(self.output_dir, "config.yaml"))
-                write_metrics(os.path.join(self.output_dir, "metrics.jsonl"), self.history)
-            except OSError as error:
-                self.close()
-                raise ConfigError(f"train.output_dir {folder or config.output_dir} is not writable: "
-                                  f"{error.strerror or error}") from error
-            logger.info("run folder: %s", self.output_dir)
-        else:
-            self.output_dir = folder
-            self.checkpoint_dir = os.path.join(folder, "checkpoints")
+            if self.main:
+                self.output_dir, self.lock = runs.open_run_folder(folder, config, self.history)
+                logger.info("run folder: %s", self.output_dir)
+            else:
+                self.output_dir = folder
+            self.checkpoint_dir = os.path.join(self.output_dir, "checkpoints")
+        except BaseException:
+            self.close()
+            raise
 
     def close(self):
-        """Release the run folder (the lock); fit() does it when it ends."""
+        """Release the run folder (the lock) and give the process its random generators back;
+        fit() does it when it ends."""
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+        if self.process_random_state is not None:
+            self.process_random_state.restore()
+            self.process_random_state = None
 
     # ---- state ----------------------------------------------------------------------------
     def state(self):
@@ -230,135 +141,6 @@ class Trainer:
             "world_size": self.world_size,
         }
 
-    def _resume(self, state, path):
-        missing = [key for key in ("model", "optimizer", "scheduler", "epoch", "global_step", "model_config", "config")
-                   if key not in state]
-        if missing:
-            raise WeightsError(f"checkpoint {path} was written by an older paddle-vit and lacks {', '.join(missing)}: "
-                               f"it cannot be resumed; start a new run from its weights with -o model.pretrained={path}")
-        self._check_same_run(state, path)
-        # fields added since a checkpoint was written (e.g. gelu) had their defaults' values then
-        recorded = {**dataclasses.asdict(ViTConfig()), **state["model_config"]}
-        building = dataclasses.asdict(self.vit.config)
-        for name in ViTConfig.RUN_ONLY_FIELDS:  # e.g. recompute switched on to resume with less memory
-            recorded.pop(name), building.pop(name)
-        if recorded != building:
-            raise ConfigError(f"checkpoint {path} was written for another model "
-                              f"({state['model_config']['embed_dim']}-wide, depth {state['model_config']['depth']}, "
-                              f"{state['model_config']['num_classes']} classes) than the config builds")
-        self.vit.set_state_dict(state["model"])
-        ckpt.restore_optimizer_state(self.optimizer, self.vit, state["optimizer"])
-        self.schedule.set_state_dict(state["scheduler"])
-        if self.scaler and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
-        if self.ema and state.get("ema"):
-            self.ema.set_state_dict(state["ema"])
-        self.epoch, self.batch_in_epoch = state["epoch"], state.get("batch_in_epoch", 0)
-        self.global_step, self.best_top1 = state["global_step"], state.get("best_top1", -1.0)
-        self.epoch_loss_sum, self.epoch_loss_count = state.get("epoch_loss_sum", 0.0), state.get("epoch_loss_count", 0)
-        self.bad_steps = state.get("bad_steps", 0)
-        self.history = list(state["history"]) if "history" in state else self._history_from_metrics(path, state["epoch"])
-        # the position and this epoch's loss so far, in images: a step of `was` images is `scale` steps now
-        scale = BatchGeometry.recorded_in(state).images_per_step / self.geometry.images_per_step
-        if scale != 1.0:
-            self.batch_in_epoch = min(int(round(self.batch_in_epoch * scale, 6)), len(self.train_loader) - 1)
-            self.epoch_loss_sum *= scale  # a sum of per-step mean losses: each old step is `scale` new ones
-            self.epoch_loss_count *= scale
-        logger.info("resumed from %s: epoch %d, batch %d, step %d", path, self.epoch + 1, self.batch_in_epoch,
-                    self.global_step)
-
-    @property
-    def geometry(self):
-        """This run's BatchGeometry, as its config and process count make it."""
-        train = self.config.train
-        return BatchGeometry(train.batch_size, self.world_size, train.accumulate_steps)
-
-    def _fit_batch_geometry(self, state, path):
-        """The config to resume `state` with. The run's global batch (batch_size x processes x
-        accumulate_steps) is what its optimizer steps and schedule were made for; on another number
-        of processes keep it by setting accumulate_steps when the config's own arithmetic does not
-        (one line says so). Anything else that changes it is refused in `_check_same_run`."""
-        if "config" not in state:
-            return self.config  # an older checkpoint: _resume says what it lacks
-        was = BatchGeometry.recorded_in(state)
-        train = self.config.train
-        now = self.geometry
-        if now.global_batch == was.global_batch:
-            if now != was:
-                logger.info("resuming %s on %s: the global batch %d is kept (the checkpoint: %s)", path, now,
-                            now.global_batch, was)
-            return self.config
-        per_update = now.batch_size * now.processes
-        if now.processes != was.processes and was.global_batch % per_update == 0:
-            kept = BatchGeometry(now.batch_size, now.processes, was.global_batch // per_update)
-            logger.warning("resuming %s, written on %d process%s, on %d: train.accumulate_steps is set to %d to keep "
-                           "its global batch of %d (%s)", path, was.processes, "es" if was.processes != 1 else "",
-                           now.processes, kept.accumulate_steps, was.global_batch, kept)
-            return dataclasses.replace(self.config, train=dataclasses.replace(train, accumulate_steps=kept.accumulate_steps))
-        for key, old, new in (("train.batch_size", was.batch_size, now.batch_size),
-                              ("train.accumulate_steps", was.accumulate_steps, now.accumulate_steps),
-                              ("processes", was.processes, now.processes)):
-            if old != new:
-                self.geometry_differences.append(f"{key} {old!r} (the config: {new!r})")
-        self.geometry_differences.append(
-            f"a global batch of {was.global_batch} (the config: {now.global_batch}"
-            + (f"; -o train.batch_size={was.global_batch // (now.processes * now.accumulate_steps)} keeps it"
-               if was.global_batch % (now.processes * now.accumulate_steps) == 0 else "") + ")")
-        return self.config
-
-    def _check_same_run(self, state, path):
-        """Refuse (one line naming what differs) a checkpoint of another data set, class list or
-        global batch, unless train.resume_check is off; then the data position is carried over in
-        images."""
-        recorded = state["config"]
-        was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
-               "data.train_fraction": recorded["data"].get("train_fraction", 1.0)}
-        config = self.config
-        now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
-               "data.train_fraction": config.data.train_fraction}
-        differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
-        differences += self.geometry_differences
-        recorded_classes = state.get("class_names")
-        if recorded_classes is not None and list(recorded_classes) != list(self.class_names):
-            differences.append(f"the classes {_few(recorded_classes)} (the data: {_few(self.class_names)})")
-        if differences and self.config.train.resume_check:
-            raise ConfigError(f"checkpoint {path} was written with {'; '.join(differences)}: resuming would not "
-                              f"continue that run; set them as the checkpoint has them, or -o train.resume_check=false "
-                              f"to resume anyway")
-        if differences:
-            logger.warning("train.resume_check=false: resuming %s although it was written with %s", path,
-                           "; ".join(differences))
-
-    def _check_ranks_agree(self, checkpoint):
-        """Every process must start from the same point: a node that cannot see the run's
-        checkpoints (no shared file system) would otherwise start fresh beside resumed ones."""
-        steps = []
-        paddle.distributed.all_gather(steps, paddle.to_tensor([self.global_step, self.batch_in_epoch], "int64"))
-        steps = [tuple(int(v) for v in step.numpy()) for step in steps]
-        if len(set(steps)) > 1:
-            described = ", ".join(f"rank {r}: step {s}" for r, (s, _) in enumerate(steps))
-            raise ConfigError(f"the processes of this run would start from different points ({described}; this rank "
-                              f"resumes {checkpoint or 'nothing'}): every node must see the same run folder "
-                              f"(train.output_dir on a shared file system) to resume")
-
-    def _history_from_metrics(self, path, epoch):
-        """The epoch records of a checkpoint written before they were kept in it: metrics.jsonl's
-        lines up to its `epoch`."""
-        metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "metrics.jsonl")
-        records = []
-        try:
-            with open(metrics, encoding="utf-8") as stream:
-                for line in stream:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue  # a line cut short by a kill
-                    if isinstance(record, dict) and record.get("epoch", epoch + 1) <= epoch:
-                        records.append(record)
-        except OSError:
-            pass
-        return records
-
     def save(self, name):
         if self.sharded:  # every rank holds a part of the optimizer state: all take part in gathering it
             state = self.state()
@@ -380,15 +162,10 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):
-        if not self.amp_dtype:
-            return contextlib.nullcontext()
-        return paddle.amp.auto_cast(enable=True, dtype=self.amp_dtype, level=self.config.train.amp_level)
+        return step.autocast(self.amp_dtype, self.config.train.amp_level)
 
     def loss(self, logits, targets):
-        logits = logits.astype("float32")
-        if targets.ndim == 2:
-            return soft_cross_entropy(logits, targets)
-        return F.cross_entropy(logits, targets)
+        return step.classification_loss(logits, targets)
 
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
@@ -407,15 +184,12 @@ class Trainer:
     def optimizer_step(self):
         """Apply the accumulated gradients, unless a loss in the window was NaN/Inf (then drop
         them, as the fp16 loss scaler does for an overflow)."""
-        skipped = self.window_not_finite
-        if not skipped and self.scaler:
-            self.scaler.step(self.optimizer)  # skips the update itself when it finds Inf/NaN gradients
-            self.scaler.update()
-            found_inf = getattr(self.scaler, "_found_inf", None)
+        if self.window_not_finite:
+            self.optimizer.clear_grad(set_to_zero=False)
+            skipped = True
+        else:  # with fp16 the scaler skips the update itself when it finds Inf/NaN gradients
+            found_inf = step.apply_update(self.optimizer, self.scaler)
             skipped = bool(found_inf) if found_inf is not None else False
-        elif not skipped:
-            self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=False)  # freed until the next backward: lower peak memory
         self.schedule.step()
         self.global_step += 1
         self.window_not_finite = False
@@ -461,6 +235,13 @@ class Trainer:
             os._exit(128 + signum)
 
     def fit(self):
+        """Train to train.epochs (or until a signal stops the run); returns the summary dict."""
+        try:
+            return self._run_epochs()
+        finally:
+            self.close()  # the lock and the process's random generators, however the run ends
+
+    def _run_epochs(self):
         train = self.config.train
         total_batches = len(self.train_loader)
         writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=self.main and train.vdl,
@@ -473,10 +254,12 @@ class Trainer:
         try:
             while self.epoch < train.epochs:
                 self.phase = "train"
-                if not self._train_one_epoch(progress, writer):
+                epoch_start = time.time()
+                finished, images = self._train_one_epoch(progress, writer)
+                if not finished:
                     return self._summary(start, interrupted=True, metrics=metrics)
                 self.phase = "eval"
-                metrics = self._end_epoch(writer)
+                metrics = self._end_epoch(writer, images, time.time() - epoch_start)
         except MemoryError as error:
             raise self._out_of_memory(error) from error
         except RuntimeError as error:
@@ -487,13 +270,12 @@ class Trainer:
             progress.close()
             writer.close()
             restore_signals()
-            self.close()
         return self._summary(start, interrupted=False, metrics=metrics)
 
     def _out_of_memory(self, error):
         """Paddle's allocator failure (a MemoryError, "ResourceExhausted") turned into advice."""
         train = self.config.train
-        if getattr(self, "phase", "train") == "eval":
+        if self.phase == "eval":
             return TrainingError(f"out of memory on {self.place} while evaluating with eval.batch_size "
                                  f"{self.config.eval.batch_size}: lower it, e.g. -o eval.batch_size="
                                  f"{max(1, self.config.eval.batch_size // 2)}")
@@ -531,30 +313,27 @@ class Trainer:
         return restore
 
     def _train_one_epoch(self, progress, writer):
-        """Train the rest of the current epoch; False when stopped by a signal."""
+        """Train the rest of the current epoch; returns (False when a signal stopped it, the
+        number of images it trained on)."""
         train = self.config.train
         epoch, total_batches = self.epoch, len(self.train_loader)
         self.model.train()
         self.train_loader.set_epoch(epoch, start_batch=self.batch_in_epoch)
         running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
-        self.epoch_images, self.epoch_start = 0, time.time()
-        interval_start, interval_images = time.time(), 0
+        epoch_images, interval_start, interval_images = 0, time.time(), 0
         for images, labels in self.train_loader:
             batch = self.batch_in_epoch
             if train.deterministic:
                 paddle.seed(step_seed(train.seed, epoch, batch, self.rank))
-            images, targets = self.targets(images, labels, epoch, batch)
-            with self.autocast():
-                logits = self.model(images)
-            loss = self.loss(logits, targets)
+            images, targets = self.targets(images, labels, epoch, batch)  # [B, 3, S, S]; [B] or [B, K]
+            loss = step.forward_loss(self.model, images, targets, self.autocast)
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
             finite = self._loss_is_finite(loss) if train.check_finite and not self.scaler else True
             at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
             if finite:
-                scaled = loss / train.accumulate_steps
                 # ranks average their gradients once per update, at its last micro-step, not at each
                 with self._gradient_sync(at_update):
-                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                    step.backward(loss, self.scaler, train.accumulate_steps)
                 running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
                 running_count += 1
             else:
@@ -566,7 +345,7 @@ class Trainer:
             if at_update:
                 self.optimizer_step()
             interval_images += images.shape[0]
-            self.epoch_images += images.shape[0]
+            epoch_images += images.shape[0]
             if (at_update and train.checkpoint_steps and self.global_step % train.checkpoint_steps == 0
                     and self.batch_in_epoch < total_batches):  # (the epoch's end writes one anyway)
                 self._fold_running_loss(running_loss, running_count)
@@ -589,8 +368,8 @@ class Trainer:
                 self.save("last.pdckpt")
                 logger.warning("stopped at epoch %d, batch %d/%d; resume with -o train.resume=auto "
                                "(same output_dir)", epoch + 1, self.batch_in_epoch, total_batches)
-                return False
-        return True
+                return False, epoch_images
+        return True, epoch_images
 
     def _loss_is_finite(self, loss):
         """One host read per step. Several processes agree first (the minimum over the ranks), so
@@ -616,15 +395,16 @@ class Trainer:
         self.epoch_loss_count += running_count
         return loss_sum
 
-    def _end_epoch(self, writer):
+    def _end_epoch(self, writer, images, seconds):
+        """Evaluate (every eval.interval epochs), save, log and record the epoch just trained:
+        `images` in `seconds`."""
         train, epoch = self.config.train, self.epoch
-        seconds = time.time() - self.epoch_start
         record = {
             "epoch": epoch + 1,
             "step": self.global_step,
             "train_loss": self.epoch_loss_sum / max(self.epoch_loss_count, 1),
             "lr": self.optimizer.get_lr(),
-            "images_per_sec": self.epoch_images / max(seconds, 1e-9),
+            "images_per_sec": images / max(seconds, 1e-9),
             "epoch_seconds": seconds,
         }
         self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0

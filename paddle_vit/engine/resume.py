@@ -1,0 +1,226 @@
+"""Resuming a run from its checkpoint: only the same run, continued exactly.
+
+A checkpoint continues the run that wrote it when the data set, its classes, the global batch
+(`BatchGeometry`) and the model are the same; anything else is refused in one line naming what
+differs (`train.resume_check=false` resumes anyway). On another number of processes the global
+batch is kept by setting `train.accumulate_steps` (`fit_batch_geometry`). Then the model,
+optimizer, schedule, loss scaler and EMA are restored, and the run's `Position`: the epoch, the
+batch within it, the step, the epoch's loss so far and every finished epoch's record.
+"""
+import dataclasses
+import json
+import logging
+import os
+
+import paddle
+
+from .. import checkpoint as ckpt
+from ..errors import ConfigError
+from ..models import ViTConfig
+
+logger = logging.getLogger("paddle_vit")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchGeometry:
+    """How a run makes one optimizer step: batch_size images per process and micro-step, on
+    `processes` processes, `accumulate_steps` micro-steps per update."""
+    batch_size: int
+    processes: int
+    accumulate_steps: int
+
+    @property
+    def images_per_step(self):
+        return self.batch_size * self.processes
+
+    @property
+    def global_batch(self):
+        return self.batch_size * self.processes * self.accumulate_steps
+
+    @classmethod
+    def of_config(cls, config, processes):
+        train = config.train
+        return cls(train.batch_size, processes, train.accumulate_steps)
+
+    @classmethod
+    def recorded_in(cls, state):
+        train = state["config"]["train"]
+        return cls(train["batch_size"], state.get("world_size", 1), train.get("accumulate_steps", 1))
+
+    def __str__(self):
+        return f"{self.batch_size} per process x {self.processes} process{'es' if self.processes != 1 else ''} " \
+               f"x {self.accumulate_steps} accumulated"
+
+
+@dataclasses.dataclass
+class Position:
+    """Where a run stands: a fresh one at its start, a resumed one where its checkpoint was
+    written."""
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    global_step: int = 0
+    best_top1: float = -1.0
+    epoch_loss_sum: float = 0.0  # this epoch's so far, kept across a resume
+    epoch_loss_count: int = 0
+    bad_steps: int = 0  # non-finite losses in a row
+    history: list = dataclasses.field(default_factory=list)  # every finished epoch's metrics record
+
+
+def open_checkpoint(path, config, processes):
+    """Read the checkpoint at `path` to resume it on `processes` processes: (its state, the
+    config to resume it with, how its global batch differs from the config's). One that lacks
+    what a resume needs is refused here, before the run is built."""
+    state = ckpt.load_checkpoint(path)
+    ckpt.check_resumable(state, path)
+    config, differences = fit_batch_geometry(config, state, path, processes)
+    return state, config, differences
+
+
+def fit_batch_geometry(config, state, path, processes):
+    """(the config to resume `state` with, how its global batch differs from the config's). The
+    run's global batch (batch_size x processes x accumulate_steps) is what its optimizer steps
+    and schedule were made for; on another number of `processes` keep it by setting
+    accumulate_steps when the config's own arithmetic does not (one line says so). Any other
+    difference is listed for `check_same_run`, which refuses it."""
+    was = BatchGeometry.recorded_in(state)
+    now = BatchGeometry.of_config(config, processes)
+    if now.global_batch == was.global_batch:
+        if now != was:
+            logger.info("resuming %s on %s: the global batch %d is kept (the checkpoint: %s)", path, now,
+                        now.global_batch, was)
+        return config, []
+    per_update = now.batch_size * now.processes
+    if now.processes != was.processes and was.global_batch % per_update == 0:
+        kept = BatchGeometry(now.batch_size, now.processes, was.global_batch // per_update)
+        logger.warning("resuming %s, written on %d process%s, on %d: train.accumulate_steps is set to %d to keep "
+                       "its global batch of %d (%s)", path, was.processes, "es" if was.processes != 1 else "",
+                       now.processes, kept.accumulate_steps, was.global_batch, kept)
+        return dataclasses.replace(config, train=dataclasses.replace(
+            config.train, accumulate_steps=kept.accumulate_steps)), []
+    differences = []
+    for key, old, new in (("train.batch_size", was.batch_size, now.batch_size),
+                          ("train.accumulate_steps", was.accumulate_steps, now.accumulate_steps),
+                          ("processes", was.processes, now.processes)):
+        if old != new:
+            differences.append(f"{key} {old!r} (the config: {new!r})")
+    differences.append(
+        f"a global batch of {was.global_batch} (the config: {now.global_batch}"
+        + (f"; -o train.batch_size={was.global_batch // (now.processes * now.accumulate_steps)} keeps it"
+           if was.global_batch % (now.processes * now.accumulate_steps) == 0 else "") + ")")
+    return config, differences
+
+
+def _few(names, limit=5):
+    names = list(names)
+    return "[" + ", ".join(map(str, names[:limit])) + (f", ... ({len(names)} in all)" if len(names) > limit else "") + "]"
+
+
+def check_same_run(config, state, path, class_names, geometry_differences):
+    """Refuse (one line naming what differs) a checkpoint of another data set, class list or
+    global batch, unless train.resume_check is off; then the data position is carried over in
+    images."""
+    recorded = state["config"]
+    was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
+           "data.train_fraction": recorded["data"].get("train_fraction", 1.0)}
+    now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
+           "data.train_fraction": config.data.train_fraction}
+    differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
+    differences += geometry_differences
+    recorded_classes = state.get("class_names")
+    if recorded_classes is not None and list(recorded_classes) != list(class_names):
+        differences.append(f"the classes {_few(recorded_classes)} (the data: {_few(class_names)})")
+    if differences and config.train.resume_check:
+        raise ConfigError(f"checkpoint {path} was written with {'; '.join(differences)}: resuming would not "
+                          f"continue that run; set them as the checkpoint has them, or -o train.resume_check=false "
+                          f"to resume anyway")
+    if differences:
+        logger.warning("train.resume_check=false: resuming %s although it was written with %s", path,
+                       "; ".join(differences))
+
+
+def check_same_model(state, path, vit):
+    """Refuse a checkpoint of another model than `vit` (fields that only change how it runs,
+    such as recompute, may differ)."""
+    # fields added since a checkpoint was written (e.g. gelu) had their defaults' values then
+    recorded = {**dataclasses.asdict(ViTConfig()), **state["model_config"]}
+    building = dataclasses.asdict(vit.config)
+    for name in ViTConfig.RUN_ONLY_FIELDS:  # e.g. recompute switched on to resume with less memory
+        recorded.pop(name), building.pop(name)
+    if recorded != building:
+        raise ConfigError(f"checkpoint {path} was written for another model "
+                          f"({recorded['embed_dim']}-wide, depth {recorded['depth']}, "
+                          f"{recorded['num_classes']} classes) than the config builds")
+
+
+def restore(state, path, parts):
+    """Load `state` into the run's `parts` (model, optimizer, schedule, scaler, EMA); returns its
+    Position."""
+    parts.vit.set_state_dict(state["model"])
+    ckpt.restore_optimizer_state(parts.optimizer, parts.vit, state["optimizer"])
+    parts.schedule.set_state_dict(state["scheduler"])
+    if parts.scaler and state.get("scaler"):
+        parts.scaler.load_state_dict(state["scaler"])
+    if parts.ema and state.get("ema"):
+        parts.ema.set_state_dict(state["ema"])
+    history = list(state["history"]) if "history" in state else history_from_metrics(path, state["epoch"])
+    return Position(epoch=state["epoch"], batch_in_epoch=state.get("batch_in_epoch", 0),
+                    global_step=state["global_step"], best_top1=state.get("best_top1", -1.0),
+                    epoch_loss_sum=state.get("epoch_loss_sum", 0.0), epoch_loss_count=state.get("epoch_loss_count", 0),
+                    bad_steps=state.get("bad_steps", 0), history=history)
+
+
+def carry_position_over(position, state, config, processes, batches_per_epoch):
+    """The position and this epoch's loss so far counted in images: a step of the checkpoint's
+    `images_per_step` is `scale` steps of this run's (resume_check off, or another split of the
+    same global batch)."""
+    now = BatchGeometry.of_config(config, processes)
+    scale = BatchGeometry.recorded_in(state).images_per_step / now.images_per_step
+    if scale != 1.0:
+        position.batch_in_epoch = min(int(round(position.batch_in_epoch * scale, 6)), batches_per_epoch - 1)
+        position.epoch_loss_sum *= scale  # a sum of per-step mean losses: each old step is `scale` new ones
+        position.epoch_loss_count *= scale
+    return position
+
+
+def resume(config, state, path, parts, geometry_differences, processes):
+    """Check that `state` (from `open_checkpoint`) continues this run, and restore it into
+    `parts`; returns where the run stands. Called before a new run folder exists, so that a
+    refused resume leaves nothing behind."""
+    check_same_run(config, state, path, parts.class_names, geometry_differences)
+    check_same_model(state, path, parts.vit)
+    position = carry_position_over(restore(state, path, parts), state, config, processes, len(parts.train_loader))
+    logger.info("resumed from %s: epoch %d, batch %d, step %d", path, position.epoch + 1, position.batch_in_epoch,
+                position.global_step)
+    return position
+
+
+def history_from_metrics(path, epoch):
+    """The epoch records of a checkpoint written before they were kept in it: metrics.jsonl's
+    lines up to its `epoch`."""
+    metrics = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(path))), "metrics.jsonl")
+    records = []
+    try:
+        with open(metrics, encoding="utf-8") as stream:
+            for line in stream:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if isinstance(record, dict) and record.get("epoch", epoch + 1) <= epoch:
+                    records.append(record)
+    except OSError:
+        pass
+    return records
+
+
+def check_ranks_agree(position, checkpoint):
+    """Every process must start from the same point: a node that cannot see the run's
+    checkpoints (no shared file system) would otherwise start fresh beside resumed ones."""
+    steps = []
+    paddle.distributed.all_gather(steps, paddle.to_tensor([position.global_step, position.batch_in_epoch], "int64"))
+    steps = [tuple(int(v) for v in step.numpy()) for step in steps]
+    if len(set(steps)) > 1:
+        described = ", ".join(f"rank {r}: step {s}" for r, (s, _) in enumerate(steps))
+        raise ConfigError(f"the processes of this run would start from different points ({described}; this rank "
+                          f"resumes {checkpoint or 'nothing'}): every node must see the same run folder "
+                          f"(train.output_dir on a shared file system) to resume")
