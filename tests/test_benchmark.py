@@ -70,6 +70,7 @@ def check_result(result, mode, engine):
 
 @pytest.mark.parametrize("mode,engine", [("infer", "dynamic"), ("infer", "to_static"), ("infer", "predictor"),
                                          ("train", "dynamic"), ("train", "to_static")])
+@pytest.mark.slow
 def test_every_mode_and_engine_runs_on_cpu_and_reports_json(capsys, mode, engine):
     result = run_tool(capsys, *TINY, "--mode", mode, "--engine", engine, "--peak-tflops", "1.0")
     check_result(result, mode, engine)
@@ -130,6 +131,7 @@ def test_impossible_settings_are_one_line_errors():
                             worker_script=os.path.join(TOOLS, "torch_reference.py"))
 
 
+@pytest.mark.slow
 def test_compare_timm_without_torch_python_is_a_clear_error(tmp_path):
     missing = str(tmp_path / "no-such-python")
     completed = subprocess.run([sys.executable, os.path.join(TOOLS, "benchmark.py"), *TINY, "--compare", "timm",
@@ -243,6 +245,7 @@ def test_active_allocator_reads_the_process_memory_map(tmp_path):
     assert runtime.active_allocator(str(maps)) == "tcmalloc"
 
 
+@pytest.mark.slow
 def test_a_pip_only_install_gets_onetbbs_malloc_from_the_tbb_wheel(tmp_path, monkeypatch):
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -289,6 +292,7 @@ def this_processes_libc():
         return next(line.split()[-1] for line in maps if "/libc.so" in line or "/libc-" in line)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and /proc are Linux's")
 def test_a_tool_restarts_itself_with_the_chosen_malloc_and_the_same_arguments():
     """glibc's own libc stands in for a malloc library: preloading it changes nothing but the
@@ -359,6 +363,7 @@ print(json.dumps({"faults_per_op": (resource.getrusage(resource.RUSAGE_SELF).ru_
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 def test_default_malloc_tuning_reuses_freed_tensors_instead_of_page_faulting_them_in():
     """The freed 9.7 MB output is reused by the next op, so it touches few fresh pages. Opted out,

@@ -38,6 +38,7 @@ def digits():
     return load_digits()
 
 
+@pytest.mark.slow
 def test_digits_split_is_stratified_and_the_same_on_every_build(digits):
     train, val, class_names = build_datasets(config(dataset="digits", val_fraction=0.2, split_seed=3), 16)
     assert class_names == [str(c) for c in range(10)]

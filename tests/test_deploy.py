@@ -112,6 +112,7 @@ def json_predictions(lines):
 
 # ---- export ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_paddle_inference_matches_the_dynamic_model(classifier, exported, batch_size):
     batch = random_batch(batch_size, seed=batch_size)
@@ -151,6 +152,7 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.logits(batch), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_export_tool_replaces_an_older_export_as_a_whole(trained, exported, capsys):
     out = trained["root"] / "export_tool"
     shutil.copytree(os.path.dirname(exported["logits"]["metadata"]), out)
@@ -184,6 +186,7 @@ def onnx_export(trained, classifier):
         return export_classifier(classifier, trained["root"] / "export_onnx", formats=("onnx",))
 
 
+@pytest.mark.slow
 def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
     assert set(onnx_export) == {"onnx", "weights", "metadata"}
     model = InferenceModel(os.path.dirname(onnx_export["onnx"]))
@@ -196,6 +199,7 @@ def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
     assert json.loads(properties["paddle_vit"])["class_names"] == ["0", "1", "2", "3"]
 
 
+@pytest.mark.slow
 def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
     """A model with the options other codes compute with (Hugging Face's epsilon, the JAX tanh
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
@@ -227,6 +231,7 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
         np.testing.assert_allclose(outputs, eager, atol=1e-4, rtol=0, err_msg=backend)
 
 
+@pytest.mark.slow
 def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
     """paddle2onnx aborts the process (SIGABRT) on what it cannot convert; export runs it in a
     child process, so the caller gets an ExportError and lives on."""
@@ -377,6 +382,7 @@ def test_bad_input_exits_2_with_one_error_line(trained, images, tmp_path, capsys
         assert errors[0].startswith("error: ") and message in errors[0], (argv, errors)
 
 
+@pytest.mark.slow
 def test_command_line_error_has_no_traceback(images, tmp_path):
     result = subprocess.run([sys.executable, os.path.join(TOOLS, "predict.py"), "--weights",
                              str(tmp_path / "missing.pdparams"), "--model", "vit_walkthrough", str(images)],
@@ -385,6 +391,7 @@ def test_command_line_error_has_no_traceback(images, tmp_path):
     assert result.stderr.strip().splitlines() == [f"error: weights file {tmp_path / 'missing.pdparams'} does not exist"]
 
 
+@pytest.mark.slow
 def test_the_deploy_package_never_imports_the_engines_trainer_or_evaluator():
     """The engine may use deploy (eval.py's predictor), never the reverse: no import circle."""
     script = ("import sys\n"

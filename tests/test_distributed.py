@@ -20,6 +20,8 @@ from paddle_vit.engine.trainer import Trainer
 
 from repo_paths import TOOLS
 
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]  # each test starts several launchers
+
 RECIPE = {
     "model": {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2,
               "dropout": 0.0, "drop_path": 0.0},  # the random streams of dropout are per process

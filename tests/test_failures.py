@@ -83,6 +83,7 @@ def test_missing_and_invalid_config_files(tmp_path, capsys):
     assert_one_line_error(*run_tool(TRAIN, ["-c", str(broken)], capsys), "broken.yaml is not valid YAML at line")
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", str(tmp_path / "nope.yaml"),
                              "--debug"], capture_output=True, text=True, timeout=120)
@@ -188,6 +189,7 @@ def test_a_symlink_loop_counts_no_image_twice(tmp_path, caplog):
     assert "cat/up" in warnings and "dog/again" in warnings and "a loop" in warnings
 
 
+@pytest.mark.slow
 def test_a_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path, capsys):
     root = image_folder(tmp_path / "images")
     os.mkfifo(root / "train" / "cat" / "x.png")
@@ -313,6 +315,7 @@ def test_visualize_options_are_checked_before_any_work(trained, tmp_path, capsys
     assert_one_line_error(*run_tool(VISUALIZE, argv, capsys), fragment)
 
 
+@pytest.mark.root
 def test_visualize_and_eval_into_a_read_only_folder(trained, tmp_path, capsys, read_only_folder):
     config, checkpoints = trained
     image = tmp_path / "image.png"
@@ -335,6 +338,7 @@ def test_eval_confusion_matrix_with_an_unknown_extension(trained, tmp_path, caps
     assert_one_line_error(*run_tool(EVAL, argv, capsys), "--confusion-matrix", fragment)
 
 
+@pytest.mark.slow
 def test_eval_confusion_matrix_into_a_missing_folder_and_by_config(trained, tmp_path, capsys):
     config, checkpoints = trained
     figure = tmp_path / "new" / "folder" / "cm.svg"
@@ -392,6 +396,7 @@ def test_eval_pointed_at_optimizer_state(trained, tmp_path, capsys):
     assert_one_line_error(code, lines, "holds optimizer state")
 
 
+@pytest.mark.slow
 def test_safetensors_weights_from_training_evaluate(tmp_path, capsys):
     config = write_config(tmp_path, train=f"{{epochs: 1, batch_size: 16, device: cpu, output_dir: "
                                          f"'{tmp_path / 'run'}', weights_format: safetensors}}")
@@ -429,6 +434,7 @@ def wait_for(process, text, seconds=120):
     return ""
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_resumable_checkpoint(tmp_path):
     config, output = slow_config(tmp_path)
     process = start_training([os.path.join(TOOLS, "train.py"), "-c", config])
@@ -441,6 +447,7 @@ def test_sigterm_saves_a_resumable_checkpoint(tmp_path):
     assert state["batch_in_epoch"] >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_whole_process_group_with_loader_workers_stops_cleanly(tmp_path, signum):
     """A terminal's Ctrl-C and a scheduler's `kill -- -PGID` reach the DataLoader workers too."""
@@ -476,6 +483,7 @@ runpy.run_path({train!r}, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_in_the_backward_pass_ends_the_run_at_once_in_one_line(tmp_path):
     config, output = slow_config(tmp_path)
     driver = tmp_path / "driver.py"
@@ -514,6 +522,7 @@ runpy.run_path({train!r}, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_a_checkpoint_loses_only_that_checkpoint(tmp_path):
     straight = small_config(tmp_path / "straight", train={"epochs": 2, "save_interval": 1})
     Trainer(straight).fit()
@@ -587,6 +596,7 @@ def test_visualize_refused_weights_leave_no_out_folder(trained, tmp_path, capsys
     assert os.listdir(tmp_path / "kept") == []
 
 
+@pytest.mark.slow
 def test_export_refused_weights_or_a_failed_write_leave_no_out_folder(trained, tmp_path, capsys, monkeypatch):
     from paddle_vit.deploy import export as export_module
 
@@ -632,6 +642,7 @@ def test_convert_checks_out_first_and_leaves_no_folder_when_the_checkpoint_fails
     assert "loaded" not in capsys.readouterr().out  # said before the checkpoint was read
 
 
+@pytest.mark.slow
 def test_a_fifo_where_a_file_or_folder_is_meant_is_named_and_never_waited_on(trained, exported, tmp_path, capsys):
     """export --labels FIFO waited forever for a writer; the others called a FIFO 'a file'."""
     config, checkpoints = trained
@@ -818,6 +829,7 @@ runpy.run_path({train!r}, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_batch_too_large_for_memory_suggests_accumulation(tmp_path):
     """A real allocation failure: the address space is capped at 4 GiB and one attention map of
     the walkthrough's 1,025 tokens at batch 256 needs 4.3 GB."""

@@ -151,6 +151,7 @@ def count_hybrid(config):
     return count + config.depth * layer + 2 * d + d * config.num_classes + config.num_classes
 
 
+@pytest.mark.slow
 def test_every_hybrid_name_has_timms_parameter_count():
     from paddle_vit.models import get_model_config
 
@@ -250,6 +251,7 @@ def test_every_pool_and_position_embedding_with_a_hybrid(pool, position_embeddin
     model(x).mean().backward()
 
 
+@pytest.mark.slow
 def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
     import importlib.util
 
@@ -311,6 +313,7 @@ def create_model_config(config):
     return resolve_model_config(config, num_classes=10)
 
 
+@pytest.mark.slow
 def test_the_experiment_runs_side_by_side_in_child_processes(tmp_path):
     from paddle_vit import TrainingError, experiments
 
@@ -327,6 +330,7 @@ def test_the_experiment_runs_side_by_side_in_child_processes(tmp_path):
                                              steps=2, workers=2)
 
 
+@pytest.mark.slow
 def test_the_predictor_of_a_hybrid_or_mean_pooled_model_prints_nothing(tmp_path):
     """A traced `mean` makes Paddle Inference's oneDNN pass print "ReduceMeanCheckIfOneDNNSupport"
     on stdout, once per op: into predict.py's predictions. The models trace none."""

@@ -38,6 +38,7 @@ def test_parameter_count_from_config_matches_paper(name):
     assert count_from_config(get_model_config(name)) == PUBLISHED_PARAMETERS[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"])
 def test_built_model_parameter_count_matches_paper(name):
     assert count_parameters(create_model(name)) == PUBLISHED_PARAMETERS[name]

@@ -78,6 +78,7 @@ def test_eval_in_bf16_keeps_the_accuracy_and_says_its_precision(digits_run, caps
     assert bf16["loss"] == pytest.approx(fp32["loss"], rel=2e-2) and bf16["loss"] != fp32["loss"]
 
 
+@pytest.mark.slow
 def test_eval_in_bf16_on_the_eager_engine_is_refused(digits_run, capsys):
     recipe, weights = digits_run
     code = run(EVAL.main, ["-c", recipe, "--weights", weights, "-o", "eval.precision=bf16",

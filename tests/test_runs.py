@@ -95,6 +95,7 @@ def test_an_explicit_folder_that_holds_a_run_is_refused_with_the_command_that_co
     assert [record["epoch"] for record in metrics(folder)] == [1, 2]
 
 
+@pytest.mark.slow
 def test_two_live_runs_on_one_folder_the_second_is_refused(tmp_path):
     folder = tmp_path / "busy"
     folder.mkdir()
@@ -317,6 +318,7 @@ def test_the_run_writes_each_file_atomically_at_these_points(unbroken):
     assert epoch == ["best.pdparams", "last.pdckpt", "last.pdparams", "metrics.jsonl"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at, before", [(4, True), (4, False), (6, True), (8, True)])
 def test_a_sigkill_at_any_write_then_resume_equals_an_unbroken_run(tmp_path, unbroken, kill_at, before):
     """Kill before or after the k-th atomic write (4: the first epoch's checkpoint; 6: its
@@ -373,6 +375,8 @@ runpy.run_path({train!r}, run_name="__main__")
 
 @pytest.mark.parametrize("name, occurrence, what", [("last.pdckpt", 2, "checkpoint"), ("last.pdparams", 2, "weights"),
                                                     ("metrics.jsonl", 3, "metrics")])
+@pytest.mark.slow
+@pytest.mark.root
 def test_a_full_disk_at_a_write_is_one_line_and_the_previous_files_stay_whole(tmp_path, tiny_disk, name, occurrence,
                                                                              what):
     folder = tiny_disk / "run"
@@ -393,6 +397,8 @@ def test_a_full_disk_at_a_write_is_one_line_and_the_previous_files_stay_whole(tm
     assert [record["epoch"] for record in metrics(folder)] == [1, 2]
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_a_full_disk_while_logging_is_one_line(tmp_path, tiny_disk):
     folder = tiny_disk / "run"
     small_config(folder, train={"epochs": 2}).save(str(tmp_path / "recipe.yaml"))

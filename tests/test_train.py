@@ -66,6 +66,7 @@ def test_two_epochs_loss_falls_and_everything_is_written(tmp_path):
     assert resolved.train.epochs == 4 and resolved.model.embed_dim == 16
 
 
+@pytest.mark.slow
 def test_a_hybrid_trains_on_the_digits_and_its_loss_falls(tmp_path):
     """The tiny hybrid's ResNet stem (stride 4) under 1x1 patches: 16x16 digits, 4x4 tokens."""
     config = small_config(tmp_path / "run", model={
@@ -151,6 +152,7 @@ def stop_after(trainer, updates):
     {"data": {"randaugment_num_ops": 2, "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "random_erasing": 0.25},
      "train": {"label_smoothing": 0.1, "ema": True, "ema_decay": 0.9, "accumulate_steps": 2}},
 ])
+@pytest.mark.slow
 def test_resume_mid_epoch_equals_uninterrupted_run(tmp_path, augment):
     def config(name, **train):
         sections = {key: dict(value) for key, value in augment.items()}
@@ -183,6 +185,7 @@ def test_resume_auto_skips_a_checkpoint_cut_short(tmp_path):
     assert find_latest_checkpoint(str(folder)) == str(folder / "epoch_0002.pdckpt")
 
 
+@pytest.mark.slow
 def test_sigint_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     output = tmp_path / "run"
     config_path = tmp_path / "slow.yaml"
@@ -221,6 +224,7 @@ def test_fine_tune_from_timm_checkpoint_at_new_resolution(tmp_path):
     assert read_metrics(tmp_path / "run")[0]["val_top1"] >= 0.0
 
 
+@pytest.mark.slow
 def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path):
     """The run takes transformers' epsilon (1e-12) from the folder's config.json; its last.pdparams
     records none, so tools/eval.py on the recipe must take it from model.pretrained again to
@@ -248,6 +252,7 @@ def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path):
     assert abs(evaluated_loss("-o", "model.layer_norm_epsilon=1e-6") - record["val_loss"]) > 1e-3
 
 
+@pytest.mark.slow
 def test_eval_tool_reproduces_training_accuracy(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 2})
     Trainer(config).fit()
@@ -268,6 +273,7 @@ def test_eval_tool_reproduces_training_accuracy(tmp_path):
     assert (tmp_path / "confusion.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_eval_of_ema_weights(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 1, "ema": True, "ema_decay": 0.5})
     Trainer(config).fit()
@@ -276,6 +282,7 @@ def test_eval_of_ema_weights(tmp_path):
     assert metrics["top1"] == pytest.approx(read_metrics(tmp_path / "run")[0]["val_ema_top1"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_every_eval_engine_gives_the_training_runs_numbers(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 1})
     Trainer(config).fit()
@@ -307,6 +314,7 @@ def test_amp_bf16_runs_on_cpu_in_float32_with_a_warning(tmp_path, caplog):
     assert np.isfinite(trainer.fit()["last_epoch"]["train_loss"])
 
 
+@pytest.mark.slow
 def test_train_tool_reports_bad_config_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(TOOLS, "train.py"), "-c", str(tmp_path / "missing.yaml")],
                             capture_output=True, text=True, timeout=120)
@@ -324,6 +332,7 @@ def test_step_seed_is_a_pure_function_of_position_and_rank():
     assert batch_rng(0, 1, 2, rank=0).random() == batch_rng(0, 1, 2).random() != batch_rng(0, 1, 2, rank=1).random()
 
 
+@pytest.mark.slow
 def test_to_static_training_matches_dynamic(tmp_path):
     no_dropout = {"dropout": 0.0, "drop_path": 0.0}  # the graph draws its random numbers differently
     Trainer(small_config(tmp_path / "dynamic", model=no_dropout, train={"epochs": 1})).fit()

@@ -119,6 +119,7 @@ def test_recomputed_backward_honours_qk_scale_and_tanh_gelu():
 
 @pytest.mark.parametrize("overrides", [dict(pool="mean", **OTHER_CODES_OPTIONS), dict(pool="walkthrough"),
                                        dict(backbone_layers=[1], patch_size=1, image_size=32, backbone_style="jax")])
+@pytest.mark.slow
 def test_a_graph_traced_with_the_traceable_variants_computes_the_eager_numbers(overrides):
     """Tanh GELU, GroupNorm, weight standardisation and token means written out, the CPU attention
     from weight columns: each as its module computes eagerly."""

@@ -235,6 +235,7 @@ def test_a_model_without_position_embedding_has_no_similarity_figure():
 
 # ---- tools/visualize.py -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path):
     from paddle_vit.engine.trainer import Trainer
 

@@ -537,6 +537,7 @@ def test_convert_weights_errors_exit_2(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "x.pdparams")
 
 
+@pytest.mark.slow
 def test_convert_weights_missing_file_subprocess(tmp_path):
     missing = tmp_path / "missing.npz"
     result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "convert_weights.py"), str(missing),
