@@ -127,9 +127,11 @@ class ScalarWriter:
     """VisualDL scalars (and images) of a run in ``<run>/vdl/vdlrecords.paddle_vit.log``
     (``visualdl --logdir <run>/vdl``), written by this process itself, record by record.
 
-    Why not VisualDL's LogWriter: it starts a new file at every start (VisualDL shows only the
-    newest file of a folder, so a resumed run showed only its resumed part) and writes from a
-    thread that dies on a full disk, after which the writer blocks. Here one file is appended to,
+    Why not VisualDL's LogWriter (docs/design.md): it starts a new file at every start (VisualDL
+    shows only the newest file of a folder, so a resumed run showed only its resumed part), a
+    file named for it is opened with mode "wb", truncating what the run had logged, and its
+    writer thread catches a write error, prints a warning and drops the records, so a full disk
+    would lose the curve without a word. Here one file is appended to,
     each record flushed at once, a write error is a TrainingError naming the file, and a resumed
     run first drops what the killed one logged after its checkpoint (`keep_until_step`) and any
     record cut short: the curve comes out as an unbroken run's. The records are VisualDL's own
