@@ -18,7 +18,7 @@ from paddle_vit.engine import trainer as trainer_module
 from paddle_vit.checkpoint import find_latest_checkpoint, load_checkpoint
 from paddle_vit.engine.trainer import Trainer
 
-from repo_paths import REPO, TOOLS
+from repo_paths import REPO, TOOLS, load_tool
 
 
 def small_config(output_dir, **sections):
@@ -225,7 +225,7 @@ def test_fine_tune_from_timm_checkpoint_at_new_resolution(tmp_path):
 
 
 @pytest.mark.slow
-def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path):
+def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path, capsys):
     """The run takes transformers' epsilon (1e-12) from the folder's config.json; its last.pdparams
     records none, so tools/eval.py on the recipe must take it from model.pretrained again to
     reproduce the run's own validation numbers."""
@@ -241,31 +241,36 @@ def test_fine_tuned_from_hugging_face_then_evaluated_with_its_options(tmp_path):
     config.save(str(tmp_path / "recipe.yaml"))
     record = read_metrics(tmp_path / "run")[-1]
 
-    def evaluated_loss(*overrides):
-        result = subprocess.run([sys.executable, os.path.join(TOOLS, "eval.py"), "-c", str(tmp_path / "recipe.yaml"),
-                                 "--weights", str(tmp_path / "run" / "checkpoints" / "last.pdparams"),
-                                 "-o", "eval.engine=dynamic", *overrides], capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout.strip().splitlines()[-1])["loss"]
+    def evaluated_loss(*overrides):  # tools/eval.py's main, in this process
+        capsys.readouterr()
+        assert load_tool("eval").main(["-c", str(tmp_path / "recipe.yaml"), "--weights",
+                                       str(tmp_path / "run" / "checkpoints" / "last.pdparams"),
+                                       "-o", "eval.engine=dynamic", *overrides]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["loss"]
 
     assert evaluated_loss() == pytest.approx(record["val_loss"], abs=1e-5)
     assert abs(evaluated_loss("-o", "model.layer_norm_epsilon=1e-6") - record["val_loss"]) > 1e-3
 
 
 @pytest.mark.slow
-def test_eval_tool_reproduces_training_accuracy(tmp_path):
+def test_eval_tool_reproduces_training_accuracy(tmp_path, capsys):
     config = small_config(tmp_path / "run", train={"epochs": 2})
     Trainer(config).fit()
     config.save(str(tmp_path / "recipe.yaml"))
     last = read_metrics(tmp_path / "run")[-1]
     for weights in ("last.pdckpt", "last.pdparams"):
-        result = subprocess.run(
-            [sys.executable, os.path.join(TOOLS, "eval.py"), "-c", str(tmp_path / "recipe.yaml"),
-             "--weights", str(tmp_path / "run" / "checkpoints" / weights),
-             "--confusion-matrix", str(tmp_path / "confusion.png")],
-            capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        summary = json.loads(result.stdout.strip().splitlines()[-1])
+        argv = ["-c", str(tmp_path / "recipe.yaml"), "--weights", str(tmp_path / "run" / "checkpoints" / weights),
+                "--confusion-matrix", str(tmp_path / "confusion.png")]
+        if weights == "last.pdckpt":  # the command as a user runs it
+            result = subprocess.run([sys.executable, os.path.join(TOOLS, "eval.py"), *argv], capture_output=True,
+                                    text=True, timeout=300)
+            assert result.returncode == 0, result.stderr
+            out = result.stdout
+        else:  # the same command in this process, on the eager engine (every engine's numbers: the next test)
+            capsys.readouterr()
+            assert load_tool("eval").main(argv + ["-o", "eval.engine=dynamic"]) == 0
+            out = capsys.readouterr().out
+        summary = json.loads(out.strip().splitlines()[-1])
         assert summary["num_samples"] == 40
         assert summary["top1"] == pytest.approx(last["val_top1"], abs=1e-6)
         assert summary["loss"] == pytest.approx(last["val_loss"], abs=1e-5)

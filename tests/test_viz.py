@@ -14,7 +14,7 @@ from paddle_vit import ConfigError, DataError, viz
 from paddle_vit.config import load_config
 from paddle_vit.models import ViT, sincos_2d_embedding
 
-from repo_paths import TOOLS
+from repo_paths import TOOLS, load_tool
 
 
 def tiny_model(**overrides):
@@ -236,7 +236,7 @@ def test_a_model_without_position_embedding_has_no_similarity_figure():
 # ---- tools/visualize.py -----------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path):
+def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path, capsys):
     from paddle_vit.engine.trainer import Trainer
 
     run_dir = tmp_path / "run"
@@ -266,17 +266,20 @@ def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path)
     tags = set(LogReader(file_path=str(out / "vdl" / records[0])).get_tags()["image"])
     assert {f"viz/{name}" for name in viz.FIGURE_NAMES} <= tags
 
-    command[command.index("--image") + 1] = str(tmp_path / "missing.png")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"error: image or folder {tmp_path / 'missing.png'} does not exist"]
+    # the same command in this process (its main), for a missing image and an unreadable one
+    arguments = command[2:]
+    arguments[arguments.index("--image") + 1] = str(tmp_path / "missing.png")
+    capsys.readouterr()
+    assert load_tool("visualize").main(arguments) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: image or folder {tmp_path / 'missing.png'} does not exist"]
 
     broken = tmp_path / "broken.png"  # skipped with a warning, as tools/predict.py skips it
     broken.write_bytes((tmp_path / "grey.png").read_bytes()[:40])
-    command[command.index("--image") + 1] = str(broken)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "skipping unreadable image" in result.stdout and "broken.png" in result.stdout
+    arguments[arguments.index("--image") + 1] = str(broken)
+    assert load_tool("visualize").main(arguments) == 0
+    out = capsys.readouterr().out
+    assert "skipping unreadable image" in out and "broken.png" in out
 
 
 def test_drawing_a_confusion_matrix_leaves_matplotlib_as_it_found_it(tmp_path):
