@@ -71,6 +71,15 @@ def run(main, argv=None, relaunch=False):
         return 130
 
 
+def in_process(body):
+    """A command's `main(argv=None)`: `run(body, argv)` in this process (no restart), returning
+    the exit code; what tests and tools/*.py call."""
+    def main(argv=None):
+        return run(body, argv)
+    main.__doc__ = f"`{body.__module__}` in this process; returns the exit code (2 with one `error:` line)."
+    return main
+
+
 def command(name):
     """The module of command `name` (a key of COMMANDS)."""
     return importlib.import_module(f".{COMMANDS[name][0]}", __name__)

@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from . import ArgumentParser, add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, in_process
 from ..errors import ConfigError
 
 DEFAULT_MODEL = "vit_small_patch16_224"
@@ -112,9 +112,4 @@ def benchmark(argv):
 
 
 COMMAND = benchmark
-
-
-def main(argv=None):
-    """`paddle-vit benchmark` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

@@ -18,7 +18,7 @@ import dataclasses
 
 import yaml
 
-from . import ArgumentParser, add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, in_process
 from ..errors import ConfigError
 
 # options a .pdparams cannot record, which a later load must be told
@@ -107,9 +107,4 @@ def convert(argv):
 
 
 COMMAND = convert
-
-
-def main(argv=None):
-    """`paddle-vit convert` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

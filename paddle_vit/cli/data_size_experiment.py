@@ -9,7 +9,7 @@ validation top-1 (mean +- std over the seeds) per family and training-set size.
 import json
 import os
 
-from . import ArgumentParser, add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 from ..errors import ConfigError, DataError
 
 
@@ -88,9 +88,4 @@ def run_and_report(args):
 
 
 COMMAND = experiment
-
-
-def main(argv=None):
-    """`paddle-vit data-size-experiment` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 
-from . import ArgumentParser, add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 from ..errors import ConfigError
 
 
@@ -85,9 +85,4 @@ def confusion_matrix_target(args, config):
 
 
 COMMAND = evaluate
-
-
-def main(argv=None):
-    """`paddle-vit eval` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

@@ -9,7 +9,7 @@ interpolation, class names, model name), all that tools/predict.py --inference-m
 """
 import argparse
 
-from . import ArgumentParser, add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 
 
 def build_parser():
@@ -61,9 +61,4 @@ def export(argv):
 
 
 COMMAND = export
-
-
-def main(argv=None):
-    """`paddle-vit export` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

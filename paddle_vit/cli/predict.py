@@ -10,7 +10,7 @@ warning on stderr; the exit code is 0 when at least one image was classified.
 import argparse
 import logging
 
-from . import ArgumentParser, add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 from ..errors import ConfigError, DataError
 
 EPILOG = """\
@@ -135,9 +135,4 @@ def predict(argv):
 
 
 COMMAND = predict
-
-
-def main(argv=None):
-    """`paddle-vit predict` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

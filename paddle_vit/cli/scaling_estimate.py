@@ -9,7 +9,7 @@ import argparse
 import json
 import math
 
-from . import ArgumentParser, add_common_arguments, run
+from . import ArgumentParser, add_common_arguments, in_process
 from ..errors import ConfigError
 
 DEFAULT_MICRO_BATCH = {"vit_base_patch16_224": 128, "vit_huge_patch14_224": 32}
@@ -73,9 +73,4 @@ def estimate(argv):
 
 
 COMMAND = estimate
-
-
-def main(argv=None):
-    """`paddle-vit scaling-estimate` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

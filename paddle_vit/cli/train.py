@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import ArgumentParser, add_common_arguments, attach_log_file, run, setup_logging
+from . import ArgumentParser, add_common_arguments, attach_log_file, in_process, setup_logging
 
 
 def train(argv):
@@ -40,9 +40,4 @@ def train(argv):
 
 
 COMMAND = train
-
-
-def main(argv=None):
-    """`paddle-vit train` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process

@@ -8,7 +8,7 @@ VisualDL's image tab. --weights takes what tools/eval.py takes.
 """
 import os
 
-from . import ArgumentParser, add_common_arguments, run, setup_logging
+from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 from ..errors import ConfigError
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
@@ -73,9 +73,4 @@ def draw(args, config, paths):
 
 
 COMMAND = visualize
-
-
-def main(argv=None):
-    """`paddle-vit visualize` in this process; returns the exit code (2 with one
-    `error:` line on a user mistake)."""
-    return run(COMMAND, argv)
+main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
