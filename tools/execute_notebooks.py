@@ -139,7 +139,6 @@ def write(notebook, path):
     """Write `notebook` to `path` atomically: a reader never sees half a notebook."""
     import nbformat
 
-    sys.path.insert(0, REPO)  # paddle_vit without `pip install -e .`, as the notebooks do
     from paddle_vit.fileio import atomic_write
 
     atomic_write(path, lambda temporary: nbformat.write(notebook, temporary))
