@@ -321,9 +321,10 @@ def test_each_fixture_is_detected_as_its_own_family():
 
     expected = {"hf_vit_classifier/model.safetensors": "huggingface", "hf_vit_model/model.safetensors": "huggingface",
                 "jax_vit_released.npz": "jax", "jax_vit_linen.npz": "jax", "paddleclas_vit_base.pdparams": "paddleclas",
-                "plsc_vit_in21k.pdparams": "paddleclas", "timm_vit_cls.safetensors": "timm"}
+                "plsc_vit_in21k.pdparams": "paddleclas", "timm_vit_cls.safetensors": "timm",
+                "torchvision_vit.safetensors": "torchvision", "torchvision_vit_prelogits.safetensors": "torchvision"}
     assert {name: detect_format(arrays(name)) for name in expected} == expected
-    assert [family.name for family in families()] == ["huggingface", "jax", "paddle-vit", "paddleclas", "timm"]
+    assert [family.name for family in families()] == ["huggingface", "jax", "paddle-vit", "paddleclas", "timm", "torchvision"]
 
 
 def test_an_unknown_layout_names_every_supported_format():
@@ -456,5 +457,5 @@ def test_the_readmes_parity_table_command(capsys):
     code, lines, errors = run_tool("weights_parity", ["--json"], capsys)
     assert code == 0, errors
     rows = [json.loads(line) for line in lines]
-    assert len(rows) == 17 and all(row["difference"] < TOLERANCE for row in rows)
+    assert len(rows) == 20 and all(row["difference"] < TOLERANCE for row in rows)
     assert all(row["other_difference"] > 2 * TOLERANCE for row in rows if row["other"])

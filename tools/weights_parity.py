@@ -3,7 +3,7 @@
     python tools/weights_parity.py [--fixtures tests/fixtures]
 
 Loads every reference fixture (tests/fixtures/README.md: small models saved by timm,
-transformers, vit_jax, PaddleClas and PLSC with those codes' own outputs) through
+transformers, vit_jax, PaddleClas, PLSC and torchvision with those codes' own outputs) through
 ``paddle_vit.create_model(name, pretrained=...)`` and prints, per case, the largest absolute
 difference from that code's output, and the difference when one option is computed the other
 codes' way instead (ViT's epsilon, exact GELU, timm's resampling, ...). The table of sources in
@@ -53,6 +53,12 @@ CASES = [
      dict(mlp_ratio=4, patch_size=2, backbone_layers=[1]), ("backbone_style=jax", dict(backbone_style="jax"))),
     ("vit_jax hybrid, released layout", "jax", "jax_hybrid/logits", "jax_hybrid_released.npz",
      dict(patch_size=2, backbone_layers=[1]), ("backbone_style=timm", dict(backbone_style="timm"))),
+    ("torchvision VisionTransformer", "torchvision", "torchvision_vit/logits", "torchvision_vit.safetensors", {},
+     ("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5))),
+    ("torchvision with heads.pre_logits", "torchvision", "torchvision_vit_prelogits/logits",
+     "torchvision_vit_prelogits.safetensors", {}, ("gelu=tanh", dict(gelu="tanh"))),
+    ("torchvision interpolate_embeddings at 48", "torchvision", "torchvision_vit_48/logits",
+     "torchvision_vit.safetensors", dict(image_size=48), ("resample=bicubic", dict(resample="bicubic"))),
 ]
 
 
@@ -78,7 +84,7 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="one JSON object per case instead of a table")
     args = parser.parse_args(argv)
     references = {family: dict(np.load(os.path.join(args.fixtures, f"{family}_reference.npz")))
-                  for family in ("timm", "hf", "jax", "paddleclas")}
+                  for family in ("timm", "hf", "jax", "paddleclas", "torchvision")}
     if not args.json:
         print("| checkpoint (reference fixture) | max abs difference | computed another way instead |")
         print("|---|---|---|")

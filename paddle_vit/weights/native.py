@@ -6,8 +6,11 @@ with (epsilon, GELU, q.k scale, pooling, position embedding) are implied from th
 ``.pdparams`` records none: the options then come from the caller, or from the recipe's
 ``model.pretrained`` (hub.py).
 """
+import re
+
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
 
+_LAYER = re.compile(r"encoder\.layers\.\d+\.")
 # the options a recorded model_config implies, and the value a checkpoint written before the
 # option existed was computed with
 RECORDED_OPTIONS = {"layer_norm_epsilon": 1e-6, "gelu": "exact", "qk_scale": None, "pool": None,
@@ -22,7 +25,8 @@ class NativeFamily(CheckpointFamily):
     resample_source = "paddle-vit's default (timm's method)"
 
     def detect(self, checkpoint):
-        return any(name.startswith(("encoder.layers.", "patch_embed.patch_embedding.")) or name == POSITION_EMBEDDING
+        # encoder.layers.N., not encoder.layers. alone: torchvision's are encoder.layers.encoder_layer_N.
+        return any(_LAYER.match(name) or name.startswith("patch_embed.patch_embedding.") or name == POSITION_EMBEDDING
                    for name in checkpoint.arrays)
 
     def convert(self, checkpoint):

@@ -11,12 +11,14 @@ so a checkpoint is resampled as its own code does unless asked otherwise:
 | ``bicubic`` | bicubic, align_corners=False, no antialias (a = -0.75) | Hugging Face ``interpolate_pos_encoding``, PLSC |
 | ``bilinear`` | bilinear, align_corners=False, no antialias | timm's JAX ``.npz`` loader |
 | ``bilinear_align_corners`` | linear with the corners aligned | ``scipy.ndimage.zoom(order=1)`` in ``vit_jax`` |
+| ``bicubic_align_corners`` | bicubic, align_corners=True, no antialias (a = -0.75) | torchvision's ``interpolate_embeddings`` |
 
 Antialias matters even when upsampling: its bicubic filter has another coefficient, ~0.1-0.3 of
 the values' scale apart. On downsampling it also widens the filter to the output's pixel
 footprint (a low-pass). Paddle's kernels reproduce PyTorch's to ~1e-6; ``zoom(order=1)`` samples
 input coordinate ``i * (old - 1) / (new - 1)`` for output ``i``, which is bilinear with
-align_corners=True. Paddle's bicubic takes only float32, so the arithmetic is float32.
+align_corners=True; torchvision samples the same coordinates with the bicubic kernel, so its
+corner rows are the old corners exactly. Paddle's bicubic takes only float32, so the arithmetic is float32.
 """
 import math
 
@@ -31,6 +33,7 @@ RESAMPLE_METHODS = {
     "bicubic": dict(mode="bicubic", align_corners=False, antialias=False),
     "bilinear": dict(mode="bilinear", align_corners=False, antialias=False),
     "bilinear_align_corners": dict(mode="bilinear", align_corners=True, antialias=False),
+    "bicubic_align_corners": dict(mode="bicubic", align_corners=True, antialias=False),
 }
 
 
