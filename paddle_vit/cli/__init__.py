@@ -24,7 +24,7 @@ COMMANDS = {
     "export": ("export", "export weights as a Paddle inference model (and ONNX)"),
     "benchmark": ("benchmark", "time inference, a training step or the input pipeline (optionally against timm)"),
     "visualize": ("visualize", "draw attention maps, position-embedding similarity, filters, attention distance"),
-    "convert": ("convert_weights", "convert a timm, Hugging Face, JAX or PaddleClas checkpoint"),
+    "convert": ("convert_weights", "convert a timm, Hugging Face, JAX, PaddleClas or torchvision checkpoint"),
     "data-size-experiment": ("data_size_experiment", "the paper's data-size experiment in miniature"),
     "scaling-estimate": ("scaling_estimate", "expected multi-GPU throughput, memory and traffic"),
 }

@@ -4,7 +4,8 @@
     paddle-vit convert -c CONFIG [--weights SRC] --out OUT ...
 
 SRC is a timm .safetensors/.pth/.bin, a JAX .npz, a Hugging Face save_pretrained folder (or its
-model.safetensors), a PaddleClas/PLSC .pdparams or a paddle-vit file (the positional form
+model.safetensors), a PaddleClas/PLSC .pdparams, a torchvision ViT state dict (.pth/.safetensors)
+or a paddle-vit file (the positional form
 `convert_weights.py SRC ...` still works). The model is built with the options the checkpoint
 implies (class count, pre-logits layer, Hugging Face's config.json, the JAX tanh GELU, ...);
 overrides are model (ViTConfig) fields, values read as YAML: -o num_classes=10 -o image_size=384,

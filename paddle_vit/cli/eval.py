@@ -6,7 +6,7 @@
 Prints per-class accuracy, then one JSON line with top1, top5, loss and num_samples (the
 last line of stdout, for scripts). Accepts training checkpoints (.pdckpt, --ema for their EMA
 weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm, Hugging Face
-folders, PaddleClas/PLSC, JAX .npz): the model is built with the options the weights imply, so
+folders, PaddleClas/PLSC, JAX .npz, torchvision state dicts): the model is built with the options the weights imply, so
 --model NAME needs no hand-typed overrides.
 """
 import contextlib

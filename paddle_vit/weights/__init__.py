@@ -2,7 +2,7 @@
 computes it.
 
 One module per family (timm.py, jax.py, huggingface.py, paddleclas.py for PaddleClas and PLSC,
-native.py for this project's files), each with its detection rule, name map and the options
+torchvision.py, native.py for this project's files), each with its detection rule, name map and the options
 it implies; resample.py for position embeddings; loader.py for fitting a checkpoint to a model
 and the report; reading.py and saving.py for files. `family.py` says what a family is.
 
@@ -18,7 +18,7 @@ from .saving import save_weights
 
 
 def detect_format(state, description="checkpoint"):
-    """The family name ("timm", "jax", "huggingface", "paddleclas" or "paddle-vit") of a dict
+    """The family name ("timm", "jax", "huggingface", "paddleclas", "torchvision" or "paddle-vit") of a dict
     of arrays."""
     if not hasattr(state, "items"):
         raise TypeError("detect_format takes a dict of arrays (the layout is read off their shapes)")

@@ -51,7 +51,8 @@ class LoadReport:
 
     Attributes:
         source: the file or folder, or "<dict>".
-        format: the family detected: "paddle-vit", "timm", "jax", "huggingface" or "paddleclas".
+        format: the family detected: "paddle-vit", "timm", "jax", "huggingface", "paddleclas" or
+            "torchvision".
         loaded: model tensors set from the checkpoint (after layout conversion).
         resampled: (model tensor, old grid, new grid) for position embeddings interpolated to
             the model's patch grid, with `resample_method` (and why it was that one).
@@ -378,6 +379,7 @@ def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
         model: the model to fill in place.
         source: a path (this project's ``.pdparams``/``.pdckpt``/``.safetensors``; timm
             ``.safetensors``/``.pth``/``.bin``; PaddleClas or PLSC ``.pdparams``; JAX ``.npz``;
+            torchvision's ViT state dicts (``.pth``, ``.safetensors``);
             a Hugging Face save_pretrained folder or its ``model.safetensors``) or a dict of
             arrays in any of those namings; the family is detected once for the checkpoint.
         strict: raise on checkpoint tensors the model lacks, model tensors the checkpoint
