@@ -87,8 +87,8 @@ class _ModelSection:
         here win, and the data set decides the class count. The position embedding is resampled
         and the head re-initialised as needed (fine-tuning).
     pretrained_resample: how that position embedding is resampled to another grid
-        (bicubic_antialias, bicubic, bilinear, bilinear_align_corners); null: as the
-        checkpoint's own code does (docs/pretrained.md).
+        (bicubic_antialias, bicubic, bilinear, bilinear_align_corners, bicubic_align_corners);
+        null: as the checkpoint's own code does (docs/pretrained.md).
     recompute: activation recompute in training: true (every encoder layer), k (every k-th) or
         false/0; the same numbers with less memory and more time (docs/scaling.md).
     Every other key: the `ViTConfig` field of that name (paddle_vit/models/vit.py says what each is).
