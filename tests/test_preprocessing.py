@@ -306,14 +306,21 @@ def test_our_input_and_probabilities_match_the_librarys_own_pipeline(pipeline, t
     # sums over S * S values: one pixel off by one level (>= 0.0078) shows above 1e-3
     assert sample[compared].max() < PARITY and sums[compared].max() < 1e-3 and weighted[compared].max() < 1e-3, \
         (pipeline, dict(zip(RECORDED["image_order"], zip(sample, sums))))
+    summary = f"{pipeline}: input max |ours - library| {sample[compared].max():.2e} (sampled)"
     if own_decoder_differs:  # PIL's pixels through the library's operators: exact as well
         rows = [i for i in range(len(ours)) if i not in compared]
+        own_decoder = sample[rows].max()
         sample, sums, weighted = input_differences(ours, pipeline + "@pil_decode")
         assert sample[rows].max() < PARITY and sums[rows].max() < 1e-3 and weighted[rows].max() < 1e-3
+        summary += f" ({own_decoder:.2e} with the library's own decoder on {', '.join(sorted(own_decoder_differs))})"
     if ours.shape[-1] != RECORDED["model"]["img_size"]:
+        print(summary)  # the figures of docs/pretrained.md: pytest -s -k own_pipeline
         return
     probabilities = tiny_vit(ours)
     expected = reference(pipeline, "probabilities")
+    print(f"{summary}, probabilities {np.abs(probabilities[compared] - expected[compared]).max():.2e}"
+          + (f" ({np.abs(probabilities - expected).max():.2e} with the library's own decoder)"
+             if own_decoder_differs else ""))
     np.testing.assert_allclose(probabilities[compared], expected[compared], atol=PARITY, rtol=0)
     assert (probabilities[compared].argmax(1) == expected[compared].argmax(1)).all()
     for row in (i for i in range(len(ours)) if i not in compared):  # the decoders' own difference
