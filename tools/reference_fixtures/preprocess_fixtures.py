@@ -16,7 +16,8 @@ portrait, and a JPEG with EXIF orientation 6.
 
 For every (pipeline, image) the library's input tensor float32 [3, S, S] is recorded as a
 strided sample ``x[:, 5::29, 5::29]``, per-channel sums and per-channel sums weighted by a fixed
-pattern (any single-pixel change shows there), and, at 224, the class probabilities of a tiny
+pattern (any single-pixel change shows there), one array per pipeline and quantity with a row
+per image (in the json's ``image_order``), and, at 224, the class probabilities of a tiny
 timm ViT (patch 16, embed 16, depth 1, 10 classes, perturbed random weights:
 ``preprocess_vit_tiny.safetensors``) on that input. Where a library refuses an image (it raises),
 the error is recorded instead.
