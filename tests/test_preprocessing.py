@@ -114,6 +114,11 @@ def test_huggingface_processor_configs():
         "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD}}, 224)
     assert (deit.resize_mode, deit.resize_size, deit.crop_offset, deit.rgb) == \
         ("shorter_side", 256, "floor", "alpha_on_white")
+    # older files give sizes as one number (transformers reads it as height = width)
+    old_style = preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"size": 224, "resample": 3}}, 224)
+    assert (old_style.resize_mode, old_style.resize_size, old_style.interpolation) == ("both_sides", 224, "bicubic")
+    with pytest.raises(ConfigError, match="resample"):
+        preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"resample": 1}}, 224)  # LANCZOS
     with pytest.raises(ConfigError, match="384"):
         preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"size": {"height": 384, "width": 384}}},
                                   224)
