@@ -21,7 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
-           "paddleclas": "paddleclas_fixtures"}
+           "paddleclas": "paddleclas_fixtures", "features": "features_fixtures"}
 
 
 def main(argv=None):
