@@ -216,3 +216,55 @@ def test_sincos_2d_is_computed_at_the_new_grid():
     images = paddle.randn([1, 3, 48, 48])
     with paddle.no_grad():
         np.testing.assert_allclose(dynamic(images).numpy(), built_there(images).numpy(), atol=1e-5, rtol=0)
+
+
+def test_config_keys_build_a_dynamic_model():
+    from paddle_vit.config import load_config
+    from paddle_vit.hub import build_model
+
+    config = load_config(overrides=["model.name=vit_tiny_patch16_224", "model.image_size=32", "model.depth=1",
+                                    "model.dynamic_img_size=true", "model.dynamic_img_pad=true",
+                                    "model.pos_embed_resample=bicubic"])
+    model = build_model(config, num_classes=3).eval()
+    assert (model.config.dynamic_img_size, model.config.dynamic_img_pad, model.config.pos_embed_resample) == (
+        True, True, "bicubic")
+    with paddle.no_grad():
+        assert model(paddle.zeros([1, 3, 40, 20])).shape == [1, 3]
+
+
+# ---- export -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_dynamic_export_takes_any_size_in_paddle_inference_and_onnx(tmp_path):
+    """A dynamic_img_size (and _pad) model exported with input [None, 3, None, None]: both
+    backends give the eager logits at sizes other than the built one, one the patch divides and
+    one it does not."""
+    import importlib.util
+
+    from paddle_vit.config import DataConfig
+    from paddle_vit.deploy.export import export_classifier
+    from paddle_vit.deploy.inference import InferenceModel
+    from paddle_vit.deploy.predict import Classifier, Preprocess
+
+    model = timm_model("timm_vit_cls", dynamic_img_size=True, dynamic_img_pad=True)
+    formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") and importlib.util.find_spec(
+        "onnxruntime") else ("paddle",)
+    export_classifier(Classifier(model, Preprocess.from_config(DataConfig(), 32), None, "custom"), tmp_path / "export",
+                      formats=formats)
+    metadata = json.loads((tmp_path / "export" / "preprocess.json").read_text())
+    assert metadata["input_shape"] == [-1, 3, -1, -1]
+    for case in ("dyn_48x24", "pad_13x35"):
+        batch = REFERENCE[f"{case}/input"]
+        with paddle.no_grad():
+            eager = model(paddle.to_tensor(batch)).numpy()
+        np.testing.assert_allclose(eager, REFERENCE[f"{case}/logits"], atol=TOLERANCE, rtol=0)
+        for backend in ("paddle", "onnxruntime")[:len(formats)]:
+            outputs = InferenceModel(tmp_path / "export", backend=backend).outputs(batch)
+            np.testing.assert_allclose(outputs, eager, atol=1e-5, rtol=0, err_msg=f"{backend} at {case}")
+
+
+def test_static_export_keeps_its_fixed_input_shape():
+    from paddle_vit.deploy.export import input_shape
+
+    assert input_shape(ViTConfig(**PLAIN)) == [-1, 3, 32, 32]
+    assert input_shape(ViTConfig(**PLAIN), unknown=None) == [None, 3, 32, 32]

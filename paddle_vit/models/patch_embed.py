@@ -167,9 +167,11 @@ class PatchEmbedding(nn.Layer):
 
     def check_patch_division(self, x):
         """With `dynamic_size` and no padding: the patch must divide what it cuts (eager check)."""
+        if self.dynamic_pad or not paddle.in_dynamic_mode():  # a traced graph: sizes unknown until it runs
+            return
         height, width = x.shape[2], x.shape[3]
         patch = self.patch_size
-        if self.dynamic_pad or height < 0 or width < 0 or (height % patch == 0 and width % patch == 0):
+        if height % patch == 0 and width % patch == 0:
             return
         raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: use a multiple of {patch}, "
                           f"or build the model with dynamic_img_pad=True to pad it")

@@ -45,12 +45,13 @@ def _taps(source, old, offsets, weights):
     return matrix  # [new, old]
 
 
-def resize_matrix(new, old, method=DEFAULT_RESIZE):
+def resize_matrix(new, old, method=None):
     """The [new, old] float32 matrix resampling a 1-D signal of `old` samples to `new` samples.
 
     `old` is a Python int (the grid the model was built for); `new` an int or, in a traced
-    graph, an int64 scalar tensor taken from the input's shape.
+    graph, an int64 scalar tensor taken from the input's shape. `method`: None is timm's.
     """
+    method = method or DEFAULT_RESIZE
     new_float = paddle.to_tensor(new, dtype="float32") if isinstance(new, int) else new.astype("float32")
     rows = paddle.arange(new, dtype="float32")  # [new]: output sample i
     if method == "bilinear_align_corners":
@@ -81,7 +82,7 @@ def resize_matrix(new, old, method=DEFAULT_RESIZE):
     raise ValueError(f"unknown resize method {method!r}; one of {', '.join(RESIZE_METHODS)}")
 
 
-def resize_grid_embedding(table, old_grid, new_grid, method=DEFAULT_RESIZE):
+def resize_grid_embedding(table, old_grid, new_grid, method=None):
     """A [1, R * C, D] grid of position vectors resampled to [1, h * w, D]; `new_grid` (h, w)
     as in `resize_matrix` (ints, or scalar tensors in a traced graph)."""
     rows, cols = old_grid
@@ -90,7 +91,9 @@ def resize_grid_embedding(table, old_grid, new_grid, method=DEFAULT_RESIZE):
     row_matrix = resize_matrix(new_grid[0], rows, method)  # [h, R]
     col_matrix = resize_matrix(new_grid[1], cols, method)  # [w, C]
     resized = paddle.matmul(paddle.matmul(row_matrix, grid), col_matrix, transpose_y=True)  # [D, h, w]
-    return resized.reshape([width, -1]).transpose([1, 0]).unsqueeze(0).astype(table.dtype)  # [1, h * w, D]
+    # [D, h, w] -> [h, w, D] -> [1, h * w, D] (a reshape, not an unsqueeze after the transpose: oneDNN's
+    # transpose + unsqueeze fusion in Paddle Inference gives that pair a wrong output type)
+    return resized.transpose([1, 2, 0]).reshape([1, -1, width]).astype(table.dtype)
 
 
 def sincos_2d_grid(rows, cols, embed_dim, temperature=10000.0):
@@ -105,4 +108,4 @@ def sincos_2d_grid(rows, cols, embed_dim, temperature=10000.0):
     col_angles = col_index.reshape([-1, 1]) * omega  # [N, D/4]
     table = paddle.concat([paddle.sin(row_angles), paddle.cos(row_angles),
                            paddle.sin(col_angles), paddle.cos(col_angles)], axis=1)  # [N, D]
-    return table.unsqueeze(0)
+    return table.reshape([1, -1, embed_dim])
