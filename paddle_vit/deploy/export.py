@@ -5,8 +5,9 @@ The folder written by `export_classifier`:
 
 - ``inference.json`` + ``inference.pdiparams``: ``paddle.jit.save`` of the eval model with a
   dynamic batch, input ``image`` float32 [N, 3, S, S] ([N, 3, H, W], any H and W, for a model
-  built with ``dynamic_img_size``), output [N, K] logits (or probabilities with ``softmax=True``). Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3
-  with ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
+  built with ``dynamic_img_size``), output [N, K] logits (or probabilities with ``softmax=True``).
+  Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3 with
+  ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
 - ``model.onnx`` with ``formats`` including "onnx" (through paddle2onnx, an optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);

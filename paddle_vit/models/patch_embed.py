@@ -60,7 +60,7 @@ class PatchEmbedding(nn.Layer):
     """[B, C, H, W] image -> [B, 1 + N, D] tokens (class token first), N = (H/P) * (W/P).
 
     Args:
-        image_size: input side (int) or (H, W); the model only accepts this size.
+        image_size: input side (int) or (H, W); the only size accepted unless `dynamic_size`.
         patch_size: P, the side of a square patch (kernel and stride of the Conv2D).
         in_channels: C of the input image.
         embed_dim: D, the width of every token.
@@ -139,6 +139,8 @@ class PatchEmbedding(nn.Layer):
             return self.full_position_embedding()
         if paddle.in_dynamic_mode():
             rows, cols = patches.shape[2], patches.shape[3]
+            if (rows, cols) == tuple(self.grid_size):  # the built grid: as built (timm too)
+                return self.full_position_embedding()
         else:  # a traced graph: the grid is known when it runs
             grid = paddle.shape(patches)
             rows, cols = grid[2], grid[3]
@@ -173,8 +175,8 @@ class PatchEmbedding(nn.Layer):
         patch = self.patch_size
         if height % patch == 0 and width % patch == 0:
             return
-        raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: use a multiple of {patch}, "
-                          f"or build the model with dynamic_img_pad=True to pad it")
+        raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: "
+                          f"use a multiple of {patch}, or build the model with dynamic_img_pad=True to pad it")
 
     def token_grid_for(self, height, width):
         """(rows, cols) of the patch grid of an H x W input (padded up with `dynamic_pad`)."""
