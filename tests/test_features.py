@@ -234,6 +234,24 @@ def test_config_keys_build_a_dynamic_model():
 
 # ---- export -----------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("weights", ["timm_vit_cls", pytest.param("timm_hybrid_stage", marks=pytest.mark.slow)])
+def test_a_traced_dynamic_graph_computes_the_eager_numbers_at_any_size(weights):
+    """Traced once for [None, 3, None, None] with the traceable variants (the padding written
+    out), the graph gives the eager logits at sizes that need padding and sizes that do not."""
+    from paddle.static import InputSpec
+
+    from paddle_vit.variants import traceable
+
+    model = timm_model(weights, dynamic_img_size=True, dynamic_img_pad=True)
+    cases = ["pad_13x35", "dyn_16x40"] if weights == "timm_vit_cls" else ["hybrid_pad_36x20", "hybrid_dyn_16x48"]
+    with paddle.no_grad(), traceable(model):
+        assert type(model.patch_embed).__name__.startswith("Traceable")
+        traced = paddle.jit.to_static(model.forward, input_spec=[InputSpec([None, 3, None, None], "float32")],
+                                      full_graph=True)
+        for case in cases:
+            np.testing.assert_allclose(traced(tensor(case)).numpy(), REFERENCE[f"{case}/logits"], atol=TOLERANCE,
+                                       rtol=0, err_msg=case)
+
 @pytest.mark.slow
 def test_dynamic_export_takes_any_size_in_paddle_inference_and_onnx(tmp_path):
     """A dynamic_img_size (and _pad) model exported with input [None, 3, None, None]: both
