@@ -107,6 +107,18 @@ def test_prune_intermediate_layers_keeps_what_timm_keeps():
         assert model(tensor("prune")).shape == [1, 32]  # the class token's features, no head
 
 
+def test_pruning_the_head_drops_pre_logits_fc_norm_and_classifier_and_keeps_the_head_with_prune_head_false():
+    def model():
+        return ViT(ViTConfig(**dict(PLAIN, depth=3), num_classes=4, representation_size=8, pool="mean")).eval()
+
+    pruned, kept_head = model(), model()
+    assert pruned.prune_intermediate_layers(2, prune_norm=True) == [1, 2]
+    assert not [name for name in pruned.state_dict() if name.startswith(("pre_logits", "fc_norm", "head"))]
+    assert (pruned.config.depth, pruned.config.num_classes, pruned.config.representation_size) == (3, 0, None)
+    assert kept_head.prune_intermediate_layers([0], prune_head=False) == [0]
+    assert kept_head.config.depth == 1 and kept_head(paddle.zeros([1, 3, 32, 32])).shape == [1, 4]
+
+
 @pytest.mark.parametrize("indices,taken", [(None, [0, 1, 2, 3]), (2, [2, 3]), ([-1, 0], [3, 0]), ((1,), [1])])
 def test_feature_take_indices_reads_ints_lists_and_negatives_as_timm(indices, taken):
     assert feature_take_indices(4, indices) == (taken, max(taken))

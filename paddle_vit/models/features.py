@@ -83,7 +83,9 @@ def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW",
 def prune_intermediate_layers(model, indices=1, prune_norm=False, prune_head=True):
     """See `ViT.prune_intermediate_layers`: the model keeps what forward_intermediates(indices)
     needs. Its config follows (depth; num_classes 0 and no pre-logits layer without the head);
-    a pruned final norm is not a config field."""
+    a pruned final norm is not a config field. One difference from timm: without its head the
+    model's forward still pools as `config.pool` says ([B, D]), where timm's sets global_pool ""
+    and returns every token; forward_intermediates is the same in both."""
     layers = model.encoder.layers
     taken, last = feature_take_indices(len(layers), indices)
     model.encoder.layers = nn.LayerList(list(layers)[:last + 1])
