@@ -4,9 +4,10 @@
 The folder written by `export_classifier`:
 
 - ``inference.json`` + ``inference.pdiparams``: ``paddle.jit.save`` of the eval model with a
-  dynamic batch, input ``image`` float32 [N, 3, S, S], output [N, K] logits (or probabilities
-  with ``softmax=True``). Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3
-  with ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
+  dynamic batch, input ``image`` float32 [N, 3, S, S] ([N, 3, H, W], any H and W, for a model
+  built with ``dynamic_img_size``), output [N, K] logits (or probabilities with ``softmax=True``).
+  Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3 with
+  ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
 - ``model.onnx`` with ``formats`` including "onnx" (through paddle2onnx, an optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
@@ -118,6 +119,13 @@ def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metad
     onnx.save(onnx_model, path)
 
 
+def input_shape(config, unknown=-1):
+    """[N, C, S, S] of the traced graph, `unknown` for any batch size; a model built with
+    dynamic_img_size takes any H, W as well."""
+    side = unknown if config.dynamic_img_size else int(config.image_size)
+    return [unknown, int(config.in_channels), side, side]
+
+
 def _saved_model_file(prefix):
     for extension in (".json", ".pdmodel"):
         if os.path.isfile(prefix + extension):
@@ -136,8 +144,7 @@ def save_traced(model, prefix, softmax=False, dtype="float32"):
     config = model.config
     was_training = model.training
     network = inference_network(model, softmax)
-    spec = InputSpec([None, config.in_channels, config.image_size, config.image_size], dtype,
-                     name=INPUT_NAME)  # None: any batch size
+    spec = InputSpec(input_shape(config, unknown=None), dtype, name=INPUT_NAME)  # None: any batch size (and size)
     with traceable(model):
         paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
     if was_training:
@@ -157,7 +164,7 @@ def build_metadata(classifier, softmax, files):
         "class_names": list(classifier.class_names) if classifier.class_names else None,
         "output": "probabilities" if softmax else "logits",
         "input_name": INPUT_NAME,
-        "input_shape": [-1, int(config.in_channels), int(config.image_size), int(config.image_size)],
+        "input_shape": input_shape(config),
         "preprocess": classifier.preprocess.to_dict(),
         "files": files,
         "model_config": dataclasses.asdict(config),

@@ -19,8 +19,10 @@ is applied to patches extracted from a CNN feature map", 1x1 patches in the pape
 import numpy as np
 import paddle
 import paddle.nn as nn
+import paddle.nn.functional as F
 
 from ..errors import ConfigError
+from .resize import DEFAULT_RESIZE, resize_grid_embedding, sincos_2d_grid
 
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
 
@@ -58,16 +60,21 @@ class PatchEmbedding(nn.Layer):
     """[B, C, H, W] image -> [B, 1 + N, D] tokens (class token first), N = (H/P) * (W/P).
 
     Args:
-        image_size: input side (int) or (H, W); the model only accepts this size.
+        image_size: input side (int) or (H, W); the only size accepted unless `dynamic_size`.
         patch_size: P, the side of a square patch (kernel and stride of the Conv2D).
         in_channels: C of the input image.
         embed_dim: D, the width of every token.
         dropout: dropout applied after the position embedding is added.
         position_embedding: one of ``POSITION_EMBEDDINGS``.
+        dynamic_size: accept any H x W the patch divides, the position embedding resampled to
+            the input's grid in the forward pass (`resize.py`) by `resize_method`
+            (None: timm's bicubic with antialias); False: only `image_size`.
+        dynamic_pad: with `dynamic_size`, pad the right and bottom with zeros to a multiple of
+            the patch (timm's dynamic_img_pad) instead of refusing such a size.
     """
 
     def __init__(self, image_size=224, patch_size=16, in_channels=3, embed_dim=768, dropout=0.0,
-                 position_embedding="learned"):
+                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None):
         super().__init__()
         if position_embedding not in POSITION_EMBEDDINGS:
             raise ConfigError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
@@ -78,6 +85,9 @@ class PatchEmbedding(nn.Layer):
         self.image_size = (self.grid_size[0] * patch_size, self.grid_size[1] * patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.position_embedding_kind = position_embedding
+        self.dynamic_size = dynamic_size
+        self.dynamic_pad = dynamic_pad
+        self.resize_method = resize_method or DEFAULT_RESIZE
         self.patch_embedding = nn.Conv2D(in_channels=in_channels,
                                          out_channels=embed_dim,
                                          kernel_size=patch_size,
@@ -120,13 +130,71 @@ class PatchEmbedding(nn.Layer):
             return paddle.concat([self.class_position_embedding, grid], axis=1)  # [1, 1 + N, D]
         return None
 
+    def position_embedding_for(self, patches):
+        """The position embedding of every token for the patch grid of `patches` [B, D, h, w]:
+        the built one, or with `dynamic_size` the built one resampled to h x w (timm's
+        `_pos_embed` with dynamic_img_size: the class token's row kept, the grid resampled)."""
+        kind = self.position_embedding_kind
+        if not self.dynamic_size or kind == "none":
+            return self.full_position_embedding()
+        if paddle.in_dynamic_mode():
+            rows, cols = patches.shape[2], patches.shape[3]
+            if (rows, cols) == tuple(self.grid_size):  # the built grid: as built (timm too)
+                return self.full_position_embedding()
+        else:  # a traced graph: the grid is known when it runs
+            grid = paddle.shape(patches)
+            rows, cols = grid[2], grid[3]
+        if kind == "sincos_2d":  # fixed: computed at the new grid
+            table = sincos_2d_grid(rows, cols, self.embed_dim)
+        else:
+            table = resize_grid_embedding(self.position_embedding[:, 1:], self.grid_size, (rows, cols),
+                                          self.resize_method)  # [1, h * w, D]
+        return paddle.concat([self.position_embedding[:, :1].astype(table.dtype), table], axis=1)  # [1, 1 + h w, D]
+
+    def pad_to_patches(self, x):
+        """[B, C, H, W] -> [B, C, H', W'], zeros on the right and bottom up to a multiple of the
+        patch (timm's dynamic_img_pad); without `dynamic_pad` the input as it is."""
+        if not self.dynamic_pad:
+            return x
+        patch = self.patch_size
+        if paddle.in_dynamic_mode():
+            height, width = x.shape[2], x.shape[3]
+        else:
+            shape = paddle.shape(x)
+            height, width = shape[2], shape[3]
+        pad_bottom, pad_right = (patch - height % patch) % patch, (patch - width % patch) % patch
+        if paddle.in_dynamic_mode() and pad_bottom == 0 and pad_right == 0:
+            return x
+        return F.pad(x, [0, pad_right, 0, pad_bottom], value=0.0, data_format="NCHW")  # [left, right, top, bottom]
+
+    def check_patch_division(self, x):
+        """With `dynamic_size` and no padding: the patch must divide what it cuts (eager check)."""
+        if self.dynamic_pad or not paddle.in_dynamic_mode():  # a traced graph: sizes unknown until it runs
+            return
+        height, width = x.shape[2], x.shape[3]
+        patch = self.patch_size
+        if height % patch == 0 and width % patch == 0:
+            return
+        raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: "
+                          f"use a multiple of {patch}, or build the model with dynamic_img_pad=True to pad it")
+
+    def token_grid_for(self, height, width):
+        """(rows, cols) of the patch grid of an H x W input (padded up with `dynamic_pad`)."""
+        if self.dynamic_pad:
+            return -(-height // self.patch_size), -(-width // self.patch_size)
+        return height // self.patch_size, width // self.patch_size
+
     def check_input_size(self, x):
+        if self.dynamic_size:
+            return
         height, width = x.shape[2], x.shape[3]
         if height > 0 and width > 0 and (height, width) != self.image_size:  # -1 while tracing to_static
             raise ConfigError(
                 f"input is {height}x{width} but the model was built for {self.image_size[0]}x{self.image_size[1]}: "
                 f"resize the images, or build the model with image_size={height} and load the weights "
                 f"with paddle_vit.load_pretrained, which resamples the position embedding")
+
+    cuts_what = "input"  # what the patches are cut from, for errors
 
     def feature_map(self, x):
         """What the patches are cut from: the image itself (a hybrid: its ResNet's feature map)."""
@@ -143,15 +211,18 @@ class PatchEmbedding(nn.Layer):
         return self.patch_embedding.weight
 
     def forward(self, x):
-        self.check_input_size(x)
+        self.check_input_size(x)  # the size built for (a model built with dynamic_size: any)
         x = self.feature_map(x)  # [B, C, H, W], as it is
+        if self.dynamic_size:
+            x = self.pad_to_patches(x)  # dynamic_pad: up to a multiple of P
+            self.check_patch_division(x)
         # [B, C, H, W] -> [B, D, H/P, W/P]: the stride=kernel Conv2D cuts and projects the patches
         x = self.patch_embedding(x)
+        position_embedding = self.position_embedding_for(x)  # [1, 1 + N, D] for this grid
         x = x.flatten(2)  # [B, D, N]
         x = x.transpose([0, 2, 1])  # [B, N, D]
         class_token = self.class_token.astype(x.dtype).expand([x.shape[0], 1, self.embed_dim])  # [B, 1, D]
         x = paddle.concat([class_token, x], axis=1)  # [B, 1 + N, D]
-        position_embedding = self.full_position_embedding()
         if position_embedding is not None:
             x = x + position_embedding.astype(x.dtype)  # [B, 1 + N, D]
         # the walkthrough builds self.dropout but never calls it; the paper applies it here
@@ -171,15 +242,22 @@ class HybridEmbedding(PatchEmbedding):
         Other arguments as in `PatchEmbedding`.
     """
 
+    cuts_what = "the ResNet's feature map of the input"
+
     def __init__(self, backbone, feature_size, image_size=224, patch_size=1, embed_dim=768, dropout=0.0,
-                 position_embedding="learned"):
-        super().__init__(feature_size, patch_size, backbone.out_channels, embed_dim, dropout, position_embedding)
+                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None):
+        super().__init__(feature_size, patch_size, backbone.out_channels, embed_dim, dropout, position_embedding,
+                         dynamic_size, dynamic_pad, resize_method)
         self.backbone = backbone
         self.image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         self.feature_size = tuple(feature_size)
 
     def feature_map(self, x):
         return self.backbone(x)  # [B, C, H, W] -> [B, F, H/S, W/S]
+
+    def token_grid_for(self, height, width):
+        stride = self.backbone.stride  # "SAME": ceil(side / S) features
+        return super().token_grid_for(-(-height // stride), -(-width // stride))
 
     @property
     def token_pixels(self):

@@ -8,7 +8,9 @@ import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
+from .features import forward_intermediates, prune_intermediate_layers
 from .patch_embed import POSITION_EMBEDDINGS, HybridEmbedding, PatchEmbedding, grid_size
+from .resize import RESIZE_METHODS
 from .resnet import (STAGE_CHANNELS, STYLES, ResNetV2, StdConv2D, backbone_channels, backbone_feature_size,
                      backbone_macs)
 
@@ -58,6 +60,16 @@ class ViTConfig:
         backbone_width: the ResNet's width factor.
         backbone_style: "timm" or "jax": whose weight standardisation and GroupNorm epsilon
             the ResNet computes with (they differ; a checkpoint implies its own).
+        dynamic_img_size: accept inputs of any H x W the patch divides (a hybrid: that its
+            feature map's patch divides), the position embedding resampled to the input's grid in
+            the forward pass, as timm's dynamic_img_size does (models/resize.py). False (the
+            default) accepts `image_size` only. Position embedding "learned_2d" is not resampled.
+        dynamic_img_pad: with dynamic_img_size, pad an input (a hybrid: its feature map) on the
+            right and bottom with zeros to a multiple of the patch, as timm's dynamic_img_pad.
+        pos_embed_resample: how dynamic_img_size resamples the position embedding: None is
+            timm's bicubic with antialias; else a method of paddle_vit/weights/resample.py
+            ("bicubic" is transformers' interpolate_pos_encoding; a Hugging Face checkpoint
+            implies it).
         recompute: activation recompute in training: 0 keeps every encoder layer's activations
             for the backward pass; k > 0 keeps only the input of every k-th layer (0, k, 2k, ...)
             and computes that layer again in the backward pass (Paddle's recompute). The numbers
@@ -87,6 +99,9 @@ class ViTConfig:
     backbone_layers: Optional[List[int]] = None
     backbone_width: int = 1
     backbone_style: str = "timm"
+    dynamic_img_size: bool = False
+    dynamic_img_pad: bool = False
+    pos_embed_resample: Optional[str] = None
     recompute: int = 0
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
@@ -146,6 +161,7 @@ class ViTConfig:
             raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
         if self.is_hybrid:
             self._validate_backbone()
+        self._validate_dynamic_size()
         self.token_grid()
         return self
 
@@ -157,6 +173,20 @@ class ViTConfig:
                               f"{len(STAGE_CHANNELS)} positive unit counts such as [3, 4, 9], got {layers!r}")
         if not isinstance(self.backbone_width, int) or isinstance(self.backbone_width, bool) or self.backbone_width < 1:
             raise ConfigError(f"model.backbone_width must be a positive integer, got {self.backbone_width!r}")
+
+    def _validate_dynamic_size(self):
+        for name in ("dynamic_img_size", "dynamic_img_pad"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.dynamic_img_pad and not self.dynamic_img_size:
+            raise ConfigError("model.dynamic_img_pad pads inputs of other sizes, which only a model with "
+                              "model.dynamic_img_size: true takes: set both")
+        if self.dynamic_img_size and self.position_embedding == "learned_2d":
+            raise ConfigError("model.dynamic_img_size resamples position embeddings 'learned', 'sincos_2d' or "
+                              "'none', not 'learned_2d'")
+        if self.pos_embed_resample is not None and self.pos_embed_resample not in RESIZE_METHODS:
+            raise ConfigError(f"model.pos_embed_resample must be null (timm's bicubic_antialias) or one of "
+                              f"{', '.join(RESIZE_METHODS)}, got {self.pos_embed_resample!r}")
 
     @property
     def is_hybrid(self):
@@ -236,14 +266,17 @@ class ViT(nn.Layer):
         self.class_names = None  # set from a checkpoint that records them (create_model(pretrained=...))
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
+        dynamic = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,
+                       resize_method=config.pos_embed_resample)
         if config.is_hybrid:
             backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels,
                                 config.backbone_style)
             self.patch_embed = HybridEmbedding(backbone, config.feature_size(), config.image_size, config.patch_size,
-                                               config.embed_dim, config.dropout, config.position_embedding)
+                                               config.embed_dim, config.dropout, config.position_embedding,
+                                               **dynamic)
         else:
             self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
-                                              config.embed_dim, config.dropout, config.position_embedding)
+                                              config.embed_dim, config.dropout, config.position_embedding, **dynamic)
         self.encoder = Encoder(config, final_norm=config.pool != "mean")
         if config.pool == "mean":
             self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon)
@@ -284,6 +317,29 @@ class ViT(nn.Layer):
     def forward(self, x):
         x = self.forward_features(x)  # [B, 1 + N, D]
         return self.forward_head(x)  # [B, num_classes]
+
+    # ---- features for dense tasks (timm's API) ------------------------------------------------
+    def forward_intermediates(self, x, indices=None, norm=False, output_fmt="NCHW", intermediates_only=False,
+                              return_prefix_tokens=False, stop_early=False, output_dict=False):
+        """The tokens after chosen encoder layers, for a segmentation or detection head, as timm's
+        `VisionTransformer.forward_intermediates` computes them (models/features.py).
+
+        indices: None = every layer; an int n = the last n; a list = those layers (negative
+            counting from the end).
+        norm: put each through the final LayerNorm. output_fmt: "NCHW" = [B, D, h, w] maps,
+            "NLC" = [B, h w, D] patch tokens. return_prefix_tokens: each entry a pair (patch
+            features, class token [B, 1, D]).
+        Returns (final normed tokens [B, 1 + N, D], the list), or the list alone with
+        `intermediates_only`, or with `output_dict` a dict as timm's.
+        """
+        return forward_intermediates(self, x, indices, norm, output_fmt, intermediates_only, return_prefix_tokens,
+                                     stop_early, output_dict)
+
+    def prune_intermediate_layers(self, indices=1, prune_norm=False, prune_head=True):
+        """Drop the encoder layers after the last of `indices` (as in forward_intermediates), the
+        final norm with `prune_norm`, the head (fc_norm, pre-logits, classifier) with `prune_head`,
+        as timm's does; returns the absolute indices kept."""
+        return prune_intermediate_layers(self, indices, prune_norm, prune_head)
 
     @paddle.no_grad()
     def get_attention_maps(self, x):

@@ -22,8 +22,8 @@ variant to its module's numbers.
 import contextlib
 
 from .cpu import CPU_FAST_PATHS, AddmmLinear, FastCpuAttention, RecomputedAttention, runs_on_cpu
-from .graph import (TRACEABLE, TraceableStdConv2D, TraceableViT, TracedCpuAttention, WrittenOutGroupNorm,
-                    WrittenOutTanhGELU, mean_over)
+from .graph import (TRACEABLE, TraceableHybridEmbedding, TraceablePatchEmbedding, TraceableStdConv2D, TraceableViT,
+                    TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
 
 
 def walkthrough_class(cls):
@@ -80,7 +80,8 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "FastCpuAttention", "RecomputedAttention", "TraceableStdConv2D", "TraceableViT",
+__all__ = ["AddmmLinear", "FastCpuAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+           "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "mean_over", "runs_on_cpu",
            "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
            "walkthrough_class"]

@@ -10,6 +10,9 @@ it writes the module out in plain ops where the fused one converts or runs badly
   compute what the eager model does;
 - GroupNorm written out: paddle2onnx 2.x exports it as InstanceNormalization with an epsilon read
   from uninitialised memory (seen: 0, 5e-20, 1e-38; logits off by up to 7 between two exports);
+- dynamic_img_pad's zero padding written out as concatenated zeros: paddle2onnx 2.x exports the
+  pad op with a pad value read from uninitialised memory (seen: 7e19, 5e-27), so padded exports
+  gave other logits on every conversion;
 - means as a sum times 1/count (token pooling, weight standardisation): a traced `mean` makes
   Paddle Inference's oneDNN pass print "ReduceMeanCheckIfOneDNNSupport" on stdout once per op,
   into the output of eval and predict; and the walkthrough's AdaptiveAvgPool1D, whose 3-D pool
@@ -22,6 +25,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..models.attention import Attention
+from ..models.patch_embed import HybridEmbedding, PatchEmbedding
 from ..models.resnet import StdConv2D
 from ..models.vit import ViT
 from .cpu import runs_on_cpu
@@ -105,6 +109,35 @@ class TraceableStdConv2D(StdConv2D):
         return self.standardize(centred, variance)
 
 
+class _WrittenOutPadding:
+    """`PatchEmbedding.pad_to_patches` in a traced graph: zero columns and rows concatenated on the
+    right and bottom, as many as the input's size asks for when the graph runs."""
+
+    def pad_to_patches(self, x):
+        if paddle.in_dynamic_mode() or not self.dynamic_pad:
+            return super().pad_to_patches(x)
+        patch = self.patch_size
+        shape = paddle.shape(x)  # [4], int64: known when the graph runs
+        pad_bottom, pad_right = (patch - shape[2] % patch) % patch, (patch - shape[3] % patch) % patch
+        zero_column = paddle.zeros_like(x[:, :, :, :1])  # [B, C, H, 1]
+        x = paddle.concat([x, paddle.tile(zero_column, [1, 1, 1, pad_right])], axis=3)  # [B, C, H, W']
+        zero_row = paddle.zeros_like(x[:, :, :1, :])  # [B, C, 1, W']
+        return paddle.concat([x, paddle.tile(zero_row, [1, 1, pad_bottom, 1])], axis=2)  # [B, C, H', W']
+
+
+class TraceablePatchEmbedding(_WrittenOutPadding, PatchEmbedding):
+    """`PatchEmbedding` whose dynamic_img_pad padding, in a traced graph, is written out."""
+
+    variant_of = PatchEmbedding
+
+
+class TraceableHybridEmbedding(_WrittenOutPadding, HybridEmbedding):
+    """`HybridEmbedding` whose dynamic_img_pad padding of the feature map, in a traced graph, is
+    written out."""
+
+    variant_of = HybridEmbedding
+
+
 class TraceableViT(ViT):
     """`ViT` whose token pooling, in a traced graph, takes its means as sums (the walkthrough's
     AdaptiveAvgPool1D included)."""
@@ -120,4 +153,5 @@ class TraceableViT(ViT):
         return mean_over(x.transpose([0, 2, 1]), [2]).flatten(1)  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
 
 
-TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT)
+TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,
+             TraceablePatchEmbedding, TraceableHybridEmbedding)

@@ -12,7 +12,8 @@ there is none): LayerNorm epsilon ``layer_norm_eps`` (1e-12 in every Google ViT 
 ViT's 1e-6: 2-3e-4 on the logits), the activation ``hidden_act`` ("gelu" exact; "gelu_new",
 "gelu_pytorch_tanh" and "gelu_fast" the tanh approximation), ``qkv_bias``, and ``id2label``
 as class names. At another resolution, ``interpolate_pos_encoding`` resizes the grid bicubic,
-align_corners=False, without antialias.
+align_corners=False, without antialias: at load time (another image_size) and, for a model built
+with ``dynamic_img_size``, in the forward pass (the implied ``pos_embed_resample``).
 """
 import re
 
@@ -132,7 +133,9 @@ class HuggingFaceFamily(CheckpointFamily):
                                f"a GELU this ViT computes; supported: {', '.join(HIDDEN_ACTS)}")
         options = {"layer_norm_epsilon": Implied(float(epsilon), f"{epsilon_reason} = {epsilon!r}"),
                    "gelu": Implied(HIDDEN_ACTS[activation], f"{activation_reason} = {activation!r}"),
-                   "qk_scale": Implied(None, "transformers' ViTSelfAttention scales q.k by head_dim^-0.5")}
+                   "qk_scale": Implied(None, "transformers' ViTSelfAttention scales q.k by head_dim^-0.5"),
+                   # what dynamic_img_size computes at another input size, as interpolate_pos_encoding=True does
+                   "pos_embed_resample": Implied(self.resample, f"{self.resample_source}: bicubic, no antialias")}
         if "qkv_bias" in config:
             options["qkv_bias"] = Implied(bool(config["qkv_bias"]), f"{where}: qkv_bias = {config['qkv_bias']!r}")
         pooler_act, pooler_reason = setting("pooler_act")

@@ -106,7 +106,8 @@ class TorchvisionFamily(CheckpointFamily):
         return {"layer_norm_epsilon": Implied(1e-6, "torchvision's ViT builds its LayerNorms with eps=1e-6"),
                 "gelu": Implied("exact", "torchvision's MLPBlock uses nn.GELU() (erf)"),
                 "qk_scale": Implied(None, "torchvision's nn.MultiheadAttention scales q.k by head_dim^-0.5"),
-                "pool": Implied("cls", "torchvision's VisionTransformer classifies the class token's output")}
+                "pool": Implied("cls", "torchvision's VisionTransformer classifies the class token's output"),
+                "pos_embed_resample": Implied(self.resample, f"{self.resample_source}: bicubic, align_corners=True")}
 
     def preprocessing(self, checkpoint):
         """torchvision's ViT weights are evaluated with their IMAGENET1K_V1 ``transforms()``:
