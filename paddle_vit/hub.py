@@ -18,9 +18,10 @@ epsilon, GELU, ...), and the model keys a recipe sets win.
 import logging
 
 from .checkpoint import load_checkpoint
-from .errors import WeightsError
+from .errors import ConfigError, WeightsError
 from .models import ViT, get_model_config
 from .weights import Implied, build_pretrained, implied_options
+from .weights.folders import describe_folder, resolve_name
 
 logger = logging.getLogger("paddle_vit")
 
@@ -29,20 +30,43 @@ logger = logging.getLogger("paddle_vit")
 INHERITED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
 
 
-def create_model(name, pretrained=None, *, resample=None, strict=True, **overrides):
+def create_model(name=None, pretrained=None, *, resample=None, strict=True, **overrides):
     """Build the registered model `name`; `overrides` are `ViTConfig` fields (``num_classes``,
     ``image_size``, ``pool``, ``drop_path``, ``layer_norm_epsilon``, ``gelu``, ``qk_scale``, ...).
 
-    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, or a dict of
-    arrays), the model is built with the options the checkpoint implies (its class count, a
-    pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...), `overrides`
+    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, a timm Hub folder,
+    or a dict of arrays), the model is built with the options the checkpoint implies (its class
+    count, a pre-logits layer, a folder's config.json, the JAX code's tanh GELU, ...), `overrides`
     winning, and loaded with `paddle_vit.load_pretrained` (`resample` and `strict` as there).
     ``model.load_report`` then says what was loaded and which options came from the checkpoint;
     ``model.class_names`` holds the class names it records, or None.
+
+    `name` may be left out (None) when `pretrained` is a folder whose config.json says what it
+    is: a timm Hub folder's ``architecture`` and ``model_args``, a Hugging Face folder's sizes.
+    A name that contradicts the folder is a WeightsError naming both.
     """
     if pretrained is None:
+        if name is None:
+            raise ConfigError("create_model needs a model name (paddle_vit.list_models()), or pretrained= a folder "
+                               "whose config.json says what model it is")
         return ViT(get_model_config(name, **overrides))
-    return build_pretrained(name, pretrained, overrides, resample=resample, strict=strict)
+    return build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
+                            name_given_as="create_model's name")
+
+
+def check_model_name(name, config, weights, given_as):
+    """Raise a WeightsError naming both when the model `name` (with the model keys of `config`)
+    contradicts what the folder `weights` says it is (timm Hub, Hugging Face config.json);
+    `given_as` says where the name came from ("--model", "model.name of X")."""
+    if isinstance(weights, str):
+        resolve_name(name, config.model.vit_overrides(), weights, given_as)
+
+
+def name_for_folder(weights):
+    """The registered model name the folder `weights` says it is (its config.json): timm's
+    ``architecture``, or the registered ViT with a Hugging Face config's sizes (one of the same
+    patch and image size when none has them: the folder's sizes are then set on it)."""
+    return resolve_name(None, {}, weights, "")
 
 
 def model_overrides(config, num_classes=None):
@@ -58,14 +82,26 @@ def resolve_model_config(config, num_classes=None):
     return get_model_config(config.model.name, **model_overrides(config, num_classes)).validate()
 
 
+def input_size(config, weights=None):
+    """The image size the model of `config` takes: ``model.image_size`` when the recipe sets it,
+    else the one a folder's config.json states (`weights`, or ``model.pretrained``: a timm Hub
+    folder's model_args.img_size, a Hugging Face config's image_size), else the registered one."""
+    if config.model.image_size is None:
+        for source in (weights, config.model.pretrained):
+            folder = describe_folder(source) if isinstance(source, str) else None
+            if folder is not None and "image_size" in folder.options:
+                return int(folder.options["image_size"].value)
+    return resolve_model_config(config, num_classes=2).image_size
+
+
 def build_model(config, num_classes=None, load_weights=True):
     """Create the ViT of `config.model`; when `model.pretrained` names weights, build it with
     the options they imply and load them (resampling the position embedding and
     re-initialising the head as needed)."""
     overrides = model_overrides(config, num_classes)
     if load_weights and config.model.pretrained:
-        model = create_model(config.model.name, pretrained=config.model.pretrained,
-                             resample=config.model.pretrained_resample, **overrides)
+        model = build_pretrained(config.model.name, config.model.pretrained, overrides,
+                                 resample=config.model.pretrained_resample, name_given_as="model.name")
         logger.info("loaded %s:\n%s", config.model.pretrained, model.load_report)
         return model
     return ViT(get_model_config(config.model.name, **overrides).validate())
@@ -93,7 +129,8 @@ def build_model_for_weights(config, weights):
     the head never re-initialised."""
     where = weights if isinstance(weights, str) else "the weights"
     model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
-                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample)
+                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample,
+                             name_given_as="model.name")
     report = model.load_report
     if report.reinitialized:
         raise WeightsError(f"{where} does not fit the model for evaluation: {', '.join(report.reinitialized)} "

@@ -7,6 +7,7 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/refvenv/bin/python            tools/make_reference_fixtures.py huggingface  # torch + transformers
     /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py jax --vit-jax DIR  # jax + flax, vit_jax code
     /work/refvenv-paddleclas/bin/python tools/make_reference_fixtures.py paddleclas   # paddleclas + plsc
+    /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it
@@ -21,7 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
-           "paddleclas": "paddleclas_fixtures"}
+           "paddleclas": "paddleclas_fixtures", "timm_hub": "timm_hub_fixtures"}
 
 
 def main(argv=None):

@@ -1,6 +1,7 @@
 """Classify images with trained weights or an exported model.
 
     paddle-vit predict --weights PATH (-c CONFIG | --model NAME) IMAGE_OR_FOLDER ... [--topk 5]
+    paddle-vit predict --weights FOLDER IMAGE_OR_FOLDER ...   (a timm Hub or Hugging Face folder)
     paddle-vit predict --inference-model DIR IMAGE_OR_FOLDER ... [--topk 5]
 
 Prints ``file  label  probability`` lines (the top-k of every image, best first) or, with
@@ -37,12 +38,13 @@ def build_parser():
                         help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", metavar="PATH",
-                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
+                        help=".pdckpt, .pdparams, .safetensors, .npz weights, or a Hugging Face or timm Hub folder")
     source.add_argument("--inference-model", metavar="DIR", help="a folder written by tools/export.py")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
                         help="a registered model name instead of a recipe (default data config's eval transform "
-                             "at the model's image size)")
+                             "at the model's image size); optional when --weights is a timm Hub or Hugging Face "
+                             "folder, which says what it is")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="config override for --weights (repeatable), e.g. -o model.image_size=384")
     parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")

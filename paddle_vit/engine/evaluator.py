@@ -13,7 +13,7 @@ from ..data import build_dataloader, build_datasets
 from ..deploy.inference import predictor_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
-from ..hub import model_for_evaluation, resolve_model_config
+from ..hub import input_size, model_for_evaluation
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from ..viz import confusion_matrix_figure, save_figure
 
@@ -109,7 +109,7 @@ def run_evaluation(config, weights, use_ema=False):
 
     select_device(config.train.device)
     init_distributed()
-    image_size = resolve_model_config(config, num_classes=2).image_size
+    image_size = input_size(config, weights if isinstance(weights, str) else None)
     _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)

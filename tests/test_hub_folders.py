@@ -1,0 +1,191 @@
+"""timm Hub folders (config.json + model.safetensors, as timm's save_for_hf / push_to_hf_hub write
+them) as a source; the model name left out where a folder says what it is; and the
+preprocessing a checkpoint implies, wired into create_model, predict, eval and export.
+
+The references are timm's own (tests/fixtures/timm_hub_*, tools/reference_fixtures/
+timm_hub_fixtures.py): the folder written by timm's saving function, read back by timm, its
+logits for a fixed batch and its class probabilities for scikit-learn's china.jpg and variants
+fed through timm's resolve_data_config + create_transform.
+"""
+import json
+import logging
+import os
+import shutil
+
+import numpy as np
+import paddle
+import pytest
+from PIL import Image
+
+from paddle_vit import WeightsError, create_model
+
+from repo_paths import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+FOLDER = os.path.join(FIXTURES, "timm_hub_folder")
+HF_FOLDER = os.path.join(FIXTURES, "hf_vit_classifier")
+REFERENCE = dict(np.load(os.path.join(FIXTURES, "timm_hub_reference.npz")))
+with open(os.path.join(FIXTURES, "timm_hub_reference.json")) as _stream:
+    CASES = json.load(_stream)["cases"]
+LABELS = ["cormorant", "heron", "kingfisher", "osprey", "puffin"]
+TOLERANCE = 1e-4
+
+
+def logits(model, images):
+    with paddle.no_grad():
+        return model.eval()(paddle.to_tensor(images)).numpy()
+
+
+def edited_folder(tmp_path, **changes):
+    """A copy of the timm folder whose config.json has `changes` (None deletes a key; a dict
+    value is merged into model_args when the key is "model_args")."""
+    folder = tmp_path / "hub"
+    shutil.copytree(FOLDER, folder)
+    with open(folder / "config.json") as stream:
+        config = json.load(stream)
+    for key, value in changes.items():
+        if key == "model_args":
+            config["model_args"].update(value)
+        elif value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    with open(folder / "config.json", "w") as stream:
+        json.dump(config, stream)
+    return str(folder)
+
+
+def run_tool(name, argv, capsys):
+    """(exit code, stdout lines, stderr) of tools/<name>.py run in this process."""
+    from paddle_vit.cli import run
+    from repo_paths import load_tool
+
+    logger = logging.getLogger("paddle_vit")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    capsys.readouterr()
+    try:
+        code = run(load_tool(name).main, [str(arg) for arg in argv])
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err
+
+
+# ---- the folder as a source ------------------------------------------------------------------
+
+def test_a_timm_hub_folder_builds_and_computes_as_timm_without_a_model_name():
+    model = create_model(pretrained=FOLDER)
+    config = model.config
+    # architecture vit_tiny_patch16_224, made small by model_args: all of it read from config.json
+    assert (config.image_size, config.patch_size, config.embed_dim, config.depth, config.num_heads) == (32, 8, 32, 2, 4)
+    assert config.num_classes == 5 and config.pool == "cls"
+    assert np.abs(logits(model, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+    assert model.class_names == LABELS  # timm's label_names
+    assert model.load_report.options["depth"][1].endswith("model_args.depth = 2")
+
+
+def test_the_folders_own_name_with_another_image_size_resamples_as_timm():
+    model = create_model("vit_tiny_patch16_224", pretrained=FOLDER, image_size=48)
+    assert model.config.image_size == 48 and model.config.embed_dim == 32
+    assert model.load_report.resampled[0][1:] == ((4, 4), (6, 6))
+
+
+def test_a_name_that_contradicts_the_folder_is_an_error_naming_both():
+    with pytest.raises(WeightsError) as error:
+        create_model("vit_small_patch16_224", pretrained=FOLDER)
+    message = str(error.value)
+    assert message.startswith("create_model's name vit_small_patch16_224 but ")
+    assert f"{FOLDER}/config.json says vit_tiny_patch16_224" in message and "\n" not in message
+
+
+def test_a_hugging_face_folder_needs_no_model_name_either():
+    reference = dict(np.load(os.path.join(FIXTURES, "hf_reference.npz")))
+    model = create_model(pretrained=HF_FOLDER)  # hidden_size 32, 2 layers, ...: no registered size
+    assert (model.config.embed_dim, model.config.depth, model.config.mlp_ratio, model.config.patch_size) == (32, 2, 2.0, 8)
+    assert model.config.layer_norm_epsilon == 1e-12
+    difference = logits(model, reference["hf_vit_classifier/input"]) - reference["hf_vit_classifier/logits"]
+    assert np.abs(difference).max() < TOLERANCE
+    with pytest.raises(WeightsError, match=r"create_model's name vit_base_patch16_224 but .*config.json says "
+                                           r"embed_dim 32.*: patch_size 16, not 8"):
+        create_model("vit_base_patch16_224", pretrained=HF_FOLDER)
+
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(model_args={"reg_tokens": 4}), "model_args.reg_tokens = 4 asks for register tokens"),
+    (dict(model_args={"init_values": 1e-5}), "model_args.init_values = 1e-05 asks for layer scale"),
+    (dict(model_args={"pre_norm": True}), "model_args.pre_norm = True asks for a LayerNorm before the blocks"),
+    (dict(model_args={"img_size": [32, 48]}), "model_args.img_size [32, 48] is not square"),
+    (dict(model_args={"block_fn": "ParallelScalingBlock"}), "model_args.block_fn is a timm argument this ViT "
+                                                            "does not build"),
+    (dict(global_pool="map"), "global_pool 'map' is not a pooling this ViT computes"),
+])
+def test_what_the_folder_asks_for_that_this_vit_does_not_build_is_refused_in_one_line(tmp_path, changes, expected):
+    with pytest.raises(WeightsError) as error:
+        create_model(pretrained=edited_folder(tmp_path, **changes))
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+def test_an_unregistered_architecture_needs_a_name_and_then_the_tensors_decide(tmp_path):
+    folder = edited_folder(tmp_path, architecture="vit_tiny_patch16_clip_224")
+    with pytest.raises(WeightsError, match="names timm's vit_tiny_patch16_clip_224, which is not a registered model"):
+        create_model(pretrained=folder)
+    model = create_model("vit_tiny_patch16_224", pretrained=folder)  # model_args still apply
+    assert np.abs(logits(model, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+
+
+def test_deit_names_map_to_the_vit_of_the_same_size(tmp_path):
+    model = create_model(pretrained=edited_folder(tmp_path, architecture="deit_tiny_patch16_224"))
+    assert np.abs(logits(model, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+
+
+def test_the_folder_kind_is_told_from_config_json_not_from_the_weights(tmp_path):
+    """A timm config.json beside timm weights is not read as Hugging Face's (its epsilon would be
+    1e-12), and a config.json of neither kind names no model."""
+    from paddle_vit.weights.folders import describe_folder, folder_config
+    assert folder_config(FOLDER).kind == "timm" and folder_config(HF_FOLDER).kind == "huggingface"
+    assert create_model(pretrained=FOLDER).config.layer_norm_epsilon == 1e-6
+    folder = tmp_path / "other"
+    folder.mkdir()
+    shutil.copy(os.path.join(FOLDER, "model.safetensors"), folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"hidden": 32}))
+    assert describe_folder(str(folder)) is None
+    with pytest.raises(WeightsError, match="does not say what model it is"):
+        create_model(pretrained=str(folder))
+
+
+def test_a_folder_with_pytorch_model_bin_is_read_under_the_rules_of_a_pth(tmp_path, monkeypatch):
+    """pytorch_model.bin goes through the same reader as a .pth: torch.load with
+    weights_only=True (tensors only, never arbitrary objects)."""
+    from paddle_vit.weights import reading
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    shutil.copy(os.path.join(FOLDER, "config.json"), folder / "config.json")
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    from safetensors.numpy import load_file
+    arrays = load_file(os.path.join(FOLDER, "model.safetensors"))
+    calls = []
+    monkeypatch.setattr(reading, "_read_torch", lambda path: calls.append(path) or arrays)
+    model = create_model(pretrained=str(folder))
+    assert calls == [str(folder / "pytorch_model.bin")]
+    assert np.abs(logits(model, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+
+
+# ---- the tools -------------------------------------------------------------------------------
+
+def test_predict_takes_a_timm_folder_without_model_and_prints_its_label_names(tmp_path, capsys):
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / "a.png")
+    code, lines, errors = run_tool("predict", ["--weights", FOLDER, "--json", "--topk", "5", tmp_path / "a.png"],
+                                   capsys)
+    assert code == 0, errors
+    predictions = json.loads(lines[0])["predictions"]
+    assert sorted(item["label"] for item in predictions) == LABELS
+
+
+def test_the_tools_refuse_a_model_name_that_contradicts_the_folder(tmp_path, capsys):
+    Image.new("RGB", (40, 40)).save(tmp_path / "a.png")
+    code, _, errors = run_tool("predict", ["--weights", FOLDER, "--model", "vit_base_patch16_224", tmp_path / "a.png"],
+                               capsys)
+    assert code == 2 and errors.count("\n") == 1
+    assert errors.startswith(f"error: --model vit_base_patch16_224 but {FOLDER}/config.json says vit_tiny_patch16_224")
+    code, _, errors = run_tool("eval", ["--weights", FOLDER, "--model", "vit_small_patch16_224"], capsys)
+    assert code == 2 and errors.startswith("error: --model vit_small_patch16_224 but ")
