@@ -75,7 +75,10 @@ def report(args, config, figure):
     from ..device import rank
     from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
 
-    metrics = run_evaluation(config, args.weights, use_ema=args.ema)
+    from ..config import keys_set
+
+    metrics = run_evaluation(config, args.weights, use_ema=args.ema,
+                             chosen_data_keys=keys_set("data", args.config, args.override))
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
         print(f"class {name}: accuracy {accuracy:.4f}")

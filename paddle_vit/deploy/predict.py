@@ -19,12 +19,12 @@ from typing import List, Optional
 import numpy as np
 
 from ..checkpoint import load_checkpoint
-from ..config import DataConfig, load_config
+from ..config import DataConfig, keys_set, load_config
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.transforms import build_transforms
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
-from ..hub import check_model_name, model_for_evaluation, name_for_folder
+from ..hub import check_model_name, eval_preprocess, model_for_evaluation, name_for_folder
 from ..weights.folders import describe_folder
 from ..variants import use_cpu_fast_paths
 
@@ -275,10 +275,13 @@ def model_for_weights(config, weights, use_ema=False):
 def load_classifier(weights, config_path=None, model_name=None, overrides=(), use_ema=False, labels=None):
     """Build the model `weights` were trained for and load them; returns a `Classifier`.
 
-    The architecture and the eval preprocessing come from `config_path` (a YAML recipe), or
-    from `model_name` (a registered model with the default `DataConfig`'s eval transform at
-    the model's image size), or, when neither is given and `weights` is a training checkpoint
-    (.pdckpt), from the config stored in it. `overrides` are ``section.key=value`` strings as
+    The architecture comes from `config_path` (a YAML recipe), or from `model_name` (a
+    registered model), or, when neither is given, from the config a training checkpoint
+    (.pdckpt) stores or from what a timm Hub or Hugging Face folder's config.json says. The
+    eval preprocessing is the checkpoint's own where it implies one (timm's pretrained_cfg, a
+    Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), each data key the recipe or
+    the `overrides` set replacing its value; else the recipe's (or the default `DataConfig`'s)
+    eval transform at the model's image size. `overrides` are ``section.key=value`` strings as
     for ``-o``. A `model.num_classes` left null follows the weights' head. Class names come
     from the `labels` file, else from a .pdckpt, else none (the class index is printed).
     """
@@ -313,8 +316,20 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         class_names = check_class_names(read_labels(labels), model.config.num_classes, f"labels file {labels}")
     elif model.class_names:  # recorded by the checkpoint: a .pdckpt, Hugging Face's id2label
         class_names = list(model.class_names)
-    preprocess = Preprocess.from_config(config.data, model.config.image_size)
+    preprocess = eval_preprocess(model, config.data, keys_set("data", config_path, overrides))
+    report_preprocess(preprocess, model)
     return Classifier(model, preprocess, class_names, config.model.name)
+
+
+def report_preprocess(preprocess, model):
+    """Log where the preprocessing comes from: at INFO when it is the checkpoint's or the
+    recipe's as they are, as a warning when the user replaced some of the checkpoint's values
+    (the probabilities then differ from those of the checkpoint's own pipeline)."""
+    own = getattr(model, "preprocess", None)
+    if own is not None and preprocess is not own:
+        logger.warning("preprocessing: %s", preprocess.origin)
+    else:
+        logger.info("preprocessing: %s", preprocess.origin)
 
 
 def predict_files(predictor, paths, transform, batch_size, top, class_names=None, skipped=None):
