@@ -3,9 +3,9 @@
 What `tools/predict.py` shares between its two ways of running a model, the dynamic model
 built from weights (`load_classifier`) and an exported inference model (`paddle_vit.deploy.inference`):
 
-- `Preprocess`: the eval transform of a recipe (resize or resize-shorter-side + centre crop per
-  `eval_crop_pct`, mean, std, interpolation), written into an export's ``preprocess.json`` and
-  rebuilt from it with `build_transforms`, so both paths feed the model the same numbers;
+- `Preprocess` (defined in `paddle_vit.data.preprocessing`, re-exported here): the eval
+  preprocessing, a recipe's or the one a checkpoint's library computes, written into an
+  export's ``preprocess.json`` and rebuilt from it, so both paths feed the model the same numbers;
 - `list_images`, `iter_batches`: files and folders to batches of [B, 3, S, S] float32; a file
   that does not decode is skipped with one warning naming it;
 - `softmax`, `top_k`, `format_text`, `format_json`: the output.
@@ -19,9 +19,9 @@ from typing import List, Optional
 import numpy as np
 
 from ..checkpoint import load_checkpoint
-from ..config import DataConfig, keys_set, load_config
+from ..config import keys_set, load_config
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
-from ..data.transforms import build_transforms
+from ..data.preprocessing import Preprocess  # re-exported too: its home was here
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
 from ..hub import check_model_name, eval_preprocess, model_for_evaluation, name_for_folder
@@ -29,74 +29,6 @@ from ..weights.folders import describe_folder
 from ..variants import use_cpu_fast_paths
 
 logger = logging.getLogger("paddle_vit")
-
-
-# ---- preprocessing -----------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Preprocess:
-    """The eval preprocessing of a model, all a predictor needs besides the network.
-
-    An RGB image is resized to `resize_size` (the shorter side, keeping the aspect ratio, when
-    `eval_crop_pct` < 1; both sides when it is 1), centre-cropped to `image_size` x
-    `image_size`, scaled to [0, 1], normalised with `mean` / `std` and laid out [3, S, S].
-    """
-    image_size: int
-    eval_crop_pct: float = 1.0
-    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    interpolation: str = "bicubic"
-
-    @classmethod
-    def from_config(cls, data_config, image_size):
-        """The eval preprocessing of a `DataConfig` at the model's input size."""
-        return cls(int(image_size), float(data_config.eval_crop_pct), [float(v) for v in data_config.mean],
-                   [float(v) for v in data_config.std], str(data_config.interpolation))
-
-    @property
-    def resize_size(self):
-        """The size the image is resized to before the centre crop (as `build_transforms`)."""
-        if self.eval_crop_pct == 1.0:
-            return self.image_size
-        return int(self.image_size / self.eval_crop_pct)
-
-    def to_dict(self):
-        """The JSON form, with the derived steps spelled out for readers in other languages."""
-        shorter_side = self.eval_crop_pct != 1.0
-        return {
-            "image_size": self.image_size,
-            "eval_crop_pct": self.eval_crop_pct,
-            "resize": "shorter_side" if shorter_side else "both_sides",
-            "resize_size": self.resize_size,
-            "center_crop": self.image_size,
-            "interpolation": self.interpolation,
-            "channel_order": "RGB",
-            "scale": "pixel / 255",
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "layout": "NCHW",
-            "dtype": "float32",
-        }
-
-    @classmethod
-    def from_dict(cls, values, where="preprocess"):
-        """Rebuild from `to_dict()`'s output; a missing or wrong entry is a ConfigError naming it."""
-        try:
-            preprocess = cls(int(values["image_size"]), float(values.get("eval_crop_pct", 1.0)),
-                             [float(v) for v in values["mean"]], [float(v) for v in values["std"]],
-                             str(values.get("interpolation", "bicubic")))
-        except (KeyError, TypeError, ValueError) as error:
-            raise ConfigError(f"{where}: the preprocessing entry is incomplete or malformed "
-                              f"({type(error).__name__}: {error})") from None
-        preprocess.transform()  # validates mean, std, interpolation and crop
-        return preprocess
-
-    def transform(self):
-        """The eval transform `(pil_rgb_image, rng) -> float32 [3, S, S]`, the same object the
-        training code builds for validation."""
-        data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
-                                 eval_crop_pct=self.eval_crop_pct)
-        return build_transforms(data_config, self.image_size, train=False)
 
 
 # ---- finding and reading images ----------------------------------------------------------------
@@ -145,13 +77,19 @@ def _one_line(error):
 
 
 def read_image(path, transform):
-    """The model input [3, S, S] float32 of the image at `path` (any PIL mode, EXIF orientation
-    applied, transparency on white); raises whatever decoding raises."""
+    """The model input [3, S, S] float32 of the image at `path`; raises whatever decoding raises.
+
+    `transform` is a `Preprocess` (the file decoded as its pipeline's library does: its EXIF
+    handling and RGB conversion, e.g. timm's ``convert("RGB")`` dropping an alpha channel) or an
+    eval transform of RGB images (EXIF orientation applied, transparency on white)."""
+    if isinstance(transform, Preprocess):
+        return transform.read(path)
     return transform(decode_image(path), None)
 
 
 def iter_batches(paths, transform, batch_size, skipped=None):
-    """Yield (paths, float32 [B, 3, S, S]) batches of the readable images among `paths`.
+    """Yield (paths, float32 [B, 3, S, S]) batches of the readable images among `paths`, each
+    read by `read_image` with `transform` (a `Preprocess`, or a transform of RGB images).
 
     A file that cannot be read or decoded is skipped with one warning naming it, and appended
     to the list `skipped` when one is given. The last batch may be smaller.

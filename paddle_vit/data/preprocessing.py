@@ -1,0 +1,537 @@
+"""Eval preprocessing: from an image file to the float32 [3, S, S] input of a model.
+
+A checkpoint carries its preprocessing as much as its weights: the same weights fed another
+resize, crop or mean give other probabilities. `Preprocess` describes one eval pipeline in
+plain values, precisely enough to reproduce the library that made the checkpoint:
+
+    file --decode (EXIF or not)--> PIL image in any mode --to RGB--> resize --> centre crop
+         --> float32 [3, S, S] = (pixel * rescale - mean) / std
+
+`preprocess_for_checkpoint(hint, image_size)` turns a family's hint (``{"pipeline": "timm",
+"config": pretrained_cfg}``, ...) into the `Preprocess` that library's own code computes:
+
+| pipeline    | library function reproduced                                  |
+|-------------|--------------------------------------------------------------|
+| timm        | `resolve_data_config` + `create_transform(is_training=False)`|
+| huggingface | the image processor with its PIL backend (`ViTImageProcessor`)|
+| torchvision | `ViT_B_16_Weights.IMAGENET1K_V1.transforms()`                |
+| paddleclas  | PaddleClas's ViT eval ops (cv2 decode, ResizeImage, CropImage) |
+| vit_jax     | `input_pipeline.py`: `tf.image.resize` + (x - 127.5) / 127.5  |
+
+The arithmetic that matters and differs between them (see docs/pretrained.md):
+- the longer side after a shorter-side resize: torchvision truncates ``int(s * long / short)``,
+  PaddleClas rounds ``round(long * (s / short))``, this project's own recipes round
+  ``round(s * long / short)``;
+- the crop offset: torchvision/timm ``int(round((h - c) / 2))`` (round half to even) after
+  zero-padding an image smaller than the crop; PaddleClas and transformers ``(h - c) // 2``;
+- the resize kernel: PIL (antialiased), OpenCV's INTER_LINEAR (fixed point, no antialias) or
+  TensorFlow's bilinear (half-pixel centres, float, no antialias);
+- the rescale: ``x / 255`` in float32 (torch), ``float64(x) * factor`` then float32
+  (transformers), ``float32(x) * float32(1 / 255)`` (PaddleClas);
+- the RGB conversion: ``Image.convert("RGB")`` drops alpha (timm, torchvision, transformers'
+  `load_image`), transformers' processor composites on white, this project composites on white.
+
+This module needs only numpy and PIL: predict, export and the inference runtime all use it.
+"""
+import dataclasses
+import math
+import os
+from typing import List, Optional
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ..config import DataConfig
+from ..errors import ConfigError, close_matches
+from .imagefolder import to_rgb as composite_on_white
+from .resize_kernels import cv2_resize_linear, tf_resize_bilinear
+from .transforms import INTERPOLATIONS, build_transforms
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+
+RESIZE_MODES = ("shorter_side", "both_sides", "longer_side", "none")
+LONG_SIDE_RULES = ("round", "truncate", "scale_round", "timm_ratio")
+CROP_OFFSETS = ("round", "floor")
+CROP_FILLS = ("zero", "mean")
+BACKENDS = ("pil", "cv2", "tf")
+RESCALES = ("float32_divide", "float32_multiply", "float64_multiply")
+RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "cv2")
+PIPELINES = ("timm", "huggingface", "torchvision", "paddleclas", "vit_jax")
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ConfigError(f"preprocess.{name} must be one of {', '.join(allowed)}, "
+                          f"got {value!r}{close_matches(str(value), allowed)}")
+    return value
+
+
+@dataclasses.dataclass
+class Preprocess:
+    """The eval preprocessing of a model, all a predictor needs besides the network.
+
+    The defaults are this project's own eval transform (`build_transforms(train=False)`): the
+    shorter side resized to ``int(image_size / eval_crop_pct)`` (both sides to `image_size` when
+    `eval_crop_pct` is 1), centre crop, pixel / 255, (x - mean) / std, transparency on white,
+    EXIF orientation applied. The other fields say how a library differs:
+
+    resize_mode: "shorter_side" (keep the ratio), "both_sides" (squash to resize_size x
+        resize_size), "longer_side" (keep the ratio, the longer side to resize_size: timm's
+        "border"), "none"; None = derived from eval_crop_pct as this project's recipes do.
+    resize_size: the side length the resize aims at; None = ``int(image_size / eval_crop_pct)``.
+    long_side: how the other side of a ratio-keeping resize is computed (`LONG_SIDE_RULES`).
+    crop_offset: "round" (torchvision's centre crop, zero padding first when the image is
+        smaller than the crop) or "floor" ((h - c) // 2, as PaddleClas and transformers).
+    crop_fill: what pads an image smaller than the crop: "zero", or "mean" (timm's border mode:
+        round(255 * mean) per channel).
+    backend: the resize kernel: "pil", "cv2" (OpenCV INTER_LINEAR, uint8, fixed point), "tf"
+        (tf.image.resize bilinear, half-pixel centres, no antialias, float32 result).
+    rescale, rescale_factor: how a pixel becomes a float before the mean and std (`RESCALES`).
+    rgb: how `transform` turns an image of any mode into RGB: "composite_white" (this
+        project's `to_rgb`: transparency on white, 16-bit scaled), "convert" (PIL's
+        ``convert("RGB")``: alpha dropped), "alpha_on_white" (transformers' `convert_to_rgb`:
+        transparency on white, everything else ``convert("RGB")``), "cv2" (as OpenCV's
+        IMREAD_COLOR decodes: alpha dropped, 16-bit shifted right by 8).
+    read_rgb: a conversion `read` applies before `transform`, as the library's own file loader
+        does (transformers' `load_image`: ``convert("RGB")``); None: none.
+    exif_transpose: whether `read` turns the image upright by its EXIF orientation.
+    origin: where the values come from, for reports and logs.
+    """
+    image_size: int
+    eval_crop_pct: float = 1.0
+    mean: List[float] = dataclasses.field(default_factory=lambda: list(HALF))
+    std: List[float] = dataclasses.field(default_factory=lambda: list(HALF))
+    interpolation: str = "bicubic"
+    resize_mode: Optional[str] = None
+    resize_size: Optional[int] = None
+    long_side: str = "round"
+    crop_offset: str = "round"
+    crop_fill: str = "zero"
+    backend: str = "pil"
+    rescale: str = "float32_divide"
+    rescale_factor: float = 1.0 / 255.0
+    rgb: str = "composite_white"
+    read_rgb: Optional[str] = None
+    exif_transpose: bool = True
+    origin: str = ""
+
+    def __post_init__(self):
+        self.image_size = int(self.image_size)
+        if self.resize_mode is None:  # this project's recipes: the mode follows eval_crop_pct
+            self.resize_mode = "both_sides" if self.eval_crop_pct == 1.0 else "shorter_side"
+        if self.resize_size is None:
+            self.resize_size = self.image_size if self.eval_crop_pct == 1.0 else int(self.image_size / self.eval_crop_pct)
+        self.resize_size = int(self.resize_size)
+
+    # ---- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, data_config, image_size, origin="recipe data config"):
+        """The eval preprocessing of a `DataConfig` at the model's input size."""
+        return cls(int(image_size), float(data_config.eval_crop_pct), [float(v) for v in data_config.mean],
+                   [float(v) for v in data_config.std], str(data_config.interpolation), origin=origin)
+
+    @property
+    def is_recipe_default(self):
+        """True when this is exactly what `build_transforms(train=False)` computes."""
+        legacy = Preprocess(self.image_size, self.eval_crop_pct, self.mean, self.std, self.interpolation)
+        return all(getattr(self, f.name) == getattr(legacy, f.name)
+                   for f in dataclasses.fields(self) if f.name != "origin")
+
+    def to_dict(self):
+        """The JSON form, with the steps spelled out for readers in other languages."""
+        scale = {"float32_divide": f"float32(pixel) / {1 / self.rescale_factor:g}",
+                 "float32_multiply": f"float32(pixel) * float32({self.rescale_factor!r})",
+                 "float64_multiply": f"float32(float64(pixel) * {self.rescale_factor!r})"}[self.rescale]
+        return {
+            "image_size": self.image_size,
+            "eval_crop_pct": self.eval_crop_pct,
+            "resize": self.resize_mode,
+            "resize_size": self.resize_size,
+            "long_side": self.long_side,
+            "center_crop": self.image_size,
+            "crop_offset": self.crop_offset,
+            "crop_fill": self.crop_fill,
+            "interpolation": self.interpolation,
+            "backend": self.backend,
+            "channel_order": "RGB",
+            "rgb_conversion": self.rgb,
+            "read_rgb_conversion": self.read_rgb,
+            "exif_transpose": self.exif_transpose,
+            "scale": scale,
+            "rescale": self.rescale,
+            "rescale_factor": self.rescale_factor,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "layout": "NCHW",
+            "dtype": "float32",
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_dict(cls, values, where="preprocess"):
+        """Rebuild from `to_dict()`'s output; a missing or wrong entry is a ConfigError naming it.
+
+        A preprocess.json written before the library-specific fields existed holds only the
+        recipe's values (its "resize" and "resize_size" were derived from eval_crop_pct), and
+        loads to the same transform as it did.
+        """
+        try:
+            preprocess = cls(int(values["image_size"]), float(values.get("eval_crop_pct", 1.0)),
+                             [float(v) for v in values["mean"]], [float(v) for v in values["std"]],
+                             str(values.get("interpolation", "bicubic")),
+                             resize_mode=values.get("resize"), resize_size=values.get("resize_size"),
+                             long_side=str(values.get("long_side", "round")),
+                             crop_offset=str(values.get("crop_offset", "round")),
+                             crop_fill=str(values.get("crop_fill", "zero")),
+                             backend=str(values.get("backend", "pil")),
+                             rescale=str(values.get("rescale", "float32_divide")),
+                             rescale_factor=float(values.get("rescale_factor", 1.0 / 255.0)),
+                             rgb=str(values.get("rgb_conversion", "composite_white")),
+                             read_rgb=values.get("read_rgb_conversion"),
+                             exif_transpose=bool(values.get("exif_transpose", True)),
+                             origin=str(values.get("origin", "")))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigError(f"{where}: the preprocessing entry is incomplete or malformed "
+                              f"({type(error).__name__}: {error})") from None
+        preprocess.transform()  # validates every value
+        return preprocess
+
+    # ---- use ---------------------------------------------------------------------------------
+
+    def transform(self):
+        """The eval transform `(pil_image, rng=None) -> float32 [3, S, S]`.
+
+        The image may be in any PIL mode, as opened; it is converted to RGB as this pipeline's
+        library does. For this project's own recipes it is the object training builds for
+        validation, after the RGB conversion.
+        """
+        self._validate()
+        if self.is_recipe_default:
+            data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
+                                     eval_crop_pct=self.eval_crop_pct)
+            return _RecipeTransform(build_transforms(data_config, self.image_size, train=False))
+        return _LibraryTransform(self)
+
+    def read(self, path):
+        """The float32 [3, S, S] input of the image file at `path`: decoded, turned upright when
+        this pipeline's library does, converted to RGB, resized, cropped and normalised."""
+        with Image.open(os.fspath(path)) as image:
+            image.load()  # decode now: a truncated file fails here, not later in a transform
+            if self.exif_transpose:
+                image = ImageOps.exif_transpose(image)
+            else:
+                image = image.copy()
+        if self.read_rgb is not None:
+            image = to_rgb(image, self.read_rgb)
+        return self.transform()(image)
+
+    def _validate(self):
+        if self.image_size < 1 or self.resize_size < 1:
+            raise ConfigError(f"preprocess sizes must be >= 1, got image_size {self.image_size}, "
+                              f"resize_size {self.resize_size}")
+        if not 0 < self.eval_crop_pct <= 1:
+            raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {self.eval_crop_pct}")
+        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
+            raise ConfigError(f"data.mean and data.std need 3 values each (std > 0), got {list(self.mean)}, "
+                              f"{list(self.std)}")
+        _choice("interpolation", self.interpolation, tuple(INTERPOLATIONS))
+        _choice("resize", self.resize_mode, RESIZE_MODES)
+        _choice("long_side", self.long_side, LONG_SIDE_RULES)
+        _choice("crop_offset", self.crop_offset, CROP_OFFSETS)
+        _choice("crop_fill", self.crop_fill, CROP_FILLS)
+        _choice("backend", self.backend, BACKENDS)
+        _choice("rescale", self.rescale, RESCALES)
+        _choice("rgb_conversion", self.rgb, RGB_CONVERSIONS)
+        if self.read_rgb is not None:
+            _choice("read_rgb_conversion", self.read_rgb, RGB_CONVERSIONS)
+        if self.backend != "pil" and self.interpolation != "bilinear":
+            raise ConfigError(f"preprocess backend {self.backend!r} resizes bilinearly only, "
+                              f"got interpolation {self.interpolation!r}")
+
+
+# ---- the steps ---------------------------------------------------------------------------------
+
+def to_rgb(image, conversion):
+    """An RGB PIL image from `image` in any mode, as the named conversion does it.
+
+    "convert" is PIL's ``convert("RGB")``: alpha dropped (the colour under a transparent pixel
+    shows), palette and grayscale expanded, CMYK by PIL's formula, 16-bit clipped at 255.
+    "cv2" is what OpenCV's IMREAD_COLOR gives for the same file: alpha dropped too, but a
+    16-bit image is scaled (>> 8) rather than clipped.
+    """
+    if conversion == "composite_white":
+        return composite_on_white(image)
+    if conversion == "alpha_on_white" and ("A" in image.getbands() or image.info.get("transparency") is not None):
+        background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, image.convert("RGBA")).convert("RGB")
+    if conversion == "cv2" and (image.mode in ("I", "I;16", "I;16B", "I;16L")):
+        pixels = np.asarray(image).astype(np.uint32) >> 8  # 16-bit -> 8-bit as OpenCV's IMREAD_COLOR
+        return Image.fromarray(pixels.astype(np.uint8), mode="L").convert("RGB")
+    if image.mode == "RGB":
+        return image
+    return image.convert("RGB")
+
+
+def resized_size(width, height, preprocess):
+    """(new_width, new_height) of the resize step for an image of `width` x `height`."""
+    size, mode, rule = preprocess.resize_size, preprocess.resize_mode, preprocess.long_side
+    if mode == "none":
+        return width, height
+    if mode == "both_sides":
+        return size, size
+    if mode == "longer_side":  # timm's ResizeKeepRatio(longest=1): one ratio, both sides rounded
+        ratio = max(height / size, width / size)
+        return round(width / ratio), round(height / ratio)
+    short, long = (width, height) if width <= height else (height, width)
+    if rule == "truncate":  # torchvision: int(requested * long / short)
+        new_short, new_long = size, int(size * long / short)
+    elif rule == "scale_round":  # PaddleClas: percent = size / short, each side round(side * percent)
+        percent = float(size) / short
+        new_short, new_long = int(round(short * percent)), int(round(long * percent))
+    elif rule == "timm_ratio":  # timm's ResizeKeepRatio(longest=0): ratio = short / size
+        ratio = short / size
+        new_short, new_long = round(short / ratio), round(long / ratio)
+    else:  # this project's recipes
+        new_short, new_long = size, max(1, int(round(size * long / short)))
+    return (new_short, new_long) if width <= height else (new_long, new_short)
+
+
+def crop_box(width, height, crop, offset):
+    """(left, top) of a `crop` x `crop` window in an image of `width` x `height`, where a
+    negative value means the image is padded on that side by minus that amount.
+
+    "round": torchvision's centre crop: an image smaller than the crop is first padded,
+    (c - w) // 2 on the left (and top), the rest on the right (and bottom); then the offset is
+    int(round((w - c) / 2)), Python's round (half to even). "floor": (w - c) // 2.
+    """
+    def one_axis(length):
+        if offset == "floor":
+            return (length - crop) // 2
+        if crop > length:
+            return -((crop - length) // 2)
+        return int(round((length - crop) / 2.0))
+    return one_axis(width), one_axis(height)
+
+
+def normalize(pixels, preprocess):
+    """float32 [3, H, W] of (pixel * rescale - mean) / std from [H, W, 3] `pixels` (uint8 or float)."""
+    pixels = np.asarray(pixels)
+    if preprocess.rescale == "float64_multiply":  # transformers' rescale(): float64 product, cast
+        scaled = (pixels.astype(np.float64) * preprocess.rescale_factor).astype(np.float32)
+    elif preprocess.rescale == "float32_multiply":
+        scaled = pixels.astype(np.float32) * np.float32(preprocess.rescale_factor)
+    else:  # torch's x.float().div(255): one correctly rounded float32 division
+        scaled = pixels.astype(np.float32) / np.float32(1.0 / preprocess.rescale_factor)
+    mean = np.asarray(preprocess.mean, dtype=np.float32)
+    std = np.asarray(preprocess.std, dtype=np.float32)
+    return np.ascontiguousarray(((scaled - mean) / std).transpose(2, 0, 1), dtype=np.float32)  # [3, H, W]
+
+
+def _crop_array(pixels, preprocess):
+    """The centre crop of an [H, W, C] array, padded with the crop fill where it is outside."""
+    height, width = pixels.shape[:2]
+    crop = preprocess.image_size
+    left, top = crop_box(width, height, crop, preprocess.crop_offset)
+    if preprocess.crop_fill == "mean":
+        fill = np.asarray([round(255 * v) for v in preprocess.mean], dtype=pixels.dtype)
+    else:
+        fill = np.zeros(pixels.shape[2], dtype=pixels.dtype)
+    out = np.empty((crop, crop, pixels.shape[2]), dtype=pixels.dtype)
+    out[...] = fill
+    src_y0, src_x0 = max(top, 0), max(left, 0)
+    src_y1, src_x1 = min(top + crop, height), min(left + crop, width)
+    if src_y1 > src_y0 and src_x1 > src_x0:
+        out[src_y0 - top:src_y1 - top, src_x0 - left:src_x1 - left] = pixels[src_y0:src_y1, src_x0:src_x1]
+    return out
+
+
+class _LibraryTransform:
+    """A library's eval pipeline as `Preprocess` describes it."""
+
+    def __init__(self, preprocess):
+        self.preprocess = preprocess
+
+    def __call__(self, image, rng=None):
+        p = self.preprocess
+        rgb = to_rgb(image, p.rgb)
+        new_width, new_height = resized_size(rgb.width, rgb.height, p)
+        if p.backend == "pil":
+            if (new_width, new_height) != rgb.size:
+                rgb = rgb.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
+            pixels = np.asarray(rgb)  # [H, W, 3] uint8
+        elif p.backend == "cv2":
+            pixels = cv2_resize_linear(np.asarray(rgb), new_width, new_height)
+        else:
+            pixels = tf_resize_bilinear(np.asarray(rgb), new_width, new_height)  # float32
+        if p.resize_mode != "none" or pixels.shape[:2] != (p.image_size, p.image_size):
+            pixels = _crop_array(pixels, p)
+        return normalize(pixels, p)
+
+    def __repr__(self):
+        return f"LibraryTransform({self.preprocess.origin or self.preprocess.to_dict()})"
+
+
+class _RecipeTransform:
+    """This project's own eval transform, after converting any PIL mode to RGB on white."""
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __call__(self, image, rng=None):
+        return self.transform(composite_on_white(image), rng)
+
+    def __repr__(self):
+        return repr(self.transform)
+
+
+# ---- what a checkpoint implies -----------------------------------------------------------------
+
+def _timm(config, image_size, where):
+    """timm's `resolve_data_config(pretrained_cfg=...)` + `transforms_imagenet_eval`."""
+    config = dict(config or {})
+    if isinstance(config.get("pretrained_cfg"), dict):  # a whole Hub config.json was given
+        config = config["pretrained_cfg"]
+    input_size = config.get("input_size") or (3, 224, 224)
+    height, width = int(input_size[-2]), int(input_size[-1])
+    if height != width:
+        raise ConfigError(f"{where}: input_size {list(input_size)} is not square; this project's models take "
+                          f"square images")
+    if image_size is not None and int(image_size) != height:
+        height = int(image_size)  # the model can only take its own size; the crop follows it
+        where += f" (input_size {input_size[-1]} replaced by the model's {height})"
+    crop_pct = config.get("crop_pct") or 0.875
+    crop_mode = config.get("crop_mode") or "center"
+    interpolation = config.get("interpolation") or "bicubic"
+    mean = config.get("mean") or IMAGENET_MEAN
+    std = config.get("std") or IMAGENET_STD
+    if interpolation not in INTERPOLATIONS:
+        raise ConfigError(f"{where}: interpolation {interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
+    scale_size = math.floor(height / crop_pct)
+    common = dict(mean=[float(v) for v in mean], std=[float(v) for v in std], interpolation=interpolation,
+                  resize_size=scale_size, crop_offset="round", rescale="float32_divide",
+                  rgb="convert", exif_transpose=False, origin=f"timm pretrained_cfg of {where}")
+    if crop_mode == "squash":  # Resize((s, s)) then CenterCrop
+        return Preprocess(height, float(crop_pct), resize_mode="both_sides", **common)
+    if crop_mode == "border":  # ResizeKeepRatio(longest=1) then CenterCropOrPad(fill=mean)
+        return Preprocess(height, float(crop_pct), resize_mode="longer_side", crop_fill="mean", **common)
+    if crop_mode != "center":
+        raise ConfigError(f"{where}: crop_mode {crop_mode!r} is not one of center, squash, border")
+    return Preprocess(height, float(crop_pct), resize_mode="shorter_side", long_side="truncate", **common)
+
+
+_HF_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
+
+def _size_of(value, where, key):
+    """(height, width) or ("shortest_edge", n) of a preprocessor_config size entry."""
+    if isinstance(value, int):
+        return ("square", int(value))
+    if isinstance(value, dict):
+        if "height" in value and "width" in value:
+            return ("square", int(value["height"])) if value["height"] == value["width"] else \
+                ("rect", (int(value["height"]), int(value["width"])))
+        if "shortest_edge" in value and "longest_edge" not in value:
+            return ("shortest_edge", int(value["shortest_edge"]))
+    raise ConfigError(f"{where}: {key} {value!r} is not one this project reads "
+                      f"({{'height': H, 'width': W}} or {{'shortest_edge': N}})")
+
+
+def _huggingface(config, image_size, where):
+    """transformers' image processor (PIL backend): convert, resize, centre crop, rescale, normalise."""
+    config = dict(config or {})
+    do_resize = config.get("do_resize", True)
+    do_crop = bool(config.get("do_center_crop", False))
+    resample = config.get("resample", 2)
+    if resample not in _HF_RESAMPLE:
+        raise ConfigError(f"{where}: resample {resample!r} is not one of {sorted(_HF_RESAMPLE)} "
+                          f"(nearest, bilinear, bicubic)")
+    resize_mode, resize_size = "none", None
+    if do_resize:
+        kind, value = _size_of(config.get("size", {"height": 224, "width": 224}), where, "size")
+        if kind == "rect":
+            raise ConfigError(f"{where}: size {config.get('size')} is not square; this project's models take "
+                              f"square images")
+        resize_mode, resize_size = ("both_sides", value) if kind == "square" else ("shorter_side", value)
+    crop = None
+    if do_crop:
+        kind, crop = _size_of(config.get("crop_size", {"height": 224, "width": 224}), where, "crop_size")
+        if kind != "square":
+            raise ConfigError(f"{where}: crop_size {config.get('crop_size')} must be square")
+    final = crop if do_crop else resize_size
+    if final is None:
+        final = int(image_size)
+    if image_size is not None and int(image_size) != final:
+        raise ConfigError(f"{where}: the processor makes {final} x {final} inputs but the model takes "
+                          f"{image_size} x {image_size}")
+    do_rescale = config.get("do_rescale", True)
+    do_normalize = config.get("do_normalize", True)
+    mean = config.get("image_mean", HALF) if do_normalize else (0.0, 0.0, 0.0)
+    std = config.get("image_std", HALF) if do_normalize else (1.0, 1.0, 1.0)
+    if isinstance(mean, (int, float)):
+        mean = [mean] * 3
+    if isinstance(std, (int, float)):
+        std = [std] * 3
+    return Preprocess(int(final), mean=[float(v) for v in mean], std=[float(v) for v in std],
+                      interpolation=_HF_RESAMPLE[resample], resize_mode=resize_mode,
+                      resize_size=resize_size if resize_size is not None else int(final),
+                      long_side="truncate", crop_offset="floor", crop_fill="zero",
+                      rescale="float64_multiply",
+                      rescale_factor=float(config.get("rescale_factor", 1 / 255)) if do_rescale else 1.0,
+                      rgb="alpha_on_white" if config.get("do_convert_rgb") else "convert", read_rgb="convert",
+                      exif_transpose=True, origin=f"Hugging Face image processor of {where}")
+
+
+def _torchvision(image_size, where):
+    """`ImageClassification(crop_size=224)`: PIL bilinear shorter side 256, crop 224, ImageNet stats."""
+    crop = int(image_size) if image_size is not None else 224
+    resize = 256 if crop == 224 else int(crop * 256 / 224)  # other sizes: the same 0.875 ratio
+    return Preprocess(crop, crop / resize, list(IMAGENET_MEAN), list(IMAGENET_STD), "bilinear",
+                      resize_mode="shorter_side", resize_size=resize, long_side="truncate",
+                      crop_offset="round", rescale="float32_divide", rgb="convert", exif_transpose=False,
+                      origin=f"torchvision IMAGENET1K_V1 transforms() ({where})")
+
+
+def _paddleclas(image_size, where):
+    """PaddleClas's ViT eval ops: cv2 decode, ResizeImage(resize_short=256), CropImage(224),
+    NormalizeImage(scale=1/255, mean = std = 0.5), ToCHWImage."""
+    crop = int(image_size) if image_size is not None else 224
+    resize = 256 if crop == 224 else int(crop * 256 / 224)
+    return Preprocess(crop, crop / resize, list(HALF), list(HALF), "bilinear", resize_mode="shorter_side",
+                      resize_size=resize, long_side="scale_round", crop_offset="floor", backend="cv2",
+                      rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="cv2", exif_transpose=True,
+                      origin=f"PaddleClas ViT eval transform ({where})")
+
+
+def _vit_jax(image_size, where):
+    """vit_jax's input_pipeline: tf.image.resize to S x S (bilinear, half-pixel, no antialias),
+    then (x - 127.5) / 127.5 in float32."""
+    size = int(image_size) if image_size is not None else 224
+    return Preprocess(size, 1.0, [127.5] * 3, [127.5] * 3, "bilinear", resize_mode="both_sides",
+                      resize_size=size, backend="tf", rescale="float32_multiply", rescale_factor=1.0,
+                      rgb="convert", exif_transpose=False,
+                      origin=f"vit_jax input_pipeline ({where})")
+
+
+def preprocess_for_checkpoint(hint, image_size, where=None):
+    """The `Preprocess` a checkpoint family's `hint` implies, at the model's `image_size`.
+
+    hint: ``{"pipeline": "timm", "config": pretrained_cfg}``, ``{"pipeline": "huggingface",
+    "config": preprocessor_config}``, ``{"pipeline": "torchvision" | "paddleclas" | "vit_jax"}``;
+    an optional ``"source"`` names the file the config came from (used in `origin`).
+    """
+    if not isinstance(hint, dict) or "pipeline" not in hint:
+        raise ConfigError(f"a preprocessing hint is a dict with a 'pipeline' key, got {hint!r}")
+    pipeline = _choice("pipeline", hint["pipeline"], PIPELINES)
+    where = where or hint.get("source") or f"the {pipeline} checkpoint"
+    if pipeline == "timm":
+        return _timm(hint.get("config"), image_size, where)
+    if pipeline == "huggingface":
+        return _huggingface(hint.get("config"), image_size, where)
+    if pipeline == "torchvision":
+        return _torchvision(image_size, where)
+    if pipeline == "paddleclas":
+        return _paddleclas(image_size, where)
+    return _vit_jax(image_size, where)

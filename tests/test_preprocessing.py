@@ -1,0 +1,217 @@
+"""Eval preprocessing per checkpoint family (paddle_vit.data.preprocessing).
+
+Unit tests with hand-computed values: what each family's config maps to, the resize and crop
+arithmetic that differs between libraries, the RGB conversions, the OpenCV/TensorFlow resize
+kernels, and that a preprocess.json written before the library fields existed still loads to
+the recipe transform. The parity with each library's own pipeline on real photos is checked
+against recorded fixtures further down.
+"""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from paddle_vit.config import DataConfig
+from paddle_vit.data.preprocessing import (Preprocess, crop_box, preprocess_for_checkpoint, resized_size,
+                                           to_rgb)
+from paddle_vit.data.resize_kernels import cv2_resize_linear, tf_resize_bilinear
+from paddle_vit.data.transforms import build_transforms
+from paddle_vit.errors import ConfigError
+
+IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def timm_hint(**cfg):
+    return {"pipeline": "timm", "config": {"input_size": [3, 224, 224], **cfg}}
+
+
+def random_image(width, height, mode="RGB", seed=0):
+    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, channels), dtype=np.uint8)
+    return Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
+
+
+# ---- old files, the recipe transform -----------------------------------------------------------
+
+def test_preprocess_json_written_before_the_library_fields_loads_to_the_recipe_transform():
+    old = {"image_size": 14, "eval_crop_pct": 0.875, "resize": "shorter_side", "resize_size": 16,
+           "center_crop": 14, "interpolation": "bicubic", "channel_order": "RGB", "scale": "pixel / 255",
+           "mean": IMAGENET_MEAN, "std": IMAGENET_STD, "layout": "NCHW", "dtype": "float32"}
+    preprocess = Preprocess.from_dict(old)
+    assert preprocess.is_recipe_default
+    image = random_image(23, 17)
+    expected = build_transforms(DataConfig(mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_pct=0.875), 14,
+                                train=False)(image, None)
+    np.testing.assert_array_equal(preprocess.transform()(image), expected)
+
+
+def test_predict_module_still_exports_preprocess():
+    from paddle_vit.deploy import predict
+    assert predict.Preprocess is Preprocess
+
+
+@pytest.mark.parametrize("hint", [timm_hint(crop_pct=0.9, crop_mode="border"),
+                                  {"pipeline": "huggingface", "config": {"size": {"shortest_edge": 256},
+                                                                         "do_center_crop": True,
+                                                                         "crop_size": {"height": 224, "width": 224}}},
+                                  {"pipeline": "paddleclas"}, {"pipeline": "vit_jax"}, {"pipeline": "torchvision"}])
+def test_every_pipeline_survives_the_json_round_trip(hint):
+    preprocess = preprocess_for_checkpoint(hint, 224)
+    again = Preprocess.from_dict(json.loads(json.dumps(preprocess.to_dict())))
+    assert again == preprocess and not again.is_recipe_default and again.origin
+
+
+def test_a_malformed_entry_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="crop_offset"):
+        Preprocess.from_dict({"image_size": 8, "mean": [0] * 3, "std": [1] * 3, "crop_offset": "middle"})
+    with pytest.raises(ConfigError, match="pipeline"):
+        preprocess_for_checkpoint({"pipeline": "keras"}, 224)
+
+
+# ---- what each family's config says -------------------------------------------------------------
+
+def test_timm_center_crop_resizes_the_shorter_side_to_floor_of_size_over_crop_pct():
+    preprocess = preprocess_for_checkpoint(timm_hint(crop_pct=0.9, interpolation="bicubic",
+                                                     mean=[0.5] * 3, std=[0.5] * 3), 224)
+    assert (preprocess.resize_mode, preprocess.resize_size, preprocess.long_side) == ("shorter_side", 248, "truncate")
+    assert (preprocess.rgb, preprocess.exif_transpose, preprocess.interpolation) == ("convert", False, "bicubic")
+    # timm's defaults where the pretrained_cfg says nothing: bicubic, 0.875, ImageNet statistics
+    default = preprocess_for_checkpoint({"pipeline": "timm", "config": {}}, 224)
+    assert (default.resize_size, default.interpolation, default.mean) == (256, "bicubic", IMAGENET_MEAN)
+    assert preprocess_for_checkpoint(timm_hint(crop_pct=0.95), 224).resize_size == 235  # floor(235.79)
+
+
+def test_timm_squash_and_border_modes():
+    squash = preprocess_for_checkpoint(timm_hint(crop_pct=0.875, crop_mode="squash"), 224)
+    assert (squash.resize_mode, squash.resize_size) == ("both_sides", 256)
+    border = preprocess_for_checkpoint(timm_hint(crop_pct=1.0, crop_mode="border"), 224)
+    assert (border.resize_mode, border.resize_size, border.crop_fill) == ("longer_side", 224, "mean")
+
+
+def test_a_whole_timm_hub_config_json_is_read_through_its_pretrained_cfg():
+    hint = {"pipeline": "timm", "config": {"architecture": "vit_tiny_patch16_384",
+                                           "pretrained_cfg": {"input_size": [3, 384, 384], "crop_pct": 1.0,
+                                                              "interpolation": "bilinear"}}}
+    preprocess = preprocess_for_checkpoint(hint, 384)
+    assert (preprocess.image_size, preprocess.resize_size, preprocess.interpolation) == (384, 384, "bilinear")
+
+
+def test_huggingface_processor_configs():
+    vit = preprocess_for_checkpoint({"pipeline": "huggingface", "config": {
+        "do_resize": True, "size": {"height": 224, "width": 224}, "resample": 2, "do_rescale": True,
+        "rescale_factor": 0.00392156862745098, "do_normalize": True, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3}}, 224)
+    assert (vit.resize_mode, vit.resize_size, vit.interpolation, vit.rescale) == \
+        ("both_sides", 224, "bilinear", "float64_multiply")
+    assert (vit.rgb, vit.read_rgb, vit.exif_transpose) == ("convert", "convert", True)  # load_image's steps
+    deit = preprocess_for_checkpoint({"pipeline": "huggingface", "config": {
+        "size": {"shortest_edge": 256}, "resample": 3, "do_center_crop": True,
+        "crop_size": {"height": 224, "width": 224}, "do_convert_rgb": True,
+        "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD}}, 224)
+    assert (deit.resize_mode, deit.resize_size, deit.crop_offset, deit.rgb) == \
+        ("shorter_side", 256, "floor", "alpha_on_white")
+    with pytest.raises(ConfigError, match="384"):
+        preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"size": {"height": 384, "width": 384}}},
+                                  224)
+
+
+# ---- the arithmetic that differs between libraries -----------------------------------------------
+
+def test_the_longer_side_is_truncated_by_torchvision_and_rounded_by_paddleclas_and_the_recipes():
+    # 640 x 427, shorter side to 256: 256 * 640 / 427 = 383.70...
+    truncate = preprocess_for_checkpoint({"pipeline": "torchvision"}, 224)
+    assert resized_size(640, 427, truncate) == (383, 256)
+    assert resized_size(427, 640, truncate) == (256, 383)
+    assert resized_size(640, 427, preprocess_for_checkpoint({"pipeline": "paddleclas"}, 224)) == (384, 256)
+    assert resized_size(640, 427, Preprocess(224, 0.875)) == (384, 256)
+
+
+def test_timm_border_scales_the_longer_side_and_rounds_the_other():
+    border = preprocess_for_checkpoint(timm_hint(crop_pct=1.0, crop_mode="border"), 224)
+    assert resized_size(640, 427, border) == (224, 149)  # 427 / (640 / 224) = 149.45 -> 149
+    assert resized_size(17, 11, border) == (224, 145)  # 11 / (17 / 224) = 144.94 -> 145
+
+
+def test_centre_crop_offsets_and_padding():
+    assert crop_box(300, 256, 224, "round") == (38, 16)
+    assert crop_box(225, 225, 224, "round") == (0, 0)  # round(0.5) = 0: half to even
+    assert crop_box(227, 227, 224, "round") == (2, 2)  # round(1.5) = 2
+    assert crop_box(227, 227, 224, "floor") == (1, 1)
+    # smaller than the crop: torchvision pads (c - w) // 2 on the left, transformers ceil((c - w) / 2)
+    assert crop_box(221, 224, 224, "round") == (-1, 0)
+    assert crop_box(221, 224, 224, "floor") == (-2, 0)
+
+
+def test_an_image_smaller_than_the_crop_is_padded_with_zeros_or_timms_mean():
+    image = Image.new("RGB", (2, 4), (255, 255, 255))
+    torchvision_like = Preprocess(4, mean=[0.0] * 3, std=[1.0] * 3, resize_mode="none", rgb="convert")
+    expected_columns = [0.0, 1.0, 1.0, 0.0]  # padding 1 left, 1 right
+    np.testing.assert_array_equal(torchvision_like.transform()(image)[0, 0], expected_columns)
+    border = Preprocess(4, mean=[0.5] * 3, std=[1.0] * 3, resize_mode="none", crop_fill="mean", rgb="convert")
+    # the fill is round(255 * 0.5) = 128, so (128 / 255 - 0.5) there
+    np.testing.assert_allclose(border.transform()(image)[0, 0], [128 / 255 - 0.5, 0.5, 0.5, 128 / 255 - 0.5],
+                               atol=1e-7)
+
+
+def test_rescale_arithmetic_follows_the_library():
+    pixels = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
+    image = Image.fromarray(pixels)
+    common = dict(mean=[0.0] * 3, std=[1.0] * 3, resize_mode="none", rgb="convert")
+    torch_like = Preprocess(16, **common).transform()(image)[0].ravel()
+    np.testing.assert_array_equal(torch_like, np.arange(256, dtype=np.float32) / np.float32(255))
+    hf_like = Preprocess(16, rescale="float64_multiply", **common).transform()(image)[0].ravel()
+    np.testing.assert_array_equal(hf_like, (np.arange(256) * (1 / 255)).astype(np.float32))
+    paddleclas_like = Preprocess(16, rescale="float32_multiply", **common).transform()(image)[0].ravel()
+    np.testing.assert_array_equal(paddleclas_like, np.arange(256, dtype=np.float32) * np.float32(1 / 255))
+    assert not np.array_equal(torch_like, paddleclas_like)  # one ulp apart on some values: the rule matters
+
+
+# ---- RGB conversion ------------------------------------------------------------------------------
+
+def test_convert_drops_alpha_while_the_recipes_and_transformers_composite_on_white():
+    rgba = Image.new("RGBA", (1, 1), (200, 100, 0, 0))  # fully transparent orange
+    assert to_rgb(rgba, "convert").getpixel((0, 0)) == (200, 100, 0)
+    assert to_rgb(rgba, "composite_white").getpixel((0, 0)) == (255, 255, 255)
+    assert to_rgb(rgba, "alpha_on_white").getpixel((0, 0)) == (255, 255, 255)
+    assert to_rgb(rgba, "cv2").getpixel((0, 0)) == (200, 100, 0)
+    half = Image.new("LA", (1, 1), (100, 128))
+    assert to_rgb(half, "alpha_on_white").getpixel((0, 0)) == to_rgb(half, "composite_white").getpixel((0, 0))
+
+
+def test_sixteen_bit_gray_is_clipped_by_convert_and_shifted_by_cv2():
+    gray = Image.fromarray(np.array([[1000, 40000]], dtype=np.uint16))
+    assert gray.mode.startswith("I;16")
+    assert to_rgb(gray, "cv2").getpixel((1, 0)) == (40000 >> 8,) * 3
+    assert to_rgb(gray, "composite_white").getpixel((1, 0)) == (round(40000 / 257),) * 3
+
+
+# ---- the resize kernels ------------------------------------------------------------------------
+
+def test_cv2_linear_kernel_by_hand():
+    # 2 -> 4 pixels: source x = (d + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25; outside the
+    # centres the edge pixel alone, inside (1 - f) * a + f * b with f in 1/2048 steps
+    row = np.array([[[0], [200]]], dtype=np.uint8)  # [1, 2, 1]
+    assert cv2_resize_linear(row, 4, 1)[0, :, 0].tolist() == [0, 50, 150, 200]
+    assert cv2_resize_linear(np.full((3, 5, 3), 7, np.uint8), 9, 2).tolist() == np.full((2, 9, 3), 7).tolist()
+
+
+def test_tf_bilinear_kernel_by_hand():
+    row = np.array([[[0.0], [200.0]]], dtype=np.float32)
+    np.testing.assert_allclose(tf_resize_bilinear(row, 4, 1)[0, :, 0], [0.0, 50.0, 150.0, 200.0])
+    # 3 -> 2: x = (d + 0.5) * 1.5 - 0.5 = 0.25, 1.75
+    row = np.array([[[0.0], [100.0], [40.0]]], dtype=np.float32)
+    np.testing.assert_allclose(tf_resize_bilinear(row, 2, 1)[0, :, 0], [25.0, 55.0])
+
+
+def test_read_applies_exif_only_where_the_library_does(tmp_path):
+    pixels = np.random.default_rng(1).integers(0, 256, (8, 12, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise
+    Image.fromarray(pixels).save(tmp_path / "rotated.png", exif=exif.tobytes())
+    plain = Preprocess(8, mean=[0.0] * 3, std=[1.0] * 3, resize_mode="none", rgb="convert",
+                       exif_transpose=False)
+    np.testing.assert_array_equal(plain.read(tmp_path / "rotated.png"), plain.transform()(Image.fromarray(pixels)))
+    upright = Preprocess(8, mean=[0.0] * 3, std=[1.0] * 3, resize_mode="none", rgb="convert")
+    rotated = Image.fromarray(pixels).transpose(Image.Transpose.ROTATE_270)  # 8 wide, 12 high
+    np.testing.assert_array_equal(upright.read(tmp_path / "rotated.png"), upright.transform()(rotated))
