@@ -189,3 +189,129 @@ def test_the_tools_refuse_a_model_name_that_contradicts_the_folder(tmp_path, cap
     assert errors.startswith(f"error: --model vit_base_patch16_224 but {FOLDER}/config.json says vit_tiny_patch16_224")
     code, _, errors = run_tool("eval", ["--weights", FOLDER, "--model", "vit_small_patch16_224"], capsys)
     assert code == 2 and errors.startswith("error: --model vit_small_patch16_224 but ")
+
+
+# ---- the preprocessing a checkpoint implies --------------------------------------------------
+
+def photos(folder):
+    """scikit-learn's china.jpg and the variants timm_hub_fixtures.photos made from it for the
+    reference (the same code): an RGBA PNG (alpha a horizontal ramp), grayscale, a tiny crop."""
+    import importlib.util
+    package = os.path.dirname(importlib.util.find_spec("sklearn").origin)  # found, not imported: seconds saved
+    source = os.path.join(package, "datasets", "images", "china.jpg")
+    image = Image.open(source)
+    image.load()
+    alpha = Image.fromarray(np.tile(np.linspace(0, 255, image.width).astype(np.uint8), (image.height, 1)))
+    rgba = image.convert("RGBA")
+    rgba.putalpha(alpha)
+    paths = {"china.jpg": source}
+    for name, variant in (("china_rgba.png", rgba), ("china_gray.png", image.convert("L")),
+                          ("china_tiny.png", image.crop((200, 100, 211, 117)).resize((11, 17), Image.NEAREST))):
+        paths[name] = os.path.join(folder, name)
+        variant.save(paths[name])
+    assert list(paths) == CASES["photos"]
+    return paths
+
+
+def timm_probabilities(name):
+    return REFERENCE[f"photo/{name}/probabilities"]
+
+
+def predicted_probabilities(lines):
+    """[images, classes] probabilities of predict --json lines with --topk 5 (every class)."""
+    rows = []
+    for line in lines:
+        row = np.zeros(len(LABELS))
+        for item in json.loads(line)["predictions"]:
+            row[item["index"]] = item["probability"]
+        rows.append(row)
+    return np.array(rows)
+
+
+def test_the_families_say_their_preprocessing_and_the_model_carries_it():
+    from paddle_vit.weights.loader import _read
+    model = create_model(pretrained=FOLDER)
+    hint = model.load_report.preprocessing
+    assert hint["pipeline"] == "timm" and hint["config"]["crop_pct"] == 0.9
+    preprocess = model.preprocess
+    assert (preprocess.image_size, preprocess.resize_size, preprocess.interpolation) == (32, 35, "bicubic")
+    assert preprocess.mean == [0.485, 0.456, 0.406] and preprocess.rgb == "convert"
+    assert f"{FOLDER}/config.json" in preprocess.origin
+    expected = {"paddleclas_vit_base.pdparams": {"pipeline": "paddleclas"}, "jax_vit_released.npz": {"pipeline": "vit_jax"},
+                "timm_vit_cls.safetensors": None, "hf_vit_classifier": None}  # no pretrained_cfg, no processor config
+    for name, hint in expected.items():
+        reading = _read(os.path.join(FIXTURES, name))
+        assert reading.family.preprocessing(reading.checkpoint) == hint, name
+
+
+def test_a_hugging_face_folder_with_a_processor_config_carries_that_pipeline(tmp_path):
+    folder = tmp_path / "hf"
+    shutil.copytree(HF_FOLDER, folder)
+    processor = {"do_resize": True, "size": {"height": 32, "width": 32}, "resample": 2, "do_rescale": True,
+                 "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.4, 0.3],
+                 "image_std": [0.2, 0.3, 0.4], "image_processor_type": "ViTImageProcessor"}
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    model = create_model(pretrained=str(folder))
+    assert model.load_report.preprocessing["config"] == processor
+    assert model.preprocess.mean == [0.5, 0.4, 0.3] and model.preprocess.interpolation == "bilinear"
+
+
+def test_predict_on_a_timm_folder_gives_timms_own_probabilities_for_real_photos(tmp_path, capsys):
+    paths = photos(str(tmp_path))
+    code, lines, errors = run_tool("predict", ["--weights", FOLDER, "--json", *paths.values()], capsys)
+    assert code == 0, errors
+    expected = np.array([timm_probabilities(name) for name in paths])
+    assert np.abs(predicted_probabilities(lines) - expected).max() < TOLERANCE
+    assert "warning" not in errors.lower()
+
+
+def test_an_explicit_data_option_replaces_that_value_only_and_says_so(tmp_path, capsys):
+    from paddle_vit.deploy.predict import load_classifier
+    paths = photos(str(tmp_path))
+    code, lines, errors = run_tool("predict", ["--weights", FOLDER, "--json", "-o", "data.interpolation=bilinear",
+                                               paths["china.jpg"]], capsys)
+    assert code == 0, errors
+    assert "interpolation='bilinear' from -o data.interpolation (the checkpoint's: 'bicubic')" in errors
+    assert np.abs(predicted_probabilities(lines)[0] - timm_probabilities("china.jpg")).max() > 1e-3
+    classifier = load_classifier(FOLDER, overrides=["data.interpolation=bilinear", "data.eval_crop_pct=0.5"])
+    preprocess, own = classifier.preprocess, classifier.model.preprocess
+    assert (preprocess.interpolation, preprocess.eval_crop_pct, preprocess.resize_size) == ("bilinear", 0.5, 64)
+    assert preprocess.mean == own.mean == [0.485, 0.456, 0.406]  # not chosen: still the checkpoint's
+    assert (preprocess.resize_mode, preprocess.rgb) == (own.resize_mode, own.rgb)
+    assert preprocess.origin.startswith(own.origin)
+
+
+@pytest.mark.slow  # an export traces and saves the model: seconds
+def test_export_writes_the_checkpoints_preprocessing_into_preprocess_json(tmp_path, capsys):
+    paths = photos(str(tmp_path))
+    out = tmp_path / "export"
+    code, _, errors = run_tool("export", ["--weights", FOLDER, "--out", out], capsys)
+    assert code == 0, errors
+    with open(out / "preprocess.json") as stream:
+        metadata = json.load(stream)
+    preprocess = metadata["preprocess"]
+    assert preprocess["resize_size"] == 35 and preprocess["interpolation"] == "bicubic"
+    assert preprocess["mean"] == [0.485, 0.456, 0.406] and preprocess["rgb_conversion"] == "convert"
+    assert "timm pretrained_cfg" in preprocess["origin"] and metadata["class_names"] == LABELS
+    code, lines, errors = run_tool("predict", ["--inference-model", out, "--json", paths["china_rgba.png"]], capsys)
+    assert code == 0, errors
+    assert np.abs(predicted_probabilities(lines)[0] - timm_probabilities("china_rgba.png")).max() < TOLERANCE
+
+
+def test_eval_on_an_image_folder_decodes_and_preprocesses_as_the_checkpoints_pipeline(tmp_path, capsys):
+    """An RGBA photo is converted as timm converts it (alpha dropped, not composited on white):
+    the loss of the evaluation is the one timm's probabilities give."""
+    paths = photos(str(tmp_path))
+    root = tmp_path / "data"
+    labels = [("china_rgba.png", 0), ("china.jpg", 1), ("china_gray.png", 2), ("china_tiny.png", 3),
+              ("china_rgba.png", 4)]
+    for split in ("train", "val"):
+        for name, label in labels:
+            (root / split / LABELS[label]).mkdir(parents=True)
+            shutil.copy(paths[name], root / split / LABELS[label] / name)
+    code, lines, errors = run_tool("eval", ["--weights", FOLDER, "-o", "data.dataset=imagefolder", "-o",
+                                            f"data.root={root}", "-o", "eval.engine=dynamic"], capsys)
+    assert code == 0, errors
+    summary = json.loads(lines[-1])
+    expected = np.mean([-np.log(timm_probabilities(name)[label]) for name, label in labels])
+    assert summary["num_samples"] == 5 and abs(summary["loss"] - expected) < TOLERANCE
