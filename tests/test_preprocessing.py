@@ -6,7 +6,10 @@ kernels, and that a preprocess.json written before the library fields existed st
 the recipe transform. The parity with each library's own pipeline on real photos is checked
 against recorded fixtures further down.
 """
+import hashlib
+import importlib.util
 import json
+import os
 
 import numpy as np
 import pytest
@@ -174,15 +177,15 @@ def test_convert_drops_alpha_while_the_recipes_and_transformers_composite_on_whi
     assert to_rgb(rgba, "convert").getpixel((0, 0)) == (200, 100, 0)
     assert to_rgb(rgba, "composite_white").getpixel((0, 0)) == (255, 255, 255)
     assert to_rgb(rgba, "alpha_on_white").getpixel((0, 0)) == (255, 255, 255)
-    assert to_rgb(rgba, "cv2").getpixel((0, 0)) == (200, 100, 0)
+    assert to_rgb(rgba, "convert_shift16").getpixel((0, 0)) == (200, 100, 0)
     half = Image.new("LA", (1, 1), (100, 128))
     assert to_rgb(half, "alpha_on_white").getpixel((0, 0)) == to_rgb(half, "composite_white").getpixel((0, 0))
 
 
-def test_sixteen_bit_gray_is_clipped_by_convert_and_shifted_by_cv2():
+def test_sixteen_bit_gray_is_shifted_as_opencv_and_tensorflow_decode_it():
     gray = Image.fromarray(np.array([[1000, 40000]], dtype=np.uint16))
     assert gray.mode.startswith("I;16")
-    assert to_rgb(gray, "cv2").getpixel((1, 0)) == (40000 >> 8,) * 3
+    assert to_rgb(gray, "convert_shift16").getpixel((1, 0)) == (40000 >> 8,) * 3
     assert to_rgb(gray, "composite_white").getpixel((1, 0)) == (round(40000 / 257),) * 3
 
 
@@ -215,3 +218,105 @@ def test_read_applies_exif_only_where_the_library_does(tmp_path):
     upright = Preprocess(8, mean=[0.0] * 3, std=[1.0] * 3, resize_mode="none", rgb="convert")
     rotated = Image.fromarray(pixels).transpose(Image.Transpose.ROTATE_270)  # 8 wide, 12 high
     np.testing.assert_array_equal(upright.read(tmp_path / "rotated.png"), upright.transform()(rotated))
+
+
+# ---- parity with each library's own pipeline (tests/fixtures/preprocess_reference.*) ---------------
+# Recorded by tools/reference_fixtures/preprocess_fixtures.py with timm, transformers, torchvision,
+# PaddleClas's own operators (OpenCV) and TensorFlow, on scikit-learn's two photos and variants.
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+with open(os.path.join(FIXTURES, "preprocess_reference.json")) as _handle:
+    RECORDED = json.load(_handle)
+PARITY = 1e-4
+# Where the library decodes the file with a decoder of its own whose pixels differ from PIL's
+# (OpenCV's CMYK conversion; TensorFlow's fast integer IDCT for every JPEG), our PIL-decoded
+# input is compared with the library's operators run on PIL's pixels ("@pil_decode"), and with
+# the library's own decode only within the difference recorded for that decoder.
+OWN_DECODER_DIFFERS = {"paddleclas": {"cmyk.jpg"},
+                       "vit_jax": {"china.jpg", "flower.jpg", "portrait.jpg", "exif_rotated.jpg", "cmyk.jpg"}}
+
+
+def image_path(image):
+    """The input file; scikit-learn's photos from the installed package (skip when absent or
+    not the recorded file)."""
+    entry = RECORDED["images"][image]
+    if not entry["file"].startswith("<scikit-learn>"):
+        return os.path.join(FIXTURES, entry["file"])
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        pytest.skip("scikit-learn (whose sample photos are the inputs) is not installed")
+    path = os.path.join(os.path.dirname(spec.origin), "datasets", "images", image)
+    with open(path, "rb") as handle:
+        if hashlib.sha256(handle.read()).hexdigest() != entry["sha256"]:
+            pytest.skip(f"{path} is not the photo the references were recorded on")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_vit():
+    """The timm ViT whose probabilities the fixtures hold, loaded from timm's file."""
+    import paddle
+    from paddle_vit import ViT, load_pretrained
+    config = RECORDED["model"]
+    model = ViT(image_size=config["img_size"], patch_size=config["patch_size"], embed_dim=config["embed_dim"],
+                depth=config["depth"], num_heads=config["num_heads"], num_classes=config["num_classes"]).eval()
+    load_pretrained(model, os.path.join(FIXTURES, "preprocess_vit_tiny.safetensors"))
+
+    def probabilities(batch):
+        with paddle.no_grad():
+            return paddle.nn.functional.softmax(model(paddle.to_tensor(batch)).astype("float64"), -1).numpy()
+    return probabilities
+
+
+def our_inputs(pipeline):
+    """float32 [N, 3, S, S]: our preprocessing of every recorded image, as the pipeline reads it."""
+    entry = RECORDED["pipelines"][pipeline]
+    preprocess = preprocess_for_checkpoint(entry["hint"], entry["size"])
+    if pipeline.endswith("@opened"):  # the image as Image.open gives it, handed to the transform
+        transform = preprocess.transform()
+        return np.stack([transform(Image.open(image_path(image))) for image in RECORDED["image_order"]])
+    return np.stack([preprocess.read(image_path(image)) for image in RECORDED["image_order"]])
+
+
+def reference(pipeline, quantity):
+    return np.load(os.path.join(FIXTURES, "preprocess_reference.npz"))[f"{pipeline}/{quantity}"]
+
+
+def input_differences(ours, pipeline):
+    """Largest |ours - library| over the sample, and over the (weighted) sums per image."""
+    size = ours.shape[-1]
+    rows, columns = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    pattern = ((3 * rows + 5 * columns) % 7 - 3).astype(np.float64)
+    as_float = ours.astype(np.float64)
+    return (np.abs(ours[:, :, 5::29, 5::29] - reference(pipeline, "sample")).max(axis=(1, 2, 3)),
+            np.abs(as_float.sum(axis=(2, 3)) - reference(pipeline, "sums")).max(axis=1),
+            np.abs((as_float * pattern).sum(axis=(2, 3)) - reference(pipeline, "weighted_sums")).max(axis=1))
+
+
+LIBRARY_PIPELINES = sorted(name for name in RECORDED["pipelines"] if not name.endswith("@pil_decode"))
+
+
+@pytest.mark.parametrize("pipeline", LIBRARY_PIPELINES)
+def test_our_input_and_probabilities_match_the_librarys_own_pipeline(pipeline, tiny_vit):
+    assert not RECORDED["refused"], RECORDED["refused"]
+    ours = our_inputs(pipeline)
+    own_decoder_differs = OWN_DECODER_DIFFERS.get(pipeline, set())
+    compared = [i for i, image in enumerate(RECORDED["image_order"]) if image not in own_decoder_differs]
+    sample, sums, weighted = input_differences(ours, pipeline)
+    # sums over S * S values: one pixel off by one level (>= 0.0078) shows above 1e-3
+    assert sample[compared].max() < PARITY and sums[compared].max() < 1e-3 and weighted[compared].max() < 1e-3, \
+        (pipeline, dict(zip(RECORDED["image_order"], zip(sample, sums))))
+    if own_decoder_differs:  # PIL's pixels through the library's operators: exact as well
+        rows = [i for i in range(len(ours)) if i not in compared]
+        sample, sums, weighted = input_differences(ours, pipeline + "@pil_decode")
+        assert sample[rows].max() < PARITY and sums[rows].max() < 1e-3 and weighted[rows].max() < 1e-3
+    if ours.shape[-1] != RECORDED["model"]["img_size"]:
+        return
+    probabilities = tiny_vit(ours)
+    expected = reference(pipeline, "probabilities")
+    np.testing.assert_allclose(probabilities[compared], expected[compared], atol=PARITY, rtol=0)
+    assert (probabilities[compared].argmax(1) == expected[compared].argmax(1)).all()
+    for row in (i for i in range(len(ours)) if i not in compared):  # the decoders' own difference
+        image = RECORDED["image_order"][row]
+        recorded = RECORDED["decode_differences"][f"{pipeline}/{image}"]["probabilities"]
+        assert np.abs(probabilities[row] - expected[row]).max() <= recorded + PARITY, image

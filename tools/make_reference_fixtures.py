@@ -7,6 +7,8 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/refvenv/bin/python            tools/make_reference_fixtures.py huggingface  # torch + transformers
     /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py jax --vit-jax DIR  # jax + flax, vit_jax code
     /work/refvenv-paddleclas/bin/python tools/make_reference_fixtures.py paddleclas   # paddleclas + plsc
+    /work/torchvenv/bin/python          tools/make_reference_fixtures.py preprocess \
+        --paddleclas-python PY --paddleclas-path DIR --tf-python PY  # each library's eval preprocessing
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
 
 Each builds small models with that code base's own classes and random, perturbed weights,
@@ -22,7 +24,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
-           "paddleclas": "paddleclas_fixtures", "timm_hub": "timm_hub_fixtures"}
+           "paddleclas": "paddleclas_fixtures", "preprocess": "preprocess_fixtures",
+           "timm_hub": "timm_hub_fixtures"}
 
 
 def main(argv=None):
@@ -32,6 +35,12 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vit-jax", metavar="DIR",
                         help="a checkout of google-research/vision_transformer (for the jax family)")
+    parser.add_argument("--paddleclas-python", metavar="PY",
+                        help="(preprocess) an interpreter with paddle and OpenCV that runs PaddleClas's operators")
+    parser.add_argument("--paddleclas-path", metavar="DIR",
+                        help="(preprocess) PYTHONPATH for it: where `pip install --no-deps --target DIR "
+                             "paddleclas opencv-python-headless` put them")
+    parser.add_argument("--tf-python", metavar="PY", help="(preprocess) an interpreter with TensorFlow")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.join(HERE, "reference_fixtures"))
     os.makedirs(args.out, exist_ok=True)

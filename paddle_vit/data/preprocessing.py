@@ -57,7 +57,7 @@ CROP_OFFSETS = ("round", "floor")
 CROP_FILLS = ("zero", "mean")
 BACKENDS = ("pil", "cv2", "tf")
 RESCALES = ("float32_divide", "float32_multiply", "float64_multiply")
-RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "cv2")
+RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "convert_shift16")
 PIPELINES = ("timm", "huggingface", "torchvision", "paddleclas", "vit_jax")
 
 
@@ -92,8 +92,9 @@ class Preprocess:
     rgb: how `transform` turns an image of any mode into RGB: "composite_white" (this
         project's `to_rgb`: transparency on white, 16-bit scaled), "convert" (PIL's
         ``convert("RGB")``: alpha dropped), "alpha_on_white" (transformers' `convert_to_rgb`:
-        transparency on white, everything else ``convert("RGB")``), "cv2" (as OpenCV's
-        IMREAD_COLOR decodes: alpha dropped, 16-bit shifted right by 8).
+        transparency on white, everything else ``convert("RGB")``), "convert_shift16" (as
+        OpenCV's IMREAD_COLOR and TensorFlow's decode_image(channels=3) give it: alpha dropped,
+        16-bit shifted right by 8 where ``convert`` clips at 255).
     read_rgb: a conversion `read` applies before `transform`, as the library's own file loader
         does (transformers' `load_image`: ``convert("RGB")``); None: none.
     exif_transpose: whether `read` turns the image upright by its EXIF orientation.
@@ -259,16 +260,16 @@ def to_rgb(image, conversion):
 
     "convert" is PIL's ``convert("RGB")``: alpha dropped (the colour under a transparent pixel
     shows), palette and grayscale expanded, CMYK by PIL's formula, 16-bit clipped at 255.
-    "cv2" is what OpenCV's IMREAD_COLOR gives for the same file: alpha dropped too, but a
-    16-bit image is scaled (>> 8) rather than clipped.
+    "convert_shift16" is what OpenCV's IMREAD_COLOR and TensorFlow's decode_image(channels=3)
+    give for the same file: alpha dropped too, but a 16-bit image scaled (>> 8), not clipped.
     """
     if conversion == "composite_white":
         return composite_on_white(image)
     if conversion == "alpha_on_white" and ("A" in image.getbands() or image.info.get("transparency") is not None):
         background = Image.new("RGBA", image.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, image.convert("RGBA")).convert("RGB")
-    if conversion == "cv2" and (image.mode in ("I", "I;16", "I;16B", "I;16L")):
-        pixels = np.asarray(image).astype(np.uint32) >> 8  # 16-bit -> 8-bit as OpenCV's IMREAD_COLOR
+    if conversion == "convert_shift16" and image.mode in ("I", "I;16", "I;16B", "I;16L"):
+        pixels = np.clip(np.asarray(image), 0, 65535).astype(np.uint32) >> 8  # the decoders' 16 -> 8 bits
         return Image.fromarray(pixels.astype(np.uint8), mode="L").convert("RGB")
     if image.mode == "RGB":
         return image
@@ -501,7 +502,7 @@ def _paddleclas(image_size, where):
     resize = 256 if crop == 224 else int(crop * 256 / 224)
     return Preprocess(crop, crop / resize, list(HALF), list(HALF), "bilinear", resize_mode="shorter_side",
                       resize_size=resize, long_side="scale_round", crop_offset="floor", backend="cv2",
-                      rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="cv2", exif_transpose=True,
+                      rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="convert_shift16", exif_transpose=True,
                       origin=f"PaddleClas ViT eval transform ({where})")
 
 
@@ -511,7 +512,7 @@ def _vit_jax(image_size, where):
     size = int(image_size) if image_size is not None else 224
     return Preprocess(size, 1.0, [127.5] * 3, [127.5] * 3, "bilinear", resize_mode="both_sides",
                       resize_size=size, backend="tf", rescale="float32_multiply", rescale_factor=1.0,
-                      rgb="convert", exif_transpose=False,
+                      rgb="convert_shift16", exif_transpose=False,
                       origin=f"vit_jax input_pipeline ({where})")
 
 
