@@ -153,6 +153,18 @@ def test_the_folder_kind_is_told_from_config_json_not_from_the_weights(tmp_path)
         create_model(pretrained=str(folder))
 
 
+def test_an_unreadable_config_json_is_an_error_for_its_folder_and_ignored_beside_a_named_file(tmp_path):
+    folder = tmp_path / "hub"
+    shutil.copytree(FOLDER, folder)
+    (folder / "config.json").write_text("[1, 2]")
+    with pytest.raises(WeightsError, match=r"config.json \(the config of the weights beside it\) must hold a JSON"):
+        create_model(pretrained=str(folder))
+    model = create_model("vit_tiny_patch16_224", pretrained=str(folder / "model.safetensors"), image_size=32,
+                         patch_size=8, embed_dim=32, depth=2, num_heads=4)
+    assert model.preprocess is None and model.class_names is None
+    assert np.abs(logits(model, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+
+
 def test_a_folder_with_pytorch_model_bin_is_read_under_the_rules_of_a_pth(tmp_path, monkeypatch):
     """pytorch_model.bin goes through the same reader as a .pth: torch.load with
     weights_only=True (tensors only, never arbitrary objects)."""
@@ -315,3 +327,15 @@ def test_eval_on_an_image_folder_decodes_and_preprocesses_as_the_checkpoints_pip
     summary = json.loads(lines[-1])
     expected = np.mean([-np.log(timm_probabilities(name)[label]) for name, label in labels])
     assert summary["num_samples"] == 5 and abs(summary["loss"] - expected) < TOLERANCE
+
+
+def test_convert_takes_a_folder_without_model_and_refuses_a_contradicting_one(tmp_path, capsys):
+    out = tmp_path / "converted.safetensors"
+    code, _, errors = run_tool("convert_weights", ["--weights", FOLDER, "--out", out], capsys)
+    assert code == 0, errors
+    reloaded = create_model("vit_tiny_patch16_224", pretrained=str(out), image_size=32, patch_size=8, embed_dim=32,
+                            depth=2, num_heads=4)
+    assert np.abs(logits(reloaded, REFERENCE["input"]) - REFERENCE["logits"]).max() < TOLERANCE
+    code, _, errors = run_tool("convert_weights", ["--weights", FOLDER, "--model", "vit_base_patch16_224", "--out",
+                                                   tmp_path / "x.safetensors"], capsys)
+    assert code == 2 and errors.startswith("error: --model vit_base_patch16_224 but ")

@@ -97,19 +97,29 @@ def config_kind(values):
 
 def folder_config(checkpoint_or_path):
     """The `FolderConfig` beside a `Checkpoint` (its ``sidecar``) or beside a path (a folder, or
-    a weights file in one), or None when there is no config.json, or one of neither kind."""
+    a weights file in one), or None when there is no config.json, or one of neither kind.
+
+    A config.json that cannot be read is an error when the weights were given as its folder,
+    and ignored beside a weights file given by name (it may belong to something else)."""
     if isinstance(checkpoint_or_path, (str, os.PathLike)):
         path = os.fspath(checkpoint_or_path)
-        folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+        given_folder = os.path.isdir(path)
+        folder = path if given_folder else os.path.dirname(os.path.abspath(path))
         config_path = os.path.join(folder, HF_CONFIG)
         config_path = config_path if os.path.isfile(config_path) else None
     elif hasattr(checkpoint_or_path, "sidecar"):
         config_path = checkpoint_or_path.sidecar(HF_CONFIG)
+        given_folder = os.path.isdir(checkpoint_or_path.description)
     else:
         return None
     if config_path is None:
         return None
-    values = read_json(config_path, "the config of the weights beside it")
+    try:
+        values = read_json(config_path, "the config of the weights beside it")
+    except WeightsError:
+        if given_folder:
+            raise
+        return None
     kind = config_kind(values)
     return FolderConfig(kind, config_path, values) if kind else None
 

@@ -106,6 +106,10 @@ class LoadReport:
             lines.append(f"ignored from the checkpoint: {names(self.ignored)}")
         if self.missing:
             lines.append(f"missing, left at their initial values: {names(self.missing)}")
+        if self.preprocessing:
+            where = self.preprocessing.get("source")
+            lines.append(f"preprocessing the checkpoint implies: {self.preprocessing['pipeline']}"
+                         + (f" ({where})" if where else ""))
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
