@@ -339,3 +339,42 @@ def test_convert_takes_a_folder_without_model_and_refuses_a_contradicting_one(tm
     code, _, errors = run_tool("convert_weights", ["--weights", FOLDER, "--model", "vit_base_patch16_224", "--out",
                                                    tmp_path / "x.safetensors"], capsys)
     assert code == 2 and errors.startswith("error: --model vit_base_patch16_224 but ")
+
+
+def test_predict_gives_timms_probabilities_on_the_awkward_images_of_the_preprocessing_fixtures(tmp_path, capsys):
+    """The preprocessing fixtures' timm model and pipeline (crop_pct 0.875, bicubic, ImageNet
+    statistics) made into a Hub folder: predict, without --model, on CMYK, palette, 16-bit,
+    EXIF-rotated, tiny and portrait files gives the probabilities timm's pipeline gave."""
+    import hashlib
+    import importlib.util
+    with open(os.path.join(FIXTURES, "preprocess_reference.json")) as stream:
+        recorded = json.load(stream)
+    pipeline = "timm_0875_bicubic_imagenet"
+    expected = np.load(os.path.join(FIXTURES, "preprocess_reference.npz"))[f"{pipeline}/probabilities"]
+    sizes = recorded["model"]
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    shutil.copy(os.path.join(FIXTURES, "preprocess_vit_tiny.safetensors"), folder / "model.safetensors")
+    model_args = {key: sizes[key] for key in ("img_size", "patch_size", "embed_dim", "depth", "num_heads")}
+    (folder / "config.json").write_text(json.dumps({
+        "architecture": "vit_tiny_patch16_224", "num_classes": sizes["num_classes"], "global_pool": "token",
+        "model_args": model_args, "pretrained_cfg": recorded["pipelines"][pipeline]["hint"]["config"]}))
+    sklearn_images = os.path.join(os.path.dirname(importlib.util.find_spec("sklearn").origin), "datasets", "images")
+    paths = []
+    for image in recorded["image_order"]:
+        entry = recorded["images"][image]
+        path = (os.path.join(sklearn_images, image) if entry["file"].startswith("<scikit-learn>")
+                else os.path.join(FIXTURES, entry["file"]))
+        with open(path, "rb") as handle:
+            assert hashlib.sha256(handle.read()).hexdigest() == entry["sha256"], path
+        paths.append(path)
+    code, lines, errors = run_tool("predict", ["--weights", folder, "--json", "--topk", "10", *paths], capsys)
+    assert code == 0, errors
+    rows = []
+    for line in lines:
+        row = np.zeros(sizes["num_classes"])
+        for item in json.loads(line)["predictions"]:
+            row[item["index"]] = item["probability"]
+        rows.append(row)
+    assert np.abs(np.array(rows) - expected).max() < TOLERANCE
+    assert (np.array(rows).argmax(1) == expected.argmax(1)).all()
