@@ -23,7 +23,7 @@ from .data.preprocessing import Preprocess, preprocess_for_checkpoint
 from .errors import ConfigError, WeightsError
 from .models import ViT, get_model_config
 from .weights import Implied, build_pretrained, implied_options
-from .weights.folders import describe_folder, resolve_name
+from .weights.folders import describe_folder, model_image_size, resolve_name
 
 logger = logging.getLogger("paddle_vit")
 
@@ -139,13 +139,13 @@ def resolve_model_config(config, num_classes=None):
 
 def input_size(config, weights=None):
     """The image size the model of `config` takes: ``model.image_size`` when the recipe sets it,
-    else the one a folder's config.json states (`weights`, or ``model.pretrained``: a timm Hub
-    folder's model_args.img_size, a Hugging Face config's image_size), else the registered one."""
-    if config.model.image_size is None:
-        for source in (weights, config.model.pretrained):
-            folder = describe_folder(source) if isinstance(source, str) else None
-            if folder is not None and "image_size" in folder.options:
-                return int(folder.options["image_size"].value)
+    else, for the folder's own model, the one its config.json states (`weights`, or
+    ``model.pretrained``: a timm Hub folder's model_args.img_size, a Hugging Face config's
+    image_size; `paddle_vit.weights.folders.model_image_size`), else the registered one."""
+    for source in (weights, config.model.pretrained):
+        folder = describe_folder(source) if isinstance(source, str) else None
+        if folder is not None:
+            return int(model_image_size(config.model.name, config.model.vit_overrides(), folder))
     return resolve_model_config(config, num_classes=2).image_size
 
 

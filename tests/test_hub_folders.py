@@ -105,9 +105,16 @@ def test_a_hugging_face_folder_needs_no_model_name_either():
     assert model.config.layer_norm_epsilon == 1e-12
     difference = logits(model, reference["hf_vit_classifier/input"]) - reference["hf_vit_classifier/logits"]
     assert np.abs(difference).max() < TOLERANCE
-    with pytest.raises(WeightsError, match=r"create_model's name vit_base_patch16_224 but .*config.json says "
+    with pytest.raises(WeightsError, match=r"create_model's name vit_small_patch16_224 but .*config.json says "
                                            r"embed_dim 32.*: patch_size 16, not 8"):
-        create_model("vit_base_patch16_224", pretrained=HF_FOLDER)
+        create_model("vit_small_patch16_224", pretrained=HF_FOLDER)
+
+
+def test_a_name_of_another_resolution_fine_tunes_at_its_size():
+    """vit_tiny_patch16_384 for the 32-pixel timm folder of vit_tiny_patch16_224's sizes is no
+    contradiction: the model is built at 384 and the position embedding resampled."""
+    model = create_model("vit_tiny_patch16_384", pretrained=FOLDER, patch_size=8, embed_dim=32, depth=2, num_heads=4)
+    assert model.config.image_size == 384 and model.load_report.resampled[0][1:] == ((4, 4), (48, 48))
 
 
 @pytest.mark.parametrize("changes, expected", [
@@ -191,6 +198,15 @@ def test_predict_takes_a_timm_folder_without_model_and_prints_its_label_names(tm
     assert code == 0, errors
     predictions = json.loads(lines[0])["predictions"]
     assert sorted(item["label"] for item in predictions) == LABELS
+
+
+def test_predict_takes_a_hugging_face_folder_of_unregistered_sizes_without_model(tmp_path, capsys):
+    Image.new("RGB", (40, 40), (200, 30, 90)).save(tmp_path / "a.png")
+    code, lines, errors = run_tool("predict", ["--weights", HF_FOLDER, "--json", "--topk", "1", tmp_path / "a.png"],
+                                   capsys)
+    assert code == 0, errors
+    assert json.loads(lines[0])["predictions"][0]["label"] in ("airplane", "automobile", "bird", "cat", "deer", "dog",
+                                                               "frog", "horse", "ship", "truck")
 
 
 def test_the_tools_refuse_a_model_name_that_contradicts_the_folder(tmp_path, capsys):

@@ -303,14 +303,16 @@ def describe_config(config):
 
 def check_model_name(name, overrides, folder, given_as):
     """Raise a WeightsError naming both when the model `name` (with the ViTConfig `overrides`
-    the caller chose) contradicts what `folder` (a `FolderModel`) says; an image size chosen
-    in `overrides` is a choice (the position embedding is resampled), not a contradiction."""
+    the caller chose) contradicts what `folder` (a `FolderModel`) says. The image size is a
+    choice, not a contradiction (`model_image_size`: the position embedding is resampled)."""
     if folder.config.kind == "timm" and (folder.name is None or name == folder.name):
         return  # its own architecture (model_args then apply), or one we do not register: the tensors decide
+    if folder.name is None and name == folder.base:
+        return  # the name a folder of unregistered sizes is built on (`resolve_name`): its sizes are set on it
     config = get_model_config(name, **overrides)
     differences = [f"{field} {getattr(config, field)!r}, not {folder.options[field].value!r}"
                    for field in ARCHITECTURE_FIELDS
-                   if field in folder.options and field not in overrides
+                   if field != "image_size" and field in folder.options and field not in overrides
                    and not _same(getattr(config, field), folder.options[field].value)]
     if differences:
         raise WeightsError(f"{given_as} {name} but {folder.config.path} says {folder.says}: {differences[0]}; "
@@ -332,3 +334,19 @@ def resolve_name(name, overrides, source, given_as):
         raise WeightsError(f"{folder.config.path} names {folder.says}, which is not a registered model "
                            f"(paddle_vit.list_models()); name the model of the same shape")
     return folder.base
+
+
+def model_image_size(name, overrides, folder):
+    """The image size of the model built as `name` (None: what the folder says) for `folder`
+    (a `FolderModel` or None): the `overrides`' when they set one; the folder's (timm's
+    model_args.img_size, a Hugging Face config's image_size) when the name is left out or is the
+    folder's own (`FolderModel.name`, or the `base` it is built on) or the folder names a timm
+    architecture that is not registered (its model_args then describe the weights); else the registered name's: ``vit_base_patch16_384`` for a 224 folder is
+    fine-tuning at 384, the position embedding resampled."""
+    if "image_size" in overrides:
+        return overrides["image_size"]
+    own = folder is not None and (name in (None, folder.name, folder.base) or
+                                  (folder.config.kind == "timm" and folder.name is None))  # model_args: the truth
+    if own and "image_size" in folder.options:
+        return folder.options["image_size"].value
+    return get_model_config(name or folder.base).image_size

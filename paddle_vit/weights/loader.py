@@ -32,7 +32,7 @@ import paddle
 from ..errors import WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
-from .folders import resolve_name
+from .folders import describe_folder, model_image_size, resolve_name
 from .reading import names, read_checkpoint
 from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
 
@@ -436,7 +436,12 @@ def build_pretrained(name, source, overrides, *, resample=None, strict=True, def
         check_method(resample)
     if name is not None:
         get_model_config(name, **overrides)  # an unknown name or option first, before reading a file
+    given, folder = name, describe_folder(source)
     name = resolve_name(name, overrides, source, name_given_as)
+    if folder is not None and "image_size" in folder.options:  # a name of another resolution decides its size
+        size = model_image_size(given, overrides, folder)
+        if size != folder.options["image_size"].value:
+            overrides = {**overrides, "image_size": size}
     reading = _read(source)
     chosen = choose_options(reading.implied, overrides, defaults)
     config = get_model_config(name, **{option: value.value for option, value in chosen.items()}).replace(**overrides)
