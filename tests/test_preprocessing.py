@@ -114,6 +114,11 @@ def test_huggingface_processor_configs():
         "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD}}, 224)
     assert (deit.resize_mode, deit.resize_size, deit.crop_offset, deit.rgb) == \
         ("shorter_side", 256, "floor", "alpha_on_white")
+    # older files give sizes as one number (transformers reads it as height = width)
+    old_style = preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"size": 224, "resample": 3}}, 224)
+    assert (old_style.resize_mode, old_style.resize_size, old_style.interpolation) == ("both_sides", 224, "bicubic")
+    with pytest.raises(ConfigError, match="resample"):
+        preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"resample": 1}}, 224)  # LANCZOS
     with pytest.raises(ConfigError, match="384"):
         preprocess_for_checkpoint({"pipeline": "huggingface", "config": {"size": {"height": 384, "width": 384}}},
                                   224)
@@ -306,14 +311,21 @@ def test_our_input_and_probabilities_match_the_librarys_own_pipeline(pipeline, t
     # sums over S * S values: one pixel off by one level (>= 0.0078) shows above 1e-3
     assert sample[compared].max() < PARITY and sums[compared].max() < 1e-3 and weighted[compared].max() < 1e-3, \
         (pipeline, dict(zip(RECORDED["image_order"], zip(sample, sums))))
+    summary = f"{pipeline}: input max |ours - library| {sample[compared].max():.2e} (sampled)"
     if own_decoder_differs:  # PIL's pixels through the library's operators: exact as well
         rows = [i for i in range(len(ours)) if i not in compared]
+        own_decoder = sample[rows].max()
         sample, sums, weighted = input_differences(ours, pipeline + "@pil_decode")
         assert sample[rows].max() < PARITY and sums[rows].max() < 1e-3 and weighted[rows].max() < 1e-3
+        summary += f" ({own_decoder:.2e} with the library's own decoder on {', '.join(sorted(own_decoder_differs))})"
     if ours.shape[-1] != RECORDED["model"]["img_size"]:
+        print(summary)  # the figures of docs/pretrained.md: pytest -s -k own_pipeline
         return
     probabilities = tiny_vit(ours)
     expected = reference(pipeline, "probabilities")
+    print(f"{summary}, probabilities {np.abs(probabilities[compared] - expected[compared]).max():.2e}"
+          + (f" ({np.abs(probabilities - expected).max():.2e} with the library's own decoder)"
+             if own_decoder_differs else ""))
     np.testing.assert_allclose(probabilities[compared], expected[compared], atol=PARITY, rtol=0)
     assert (probabilities[compared].argmax(1) == expected[compared].argmax(1)).all()
     for row in (i for i in range(len(ours)) if i not in compared):  # the decoders' own difference

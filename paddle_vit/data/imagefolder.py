@@ -139,7 +139,13 @@ def _sixteen_bit_to_8bit(image):
 
 
 def to_rgb(image):
-    """Any PIL mode -> RGB: transparency composited on white, 16-bit scaled, CMYK converted."""
+    """Any PIL mode -> RGB: transparency composited on white, 16-bit scaled, CMYK converted.
+
+    Training and this project's own checkpoints keep this rule: the colour under a transparent
+    pixel is arbitrary (often black), and a model trained here is evaluated the same way. A
+    checkpoint from another library is read with that library's rule instead (PIL's
+    convert("RGB") drops alpha): `paddle_vit.data.preprocessing`.
+    """
     if image.mode in ("I", "F") or image.mode.startswith("I;16"):
         image = _sixteen_bit_to_8bit(image)
     if image.mode == "RGB":

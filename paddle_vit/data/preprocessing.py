@@ -28,8 +28,9 @@ The arithmetic that matters and differs between them (see docs/pretrained.md):
   TensorFlow's bilinear (half-pixel centres, float, no antialias);
 - the rescale: ``x / 255`` in float32 (torch), ``float64(x) * factor`` then float32
   (transformers), ``float32(x) * float32(1 / 255)`` (PaddleClas);
-- the RGB conversion: ``Image.convert("RGB")`` drops alpha (timm, torchvision, transformers'
-  `load_image`), transformers' processor composites on white, this project composites on white.
+- the RGB conversion: ``Image.convert("RGB")`` drops alpha and clips 16-bit images (timm,
+  torchvision, transformers' `load_image`); OpenCV's and TensorFlow's decoders drop alpha and
+  shift 16-bit images right by 8; transformers' processor and this project composite on white.
 
 This module needs only numpy and PIL: predict, export and the inference runtime all use it.
 """
@@ -123,7 +124,8 @@ class Preprocess:
         if self.resize_mode is None:  # this project's recipes: the mode follows eval_crop_pct
             self.resize_mode = "both_sides" if self.eval_crop_pct == 1.0 else "shorter_side"
         if self.resize_size is None:
-            self.resize_size = self.image_size if self.eval_crop_pct == 1.0 else int(self.image_size / self.eval_crop_pct)
+            crop_pct = self.eval_crop_pct
+            self.resize_size = self.image_size if crop_pct == 1.0 else int(self.image_size / crop_pct)
         self.resize_size = int(self.resize_size)
 
     # ---- construction ------------------------------------------------------------------------
@@ -502,8 +504,8 @@ def _paddleclas(image_size, where):
     resize = 256 if crop == 224 else int(crop * 256 / 224)
     return Preprocess(crop, crop / resize, list(HALF), list(HALF), "bilinear", resize_mode="shorter_side",
                       resize_size=resize, long_side="scale_round", crop_offset="floor", backend="cv2",
-                      rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="convert_shift16", exif_transpose=True,
-                      origin=f"PaddleClas ViT eval transform ({where})")
+                      rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="convert_shift16",
+                      exif_transpose=True, origin=f"PaddleClas ViT eval transform ({where})")
 
 
 def _vit_jax(image_size, where):

@@ -16,7 +16,8 @@ portrait, and a JPEG with EXIF orientation 6.
 
 For every (pipeline, image) the library's input tensor float32 [3, S, S] is recorded as a
 strided sample ``x[:, 5::29, 5::29]``, per-channel sums and per-channel sums weighted by a fixed
-pattern (any single-pixel change shows there), and, at 224, the class probabilities of a tiny
+pattern (any single-pixel change shows there), one array per pipeline and quantity with a row
+per image (in the json's ``image_order``), and, at 224, the class probabilities of a tiny
 timm ViT (patch 16, embed 16, depth 1, 10 classes, perturbed random weights:
 ``preprocess_vit_tiny.safetensors``) on that input. Where a library refuses an image (it raises),
 the error is recorded instead.
@@ -48,6 +49,7 @@ from torchvision.datasets.folder import pil_loader  # noqa: E402
 from torchvision.models import ViT_B_16_Weights  # noqa: E402
 from transformers.image_utils import load_image  # noqa: E402
 from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil  # noqa: E402
+from transformers.models.vit.image_processing_vit import ViTImageProcessor  # noqa: E402  (the "fast" one)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE = (slice(None), slice(5, None, 29), slice(5, None, 29))
@@ -198,6 +200,7 @@ def external(script, python, extra_path, images, folder):
 
 @torch.no_grad()
 def tiny_model(seed):
+    torch.manual_seed(seed)  # timm's initialisation draws from the global generator
     generator = torch.Generator().manual_seed(seed)
     model = VisionTransformer(**MODEL).eval()
     for _, parameter in model.named_parameters():
@@ -285,6 +288,23 @@ def make(args):
                     "input": max_diff(own, pil),
                     "probabilities": max_diff(probabilities[name][row], probabilities[f"{name}@pil_decode"][row])}
 
+    # transformers 5's default ViTImageProcessor is the torchvision ("fast") backend: how far its
+    # inputs and probabilities are from the PIL backend's (which the fixtures reproduce)
+    fast_differences = {}
+    for name, config in HUGGINGFACE.items():
+        fast = ViTImageProcessor(**config)
+        pil = ViTImageProcessorPil(**config)
+        worst_input, worst_probability = 0.0, 0.0
+        for _, path in images:
+            image = load_image(path)
+            a = fast(images=image, return_tensors="pt")["pixel_values"].float()
+            b = torch.from_numpy(pil(images=image, return_tensors="np")["pixel_values"]).float()
+            worst_input = max(worst_input, max_diff(a.numpy(), b.numpy()))
+            with torch.no_grad():
+                pa, pb = (torch.softmax(model(x).double(), -1).numpy() for x in (a, b))
+            worst_probability = max(worst_probability, max_diff(pa, pb))
+        fast_differences[name] = {"input": worst_input, "probabilities": worst_probability}
+
     np.savez_compressed(os.path.join(args.out, "preprocess_reference.npz"), **references)
     versions.update(numpy=np.__version__, python=sys.version.split()[0])
     document = {"versions": versions, "model": MODEL, "sample": "x[:, 5::29, 5::29]",
@@ -293,7 +313,8 @@ def make(args):
                                    f"<scikit-learn>/datasets/images/{image}", "sha256": sha256(path)}
                            for image, path in images},
                 "image_order": [image for image, _ in images],
-                "pipelines": hints, "refused": errors, "decode_differences": decode_differences}
+                "pipelines": hints, "refused": errors, "decode_differences": decode_differences,
+                "hf_fast_processor_differences": fast_differences}
     with open(os.path.join(args.out, "preprocess_reference.json"), "w") as handle:
         json.dump(document, handle, indent=1, sort_keys=True)
         handle.write("\n")
@@ -302,4 +323,6 @@ def make(args):
         print(f"  {key}: {text}")
     for key, entry in decode_differences.items():
         print(f"  decode difference {key}: {entry}")
+    for key, entry in fast_differences.items():
+        print(f"  transformers' fast processor against the PIL one, {key}: {entry}")
     return 0
