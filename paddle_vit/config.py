@@ -345,6 +345,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def keys_set(section, path=None, overrides=()):
+    """{key: where it was set} for the keys of `section` that the YAML file `path` or the ``-o``
+    `overrides` set explicitly (an override last, as load_config applies them): what a user
+    chose, as opposed to the defaults filled in."""
+    chosen = {}
+    if path is not None:
+        values = (_read_yaml(path) or {}).get(section)
+        if isinstance(values, dict):
+            chosen.update({key: f"{path}: {section}.{key}" for key in values})
+    for override in overrides:
+        override_section, key, _ = _parse_override(override)
+        if override_section == section:
+            chosen[key] = f"-o {section}.{key}"
+    return chosen
+
+
 def _read_yaml(path):
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path} does not exist" if not os.path.exists(path)

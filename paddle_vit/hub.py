@@ -15,12 +15,15 @@ other's callers, and this module is the one place that uses both:
 Two ways, one rule: a checkpoint decides the options it implies (class count, pre-logits layer,
 epsilon, GELU, ...), and the model keys a recipe sets win.
 """
+import dataclasses
 import logging
 
 from .checkpoint import load_checkpoint
-from .errors import WeightsError
+from .data.preprocessing import Preprocess, preprocess_for_checkpoint
+from .errors import ConfigError, WeightsError
 from .models import ViT, get_model_config
 from .weights import Implied, build_pretrained, implied_options
+from .weights.folders import describe_folder, model_image_size, resolve_name
 
 logger = logging.getLogger("paddle_vit")
 
@@ -29,20 +32,96 @@ logger = logging.getLogger("paddle_vit")
 INHERITED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
 
 
-def create_model(name, pretrained=None, *, resample=None, strict=True, **overrides):
+def create_model(name=None, pretrained=None, *, resample=None, strict=True, **overrides):
     """Build the registered model `name`; `overrides` are `ViTConfig` fields (``num_classes``,
     ``image_size``, ``pool``, ``drop_path``, ``layer_norm_epsilon``, ``gelu``, ``qk_scale``, ...).
 
-    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, or a dict of
-    arrays), the model is built with the options the checkpoint implies (its class count, a
-    pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...), `overrides`
+    With `pretrained` (a weights file, a Hugging Face save_pretrained folder, a timm Hub folder,
+    or a dict of arrays), the model is built with the options the checkpoint implies (its class
+    count, a pre-logits layer, a folder's config.json, the JAX code's tanh GELU, ...), `overrides`
     winning, and loaded with `paddle_vit.load_pretrained` (`resample` and `strict` as there).
     ``model.load_report`` then says what was loaded and which options came from the checkpoint;
     ``model.class_names`` holds the class names it records, or None.
+
+    `name` may be left out (None) when `pretrained` is a folder whose config.json says what it
+    is: a timm Hub folder's ``architecture`` and ``model_args``, a Hugging Face folder's sizes.
+    A name that contradicts the folder is a WeightsError naming both.
     """
     if pretrained is None:
+        if name is None:
+            raise ConfigError("create_model needs a model name (paddle_vit.list_models()), or pretrained= a folder "
+                              "whose config.json says what model it is")
         return ViT(get_model_config(name, **overrides))
-    return build_pretrained(name, pretrained, overrides, resample=resample, strict=strict)
+    return with_checkpoint_preprocess(build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
+                                                       name_given_as="create_model's name"))
+
+
+# ---- the preprocessing a checkpoint implies ----------------------------------------------------
+
+# the data keys of the eval transform a user may choose instead of the checkpoint's values
+PREPROCESS_KEYS = ("interpolation", "mean", "std", "eval_crop_pct")
+
+
+def with_checkpoint_preprocess(model):
+    """`model` (built by `build_pretrained`) with ``model.preprocess``: the `Preprocess` its
+    checkpoint's own pipeline computes at the model's image size (timm's pretrained_cfg, a
+    Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), or None when the checkpoint
+    implies none. A pipeline made for another size than the model's is scaled to it (the crop
+    the model's size, the resize in proportion), and says so in its origin."""
+    report, size = model.load_report, model.config.image_size
+    model.preprocess = None
+    if report.preprocessing is not None:
+        try:
+            model.preprocess = preprocess_for_checkpoint(report.preprocessing, size)
+        except ConfigError:
+            try:
+                own = preprocess_for_checkpoint(report.preprocessing, None)
+            except ConfigError as error:
+                report.notes.append(f"the checkpoint's preprocessing cannot be used: {error}")
+                return model
+            model.preprocess = dataclasses.replace(
+                own, image_size=size, resize_size=max(1, round(own.resize_size * size / own.image_size)),
+                origin=f"{own.origin}, scaled from {own.image_size} to the model's {size}")
+    return model
+
+
+def eval_preprocess(model, data_config, chosen=None):
+    """The `Preprocess` to feed `model` with in evaluation, prediction and export.
+
+    The checkpoint's own (``model.preprocess``) when it has one, with each data key the user
+    chose (`chosen`: {key of `PREPROCESS_KEYS`: where it was set, e.g. "-o data.interpolation"})
+    replacing that value; its ``origin`` then names the checkpoint and each key the user chose.
+    Else the recipe's eval transform (`data_config`), as for this project's own weights."""
+    size = model.config.image_size
+    own = getattr(model, "preprocess", None)
+    if own is None:
+        return Preprocess.from_config(data_config, size, origin="the recipe's data config")
+    chosen = {key: where for key, where in (chosen or {}).items() if key in PREPROCESS_KEYS}
+    if not chosen:
+        return own
+    changes = {key: getattr(data_config, key) for key in chosen}
+    changes = {key: [float(v) for v in value] if key in ("mean", "std") else value for key, value in changes.items()}
+    if "eval_crop_pct" in changes:
+        changes["eval_crop_pct"] = float(changes["eval_crop_pct"])
+        changes["resize_size"] = int(size / changes["eval_crop_pct"])
+    replaced = ", ".join(f"{key}={changes[key]!r} from {where} (the checkpoint's: {getattr(own, key)!r})"
+                         for key, where in chosen.items())
+    return dataclasses.replace(own, **changes, origin=f"{own.origin}; {replaced}")
+
+
+def check_model_name(name, config, weights, given_as):
+    """Raise a WeightsError naming both when the model `name` (with the model keys of `config`)
+    contradicts what the folder `weights` says it is (timm Hub, Hugging Face config.json);
+    `given_as` says where the name came from ("--model", "model.name of X")."""
+    if isinstance(weights, str):
+        resolve_name(name, config.model.vit_overrides(), weights, given_as)
+
+
+def name_for_folder(weights):
+    """The registered model name the folder `weights` says it is (its config.json): timm's
+    ``architecture``, or the registered ViT with a Hugging Face config's sizes (one of the same
+    patch and image size when none has them: the folder's sizes are then set on it)."""
+    return resolve_name(None, {}, weights, "")
 
 
 def model_overrides(config, num_classes=None):
@@ -58,14 +137,26 @@ def resolve_model_config(config, num_classes=None):
     return get_model_config(config.model.name, **model_overrides(config, num_classes)).validate()
 
 
+def input_size(config, weights=None):
+    """The image size the model of `config` takes: ``model.image_size`` when the recipe sets it,
+    else, for the folder's own model, the one its config.json states (`weights`, or
+    ``model.pretrained``: a timm Hub folder's model_args.img_size, a Hugging Face config's
+    image_size; `paddle_vit.weights.folders.model_image_size`), else the registered one."""
+    for source in (weights, config.model.pretrained):
+        folder = describe_folder(source) if isinstance(source, str) else None
+        if folder is not None:
+            return int(model_image_size(config.model.name, config.model.vit_overrides(), folder))
+    return resolve_model_config(config, num_classes=2).image_size
+
+
 def build_model(config, num_classes=None, load_weights=True):
     """Create the ViT of `config.model`; when `model.pretrained` names weights, build it with
     the options they imply and load them (resampling the position embedding and
     re-initialising the head as needed)."""
     overrides = model_overrides(config, num_classes)
     if load_weights and config.model.pretrained:
-        model = create_model(config.model.name, pretrained=config.model.pretrained,
-                             resample=config.model.pretrained_resample, **overrides)
+        model = build_pretrained(config.model.name, config.model.pretrained, overrides,
+                                 resample=config.model.pretrained_resample, name_given_as="model.name")
         logger.info("loaded %s:\n%s", config.model.pretrained, model.load_report)
         return model
     return ViT(get_model_config(config.model.name, **overrides).validate())
@@ -93,7 +184,9 @@ def build_model_for_weights(config, weights):
     the head never re-initialised."""
     where = weights if isinstance(weights, str) else "the weights"
     model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
-                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample)
+                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample,
+                             name_given_as="model.name")
+    with_checkpoint_preprocess(model)
     report = model.load_report
     if report.reinitialized:
         raise WeightsError(f"{where} does not fit the model for evaluation: {', '.join(report.reinitialized)} "
@@ -125,6 +218,14 @@ def model_for_evaluation(config, path, use_ema=False, num_classes=None, class_na
     checkpoint records (a .pdckpt, or .safetensors weights of a run), in the same order."""
 
     model = build_model_for_weights(config, weights_source(path, use_ema))
+    check_fits_data(model, path, num_classes, class_names)
+    model.eval()
+    return model
+
+
+def check_fits_data(model, path, num_classes=None, class_names=None):
+    """Raise a WeightsError when the model loaded from `path` cannot be evaluated on data of
+    `num_classes` classes named `class_names` (see `model_for_evaluation`)."""
     if num_classes is not None and model.config.num_classes != num_classes:
         raise WeightsError(f"{path} does not fit the model for evaluation: its head has {model.config.num_classes} "
                            f"classes, the validation data {num_classes}; evaluate with the config it was trained with")
@@ -133,8 +234,6 @@ def model_for_evaluation(config, path, use_ema=False, num_classes=None, class_na
         raise WeightsError(f"{path} was trained on other classes than the validation data has: "
                            f"{describe_class_difference(recorded, class_names)}; evaluate on data with the "
                            f"class folders it was trained on")
-    model.eval()
-    return model
 
 
 def describe_class_difference(recorded, found, limit=5):

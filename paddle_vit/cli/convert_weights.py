@@ -1,6 +1,7 @@
 """Convert any ViT checkpoint into paddle-vit weights for a named model.
 
     paddle-vit convert --weights SRC --model NAME --out OUT.safetensors|OUT.pdparams [-o key=value ...]
+    paddle-vit convert --weights FOLDER --out OUT.safetensors   (a timm Hub or Hugging Face folder names its model)
     paddle-vit convert -c CONFIG [--weights SRC] --out OUT ...
 
 SRC is a timm .safetensors/.pth/.bin, a JAX .npz, a Hugging Face save_pretrained folder (or its
@@ -63,7 +64,7 @@ def model_request(args):
     """(model name, source, overrides, resample) from the command line and the recipe."""
     if args.source and args.weights:
         raise ConfigError("give the checkpoint once: as SRC or as --weights, not both")
-    if bool(args.model) == bool(args.config):
+    if args.model and args.config:
         raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them)")
     source, resample = args.weights or args.source, args.resample
     overrides = {}
@@ -82,6 +83,13 @@ def model_request(args):
     if not source:
         raise ConfigError("name the checkpoint to convert: --weights SRC")
     overrides.update(parse_override(text) for text in args.override)
+    from ..weights.folders import describe_folder, resolve_name
+
+    if name is None and describe_folder(source) is None:
+        raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them); only a "
+                          "timm Hub or Hugging Face folder says what model it is")
+    # a name checked against the folder here, so that the error names the option it came from
+    name = resolve_name(name, overrides, source, "--model" if args.model else f"{args.config}: model.name")
     return name, source, overrides, resample
 
 

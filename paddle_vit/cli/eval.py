@@ -2,6 +2,7 @@
 
     paddle-vit eval -c CONFIG --weights PATH [-o section.key=value ...]
     paddle-vit eval --model NAME --weights PATH [-o data.dataset=imagefolder -o data.root=DIR ...]
+    paddle-vit eval --weights FOLDER [-o ...]      (a timm Hub or Hugging Face folder names its model)
 
 Prints per-class accuracy, then one JSON line with top1, top5, loss and num_samples (the
 last line of stdout, for scripts). Accepts training checkpoints (.pdckpt, --ema for their EMA
@@ -21,9 +22,10 @@ def evaluate(argv):
     parser = ArgumentParser(description="Evaluate a Vision Transformer on a validation split.")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
-                        help="a registered model name instead of a recipe (the default data config; -o data.KEY=...)")
+                        help="a registered model name instead of a recipe (the default data config; -o data.KEY=...); "
+                             "optional when --weights is a timm Hub or Hugging Face folder, which says what it is")
     parser.add_argument("--weights", required=True,
-                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
+                        help=".pdckpt, .pdparams, .safetensors, .npz weights, or a Hugging Face or timm Hub folder")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--ema", action="store_true", help="evaluate the EMA weights of a .pdckpt")
     parser.add_argument("--confusion-matrix", metavar="PNG",
@@ -32,19 +34,39 @@ def evaluate(argv):
     args = parser.parse_args(argv)
 
     from .. import fileio
-    from ..config import load_config
     from ..viz import FIGURE_FORMATS
 
     setup_logging()
-    if bool(args.config) == bool(args.model):
-        raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), one of them")
-    config = (load_config(args.config, args.override) if args.config
-              else load_config(data={"model": {"name": args.model}}, overrides=args.override))
+    config = evaluation_config(args)
     target = confusion_matrix_target(args, config)
     # the figure's place is checked before the evaluation runs; a folder made for it goes when it fails
     with fileio.output_file(*target, FIGURE_FORMATS) if target else contextlib.nullcontext() as figure:
         report(args, config, figure)
     return 0
+
+
+def evaluation_config(args):
+    """The config to evaluate with: the recipe, or the default one for --model NAME, or for the
+    model a timm Hub or Hugging Face folder given as --weights says it is; a name that
+    contradicts such a folder is an error naming both."""
+    from ..config import load_config
+    from ..hub import check_model_name, name_for_folder
+    from ..weights.folders import describe_folder
+
+    if args.config and args.model:
+        raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), not both")
+    if args.config:
+        config = load_config(args.config, args.override)
+        check_model_name(config.model.name, config, args.weights, f"{args.config}: model.name")
+        return config
+    if args.model:
+        config = load_config(data={"model": {"name": args.model}}, overrides=args.override)
+        check_model_name(args.model, config, args.weights, "--model")
+        return config
+    if describe_folder(args.weights) is None:
+        raise ConfigError(f"name the model with a recipe (-c CONFIG) or a registered name (--model NAME): "
+                          f"{args.weights} is not a folder whose config.json says what model it is")
+    return load_config(data={"model": {"name": name_for_folder(args.weights)}}, overrides=args.override)
 
 
 def report(args, config, figure):
@@ -53,7 +75,10 @@ def report(args, config, figure):
     from ..device import rank
     from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
 
-    metrics = run_evaluation(config, args.weights, use_ema=args.ema)
+    from ..config import keys_set
+
+    metrics = run_evaluation(config, args.weights, use_ema=args.ema,
+                             chosen_data_keys=keys_set("data", args.config, args.override))
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
         print(f"class {name}: accuracy {accuracy:.4f}")

@@ -17,11 +17,14 @@ def build_parser():
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[3:]))
     parser.add_argument("--weights", required=True, metavar="PATH",
-                        help=".pdckpt, .pdparams, .safetensors or .npz weights")
+                        help=".pdckpt, .pdparams, .safetensors or .npz weights, or a Hugging Face or timm Hub "
+                             "folder")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with (a .pdckpt "
                                                "carries its own)")
     parser.add_argument("--model", metavar="NAME", help="a registered model name instead of a recipe (default "
-                                                        "data config's eval transform at the model's image size)")
+                                                        "data config's eval transform at the model's image size); "
+                                                        "optional when --weights is a timm Hub or Hugging Face "
+                                                        "folder")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="config override (repeatable)")
     parser.add_argument("--ema", action="store_true", help="export the EMA weights of a .pdckpt")

@@ -1,6 +1,7 @@
 """Classify images with trained weights or an exported model.
 
     paddle-vit predict --weights PATH (-c CONFIG | --model NAME) IMAGE_OR_FOLDER ... [--topk 5]
+    paddle-vit predict --weights FOLDER IMAGE_OR_FOLDER ...   (a timm Hub or Hugging Face folder)
     paddle-vit predict --inference-model DIR IMAGE_OR_FOLDER ... [--topk 5]
 
 Prints ``file  label  probability`` lines (the top-k of every image, best first) or, with
@@ -21,6 +22,12 @@ where the model and its preprocessing come from:
                              the default data config: plain resize to the model's size
                              (eval_crop_pct 1.0), bicubic, mean = std = 0.5; -o data.KEY=VALUE
                              and -o model.KEY=VALUE change them
+  --weights FOLDER           a timm Hub or Hugging Face folder: the model its config.json says
+                             (--model may be left out; one that contradicts it is an error)
+  checkpoints that imply their own preprocessing (a timm Hub folder's pretrained_cfg, a Hugging
+  Face preprocessor_config.json, PaddleClas/PLSC and JAX files) are fed as their own pipeline
+  feeds them, file decoding included; each -o data.KEY (interpolation, mean, std,
+  eval_crop_pct) or recipe data key replaces that value, and a warning says so
   --weights PATH.pdckpt alone  the recipe stored in the training checkpoint
   --inference-model DIR      the preprocess.json that tools/export.py wrote next to the model
 class names: --labels FILE (one per line), else those the weights record (a .pdckpt, a Hugging
@@ -37,12 +44,13 @@ def build_parser():
                         help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", metavar="PATH",
-                        help=".pdckpt, .pdparams, .safetensors, .npz weights or a Hugging Face folder")
+                        help=".pdckpt, .pdparams, .safetensors, .npz weights, or a Hugging Face or timm Hub folder")
     source.add_argument("--inference-model", metavar="DIR", help="a folder written by tools/export.py")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with")
     parser.add_argument("--model", metavar="NAME",
                         help="a registered model name instead of a recipe (default data config's eval transform "
-                             "at the model's image size)")
+                             "at the model's image size); optional when --weights is a timm Hub or Hugging Face "
+                             "folder, which says what it is")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="config override for --weights (repeatable), e.g. -o model.image_size=384")
     parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
@@ -110,7 +118,7 @@ def predict(argv):
         if args.precision == "bf16":  # the model traced and run by paddle.inference with oneDNN bf16
             from ..deploy.inference import predictor_model
             predictor.model = predictor_model(predictor.model, "bf16")
-        transform, class_names = predictor.preprocess.transform(), predictor.class_names
+        transform, class_names = predictor.preprocess, predictor.class_names  # files decoded as its pipeline does
     else:
         from ..deploy.inference import InferenceModel, InferenceOptions
         from ..device import resolve_device
@@ -118,7 +126,7 @@ def predict(argv):
         options = InferenceOptions(device=device, mkldnn=not args.no_mkldnn, cpu_threads=args.cpu_threads,
                                    tensorrt=args.tensorrt, precision=args.precision)
         predictor = InferenceModel(args.inference_model, options, backend=args.backend)
-        transform, class_names = predictor.transform, predictor.class_names
+        transform, class_names = predictor.preprocess, predictor.class_names
         if args.labels:
             class_names = check_class_names(read_labels(args.labels), predictor.num_classes,
                                             f"labels file {args.labels}")

@@ -286,11 +286,21 @@ def build_sources(data_config, image_size):
     raise DataError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}{close_matches(name, DATASETS)}")
 
 
-def build_datasets(data_config, image_size, seed=0):
+class Prepared:
+    """The val transform when the source already returns the model input (an image folder read
+    by `Preprocess.read`)."""
+
+    def __call__(self, array, rng=None):
+        return array
+
+
+def build_datasets(data_config, image_size, seed=0, eval_preprocess=None):
     """(train dataset, val dataset, class names) for `data_config` at model input `image_size`.
 
     `seed` keys the train augmentations (with the epoch and the sample index); the val set
-    is transformed deterministically.
+    is transformed deterministically: by the recipe's eval transform, or by `eval_preprocess`
+    (a `paddle_vit.data.preprocessing.Preprocess`, e.g. a checkpoint's own pipeline) when given,
+    which for an image folder also decodes the files as that pipeline's library does.
     """
     if data_config.on_bad_image not in BAD_IMAGE_POLICIES:
         raise ConfigError(f"data.on_bad_image must be 'skip' or 'error', got {data_config.on_bad_image!r}"
@@ -301,7 +311,11 @@ def build_datasets(data_config, image_size, seed=0):
     # build the transforms first: a bad transform setting fails before a large archive is read
     train_transform = build_transforms(data_config, image_size, train=True)
     val_transform = build_transforms(data_config, image_size, train=False)
+    if eval_preprocess is not None:
+        val_transform = eval_preprocess.transform()
     train_source, val_source, class_names = build_sources(data_config, image_size)
+    if eval_preprocess is not None and hasattr(val_source, "decode"):  # files: decoded by the pipeline too
+        val_source.decode, val_transform = eval_preprocess.read, Prepared()
     if data_config.train_fraction < 1.0:
         full = len(train_source)
         train_source = SubsetSource(train_source, stratified_subset(train_source.labels, data_config.train_fraction,

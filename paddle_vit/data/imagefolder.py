@@ -175,6 +175,10 @@ class ImageFolderSource:
     def __init__(self, paths, labels, class_names, split_dir, on_bad_image="skip"):
         self.paths, self.labels, self.class_names = list(paths), labels, list(class_names)
         self.split_dir, self.on_bad_image = split_dir, on_bad_image
+        # path -> what `load` returns: the RGB image; evaluation with a checkpoint's own pipeline
+        # sets its `Preprocess.read`, which decodes as that library does (its EXIF handling and
+        # RGB conversion) and returns the model input
+        self.decode = decode_image
         # one flag per file in shared memory, so a bad file found by a DataLoader worker is
         # counted (and not decoded again) in every process
         self._bad = SharedBytes(len(self.paths))
@@ -199,7 +203,7 @@ class ImageFolderSource:
             if bad[candidate]:
                 continue
             try:
-                image = decode_image(self.paths[candidate])
+                image = self.decode(self.paths[candidate])
             except Exception as error:  # a corrupt file can make any decoder raise anything
                 self._unreadable(candidate, error)
                 continue

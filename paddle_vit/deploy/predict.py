@@ -19,12 +19,13 @@ from typing import List, Optional
 import numpy as np
 
 from ..checkpoint import load_checkpoint
-from ..config import load_config
+from ..config import keys_set, load_config
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
-from ..data.preprocessing import Preprocess  # noqa: F401  (re-exported: its home was here)
+from ..data.preprocessing import Preprocess  # re-exported too: its home was here
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
-from ..hub import model_for_evaluation
+from ..hub import check_model_name, eval_preprocess, model_for_evaluation, name_for_folder
+from ..weights.folders import describe_folder
 from ..variants import use_cpu_fast_paths
 
 logger = logging.getLogger("paddle_vit")
@@ -76,13 +77,19 @@ def _one_line(error):
 
 
 def read_image(path, transform):
-    """The model input [3, S, S] float32 of the image at `path` (any PIL mode, EXIF orientation
-    applied, transparency on white); raises whatever decoding raises."""
+    """The model input [3, S, S] float32 of the image at `path`; raises whatever decoding raises.
+
+    `transform` is a `Preprocess` (the file decoded as its pipeline's library does: its EXIF
+    handling and RGB conversion, e.g. timm's ``convert("RGB")`` dropping an alpha channel) or an
+    eval transform of RGB images (EXIF orientation applied, transparency on white)."""
+    if isinstance(transform, Preprocess):
+        return transform.read(path)
     return transform(decode_image(path), None)
 
 
 def iter_batches(paths, transform, batch_size, skipped=None):
-    """Yield (paths, float32 [B, 3, S, S]) batches of the readable images among `paths`.
+    """Yield (paths, float32 [B, 3, S, S]) batches of the readable images among `paths`, each
+    read by `read_image` with `transform` (a `Preprocess`, or a transform of RGB images).
 
     A file that cannot be read or decoded is skipped with one warning naming it, and appended
     to the list `skipped` when one is given. The last batch may be smaller.
@@ -206,10 +213,13 @@ def model_for_weights(config, weights, use_ema=False):
 def load_classifier(weights, config_path=None, model_name=None, overrides=(), use_ema=False, labels=None):
     """Build the model `weights` were trained for and load them; returns a `Classifier`.
 
-    The architecture and the eval preprocessing come from `config_path` (a YAML recipe), or
-    from `model_name` (a registered model with the default `DataConfig`'s eval transform at
-    the model's image size), or, when neither is given and `weights` is a training checkpoint
-    (.pdckpt), from the config stored in it. `overrides` are ``section.key=value`` strings as
+    The architecture comes from `config_path` (a YAML recipe), or from `model_name` (a
+    registered model), or, when neither is given, from the config a training checkpoint
+    (.pdckpt) stores or from what a timm Hub or Hugging Face folder's config.json says. The
+    eval preprocessing is the checkpoint's own where it implies one (timm's pretrained_cfg, a
+    Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), each data key the recipe or
+    the `overrides` set replacing its value; else the recipe's (or the default `DataConfig`'s)
+    eval transform at the model's image size. `overrides` are ``section.key=value`` strings as
     for ``-o``. A `model.num_classes` left null follows the weights' head. Class names come
     from the `labels` file, else from a .pdckpt, else none (the class index is printed).
     """
@@ -224,12 +234,17 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
     checkpoint = load_checkpoint(weights) if weights.endswith(".pdckpt") else None
     if config_path:
         config = load_config(config_path, overrides)
+        check_model_name(config.model.name, config, weights, f"{config_path}: model.name")
     elif model_name:
         config = load_config(data={"model": {"name": model_name}}, overrides=overrides)
+        check_model_name(model_name, config, weights, "--model")
     elif checkpoint is not None and isinstance(checkpoint.get("config"), dict):
         config = load_config(data=checkpoint["config"], overrides=overrides)
+    elif describe_folder(weights) is not None:  # a timm Hub or Hugging Face folder says what it is
+        config = load_config(data={"model": {"name": name_for_folder(weights)}}, overrides=overrides)
     else:
-        raise ConfigError(f"{weights} is not a training checkpoint (.pdckpt), so the model cannot be read from it: "
+        raise ConfigError(f"{weights} is neither a training checkpoint (.pdckpt) nor a folder whose config.json "
+                          f"says what model it is (timm Hub, Hugging Face), so the model cannot be read from it: "
                           f"name its recipe with -c CONFIG or its architecture with --model NAME")
 
     model = use_cpu_fast_paths(model_for_weights(config, weights, use_ema))
@@ -239,8 +254,20 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         class_names = check_class_names(read_labels(labels), model.config.num_classes, f"labels file {labels}")
     elif model.class_names:  # recorded by the checkpoint: a .pdckpt, Hugging Face's id2label
         class_names = list(model.class_names)
-    preprocess = Preprocess.from_config(config.data, model.config.image_size)
+    preprocess = eval_preprocess(model, config.data, keys_set("data", config_path, overrides))
+    report_preprocess(preprocess, model)
     return Classifier(model, preprocess, class_names, config.model.name)
+
+
+def report_preprocess(preprocess, model):
+    """Log where the preprocessing comes from: at INFO when it is the checkpoint's or the
+    recipe's as they are, as a warning when the user replaced some of the checkpoint's values
+    (the probabilities then differ from those of the checkpoint's own pipeline)."""
+    own = getattr(model, "preprocess", None)
+    if own is not None and preprocess is not own:
+        logger.warning("preprocessing: %s", preprocess.origin)
+    else:
+        logger.info("preprocessing: %s", preprocess.origin)
 
 
 def predict_files(predictor, paths, transform, batch_size, top, class_names=None, skipped=None):

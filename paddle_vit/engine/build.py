@@ -17,7 +17,7 @@ import paddle
 from ..data import MixupCutmix, build_dataloader, build_datasets
 from ..device import init_distributed, is_main_process, select_device
 from ..errors import ConfigError
-from ..hub import build_model, resolve_model_config
+from ..hub import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from . import sharding
 from .ema import ModelEma
@@ -86,7 +86,7 @@ def build_data(config):
     """(train set, val set, class names, train loader, val loader) of `config`, refused (one
     line) when they cannot make a run."""
     train, data = config.train, config.data
-    image_size = resolve_model_config(config, num_classes=2).image_size
+    image_size = input_size(config)
     train_set, val_set, class_names = build_datasets(data, image_size, seed=train.seed)
     if config.model.num_classes is not None and config.model.num_classes != len(class_names):
         raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {data.dataset} "

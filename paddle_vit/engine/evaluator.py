@@ -4,6 +4,8 @@ With several processes each rank evaluates its shard; the logits and labels are 
 rank order and the padding the sampler added (so that every rank gets as many batches) is
 trimmed before anything is counted.
 """
+import logging
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
@@ -13,8 +15,10 @@ from ..data import build_dataloader, build_datasets
 from ..deploy.inference import predictor_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
-from ..hub import model_for_evaluation, resolve_model_config
+from ..hub import check_fits_data, eval_preprocess, model_for_evaluation
 from ..variants import use_cpu_fast_paths, use_traceable_variants
+
+logger = logging.getLogger("paddle_vit")
 from ..viz import confusion_matrix_figure, save_figure
 
 
@@ -103,18 +107,27 @@ def model_for_engine(model, engine, precision="fp32"):
     return model
 
 
-def run_evaluation(config, weights, use_ema=False):
+def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
     """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
-    (plus `class_names` and `precision`)."""
+    (plus `class_names` and `precision`).
+
+    The images are fed as the checkpoint's own pipeline feeds them where it implies one (timm's
+    pretrained_cfg, ...; `paddle_vit.hub.eval_preprocess`), each data key in
+    `chosen_data_keys` ({key: where the user set it}) replacing its value; else by the
+    recipe's eval transform."""
 
     select_device(config.train.device)
     init_distributed()
-    image_size = resolve_model_config(config, num_classes=2).image_size
-    _, val_set, class_names = build_datasets(config.data, image_size, seed=config.train.seed)
+    model = model_for_evaluation(config, weights, use_ema)
+    preprocess = eval_preprocess(model, config.data, chosen_data_keys)
+    if model.preprocess is not None:
+        logger.info("preprocessing: %s", preprocess.origin)
+    _, val_set, class_names = build_datasets(config.data, model.config.image_size, seed=config.train.seed,
+                                             eval_preprocess=preprocess if model.preprocess is not None else None)
+    check_fits_data(model, weights, len(class_names), class_names)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
-    model = use_cpu_fast_paths(model_for_evaluation(config, weights, use_ema, num_classes=len(class_names),
-                                                    class_names=class_names))
+    model = use_cpu_fast_paths(model)
     metrics = evaluate(model_for_engine(model, config.eval.engine, config.eval.precision), loader, len(class_names))
     metrics["class_names"] = list(class_names)
     metrics["precision"] = config.eval.precision

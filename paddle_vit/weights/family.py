@@ -9,7 +9,9 @@ defines ``FAMILY``, an instance of a `CheckpointFamily` subclass with:
 - ``convert(checkpoint)``: its tensors in this project's names and layouts;
 - ``implied_options(checkpoint, converted)``: the `ViTConfig` options its own code computes
   it with (Hugging Face's LayerNorm epsilon, the JAX tanh GELU, ...);
-- ``resample``: the position-embedding resampling its own code uses (resample.py).
+- ``resample``: the position-embedding resampling its own code uses (resample.py);
+- ``preprocessing(checkpoint)``: the eval preprocessing its own pipeline applies to an image
+  (a hint `paddle_vit.data.preprocessing.preprocess_for_checkpoint` turns into a `Preprocess`).
 
 Adding a family means adding one module: `families()` imports every module of the package and
 collects their ``FAMILY``.
@@ -75,6 +77,12 @@ class CheckpointFamily:
     def implied_options(self, checkpoint, converted):
         """{option: Implied} beyond what the tensors show (see `options_from_tensors`)."""
         return {}
+
+    def preprocessing(self, checkpoint):
+        """The preprocessing the checkpoint's own code feeds it with, as a plain dict
+        (``{"pipeline": "timm", "config": {...}}``, ``{"pipeline": "paddleclas"}``, ...), or None
+        when it implies none (this project's files record theirs in a recipe or an export)."""
+        return None
 
     def class_names(self, checkpoint, num_classes):
         """The class names the checkpoint records for its `num_classes` classes, or None."""

@@ -21,7 +21,10 @@ import numpy as np
 
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
-from .reading import HF_CONFIG, read_json
+from .folders import folder_config, hf_options
+from .reading import read_json
+
+PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
 # what transformers' ViTConfig assumes when config.json says nothing
 HF_DEFAULTS = {"layer_norm_eps": 1e-12, "hidden_act": "gelu", "qkv_bias": True, "pooler_act": "tanh"}
@@ -110,11 +113,20 @@ class HuggingFaceFamily(CheckpointFamily):
         return ConvertedCheckpoint(self.name, tensors, origin, unknown, skipped)
 
     def read_config(self, checkpoint):
-        """(config.json as a dict, its path) beside the weights, or ({}, None)."""
-        path = checkpoint.sidecar(HF_CONFIG)
-        if path is None:
+        """(config.json as a dict, its path) beside the weights, or ({}, None) when there is
+        none or it is not a Hugging Face one (a timm Hub folder's)."""
+        config = folder_config(checkpoint)
+        if config is None or config.kind != "huggingface":
             return {}, None
-        return read_json(path, "the Hugging Face config of the weights beside it"), path
+        return config.values, config.path
+
+    def preprocessing(self, checkpoint):
+        """The image processor's ``preprocessor_config.json`` beside the weights, or None."""
+        path = checkpoint.sidecar(PREPROCESSOR_CONFIG)
+        if path is None:
+            return None
+        return {"pipeline": "huggingface", "config": read_json(path, "the Hugging Face image processor config"),
+                "source": path}
 
     def implied_options(self, checkpoint, converted):
         config, path = self.read_config(checkpoint)
@@ -136,6 +148,8 @@ class HuggingFaceFamily(CheckpointFamily):
                    "qk_scale": Implied(None, "transformers' ViTSelfAttention scales q.k by head_dim^-0.5"),
                    # what dynamic_img_size computes at another input size, as interpolate_pos_encoding=True does
                    "pos_embed_resample": Implied(self.resample, f"{self.resample_source}: bicubic, no antialias")}
+        if path:  # the architecture it states: hidden_size, num_hidden_layers, ...
+            options.update({field: implied for field, implied in hf_options(folder_config(checkpoint)).items()})
         if "qkv_bias" in config:
             options["qkv_bias"] = Implied(bool(config["qkv_bias"]), f"{where}: qkv_bias = {config['qkv_bias']!r}")
         pooler_act, pooler_reason = setting("pooler_act")

@@ -176,5 +176,10 @@ class JaxFamily(CheckpointFamily):
                 "layer_norm_epsilon": Implied(1e-6, "flax's LayerNorm epsilon"),
                 "qk_scale": Implied(None, "flax's attention scales q.k by head_dim^-0.5")}
 
+    def preprocessing(self, checkpoint):
+        """vit_jax's eval input pipeline: tf.image.resize to the model's size (bilinear, no
+        antialias), then (x - 127.5) / 127.5."""
+        return {"pipeline": "vit_jax"}
+
 
 FAMILY = JaxFamily()

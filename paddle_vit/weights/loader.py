@@ -32,6 +32,7 @@ import paddle
 from ..errors import WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
+from .folders import describe_folder, model_image_size, resolve_name
 from .reading import names, read_checkpoint
 from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
 
@@ -64,8 +65,11 @@ class LoadReport:
             the model was built with from the checkpoint.
         overridden: {option: (the model's value, the checkpoint's value, reason)} for options
             chosen on purpose against what the checkpoint implies.
-        class_names: the class names the checkpoint records (Hugging Face id2label, a .pdckpt),
-            or None.
+        class_names: the class names the checkpoint records (Hugging Face id2label, timm's
+            label_names, a .pdckpt), or None.
+        preprocessing: the preprocessing the checkpoint's own code feeds it with, as its family
+            states it (``{"pipeline": "timm", "config": pretrained_cfg, "source": path}``,
+            ``{"pipeline": "paddleclas"}``, ...), or None when it implies none.
         notes: why tensors were re-initialised or ignored, one sentence each.
     """
     source: str
@@ -80,6 +84,7 @@ class LoadReport:
     options: dict = dataclasses.field(default_factory=dict)
     overridden: dict = dataclasses.field(default_factory=dict)
     class_names: list = None
+    preprocessing: dict = None
     notes: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
@@ -102,6 +107,10 @@ class LoadReport:
             lines.append(f"ignored from the checkpoint: {names(self.ignored)}")
         if self.missing:
             lines.append(f"missing, left at their initial values: {names(self.missing)}")
+        if self.preprocessing:
+            where = self.preprocessing.get("source")
+            lines.append(f"preprocessing the checkpoint implies: {self.preprocessing['pipeline']}"
+                         + (f" ({where})" if where else ""))
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -368,6 +377,7 @@ def _load(model, reading, strict, resample, explicit):
     _check_values(reading, report)
     _set_weights(model, values, report, reading.checkpoint.description)
     report.class_names = reading.family.class_names(reading.checkpoint, model.config.num_classes)
+    report.preprocessing = reading.family.preprocessing(reading.checkpoint)
     logger.debug("%s", report)
     return report
 
@@ -413,15 +423,27 @@ def choose_options(implied, overrides, defaults=None):
     return chosen
 
 
-def build_pretrained(name, source, overrides, *, resample=None, strict=True, defaults=None):
+def build_pretrained(name, source, overrides, *, resample=None, strict=True, defaults=None,
+                     name_given_as="the model name"):
     """The registered model `name` built with the options the checkpoint at `source` implies
     (`overrides`, ViTConfig fields, win; `defaults`, {option: Implied}, fill in what the
     checkpoint does not imply), with the checkpoint loaded. The model carries the `LoadReport`
-    as ``load_report`` and the checkpoint's class names as ``class_names``."""
+    as ``load_report`` and the checkpoint's class names as ``class_names``.
+
+    `name` may be None for a folder whose config.json says what model it is (timm's
+    ``architecture``, Hugging Face's sizes); a name that contradicts it is a WeightsError
+    naming both (`name_given_as` says where the name came from, for that message)."""
 
     if resample is not None:
         check_method(resample)
-    get_model_config(name, **overrides)  # an unknown name or option first, before reading a file
+    if name is not None:
+        get_model_config(name, **overrides)  # an unknown name or option first, before reading a file
+    given, folder = name, describe_folder(source)
+    name = resolve_name(name, overrides, source, name_given_as)
+    if folder is not None and "image_size" in folder.options:  # a name of another resolution decides its size
+        size = model_image_size(given, overrides, folder)
+        if size != folder.options["image_size"].value:
+            overrides = {**overrides, "image_size": size}
     reading = _read(source)
     chosen = choose_options(reading.implied, overrides, defaults)
     config = get_model_config(name, **{option: value.value for option, value in chosen.items()}).replace(**overrides)

@@ -63,5 +63,10 @@ class PaddleClasFamily(CheckpointFamily):
         options["gelu"] = Implied("exact", "PaddleClas and PLSC use nn.GELU()")
         return options
 
+    def preprocessing(self, checkpoint):
+        """PaddleClas's ViT eval transform: the short side resized to 256, a 224 centre crop,
+        mean = std = 0.5 (ResizeImage, CropImage, NormalizeImage of its ViT configs)."""
+        return {"pipeline": "paddleclas"}
+
 
 FAMILY = PaddleClasFamily()

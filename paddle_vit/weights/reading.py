@@ -1,4 +1,5 @@
-"""Reading checkpoints: files, Hugging Face folders and in-memory dicts -> a `Checkpoint`.
+"""Reading checkpoints: files, folders (Hugging Face save_pretrained, timm Hub) and in-memory
+dicts -> a `Checkpoint`. What a folder's config.json says the model is, folders.py reads.
 
 Nothing here knows a naming scheme; the families (timm.py, jax.py, ...) read the arrays.
 """
@@ -17,7 +18,8 @@ from ..errors import WeightsError
 
 FILE_TYPES = ".pdparams, .pdckpt, .safetensors, .pth, .bin or .npz"
 HF_CONFIG = "config.json"
-# the weights of a Hugging Face save_pretrained folder, in the order transformers looks for them
+# the weights of a Hugging Face save_pretrained folder, in the order transformers looks for them;
+# a timm Hub folder (save_for_hf, push_to_hf_hub) holds the first or the third of them
 HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -57,8 +59,9 @@ def names(items, limit=6):
 
 
 def read_checkpoint(source):
-    """Read `source` (a path, a Hugging Face save_pretrained folder, or a mapping of numpy /
-    Paddle / PyTorch arrays) into a `Checkpoint`.
+    """Read `source` (a path, a Hugging Face save_pretrained folder or a timm Hub folder, or a
+    mapping of numpy / Paddle / PyTorch arrays) into a `Checkpoint`. A folder's
+    ``pytorch_model.bin`` is read under the rules of any PyTorch file (tensors only).
 
     Training checkpoints that wrap the weights (``{"state_dict": ...}``, ``{"model": ...}``,
     a paddle-vit ``.pdckpt``) and the ``module.`` prefix of data-parallel wrappers are unwrapped.
@@ -69,7 +72,7 @@ def read_checkpoint(source):
     elif isinstance(source, (str, os.PathLike)):
         description = os.fspath(source)
         if os.path.isdir(description):
-            state, file_metadata = _read_hf_folder(description)
+            state, file_metadata = _read_folder(description)
             folder = description
         else:
             state, file_metadata = _read_file(description)
@@ -129,7 +132,7 @@ def _read_file(path):
                ".pth": _read_torch, ".pt": _read_torch, ".bin": _read_torch}
     if extension not in readers:
         raise WeightsError(f"{path}: unknown weights file type {extension or '(no extension)'!r}; "
-                           f"expected {FILE_TYPES}, or a Hugging Face save_pretrained folder")
+                           f"expected {FILE_TYPES}, or a Hugging Face or timm Hub folder")
     if not os.path.isfile(path):
         raise WeightsError(f"{path} is not a regular file; expected a weights file ({FILE_TYPES})")
     metadata = {}
@@ -138,12 +141,13 @@ def _read_file(path):
     return readers[extension](path), metadata
 
 
-def _read_hf_folder(folder):
-    """The weights of a Hugging Face ``save_pretrained`` folder (one file or index + shards)."""
+def _read_folder(folder):
+    """The weights of a Hugging Face ``save_pretrained`` folder (one file or index + shards) or
+    of a timm Hub folder (one file)."""
     present = [name for name in HF_WEIGHTS if os.path.isfile(os.path.join(folder, name))]
     if not present:
         raise WeightsError(f"{folder} is a directory without {' or '.join(HF_WEIGHTS[::2])}; expected a weights "
-                           f"file ({FILE_TYPES}) or a Hugging Face save_pretrained folder")
+                           f"file ({FILE_TYPES}), a Hugging Face save_pretrained folder or a timm Hub folder")
     first = os.path.join(folder, present[0])
     if not first.endswith(".index.json"):
         return _read_file(first)

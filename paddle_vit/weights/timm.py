@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
+from .folders import describe_config, folder_config, timm_class_names
 
 _BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
 RENAMES = [
@@ -110,7 +111,29 @@ class TimmFamily(CheckpointFamily):
         if "patch_embed.backbone.stem.conv.weight" in converted.tensors:
             options["backbone_style"] = Implied("timm", "timm's StdConv2dSame (eps 1e-8 in the square root) and "
                                                         "GroupNorm (eps 1e-5)")
+        config = self.hub_config(checkpoint)
+        if config is not None:  # a timm Hub folder: its architecture, model_args and global_pool
+            options.update(describe_config(config).options)
         return options
+
+    def hub_config(self, checkpoint):
+        """The `FolderConfig` of a timm Hub folder's config.json beside the weights, or None."""
+        config = folder_config(checkpoint)
+        return config if config is not None and config.kind == "timm" else None
+
+    def preprocessing(self, checkpoint):
+        """timm's ``pretrained_cfg`` from the Hub folder's config.json (input_size,
+        interpolation, crop_pct, crop_mode, mean, std), or None for weights without one."""
+        config = self.hub_config(checkpoint)
+        if config is None or not isinstance(config.values.get("pretrained_cfg"), dict):
+            return None
+        return {"pipeline": "timm", "config": dict(config.values["pretrained_cfg"]), "source": config.path}
+
+    def class_names(self, checkpoint, num_classes):
+        """``label_names`` of a timm Hub folder's config.json, else what the checkpoint records."""
+        config = self.hub_config(checkpoint)
+        names_ = timm_class_names(config, num_classes) if config is not None else None
+        return names_ or super().class_names(checkpoint, num_classes)
 
 
 FAMILY = TimmFamily()

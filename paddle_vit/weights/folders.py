@@ -1,0 +1,352 @@
+"""What a checkpoint folder says the model is: timm Hub folders and Hugging Face folders.
+
+Both publish the weights beside a ``config.json``, and the two are told apart by it:
+
+- timm (``save_for_hf`` / ``push_to_hf_hub``): ``architecture`` (timm's model name),
+  ``num_classes``, ``num_features``, ``global_pool``, ``pretrained_cfg`` (the preprocessing and
+  more), ``model_args`` (the arguments the model was built with beyond the architecture's, e.g.
+  ``img_size``, ``depth``) and maybe ``label_names``; an older timm wrote the pretrained_cfg
+  keys at the top level, with ``architecture`` among them;
+- Hugging Face transformers (``save_pretrained``): ``model_type`` and ``architectures`` (class
+  names), ``hidden_size``, ``num_hidden_layers``, ... .
+
+`describe_folder` turns either into the `ViTConfig` fields it fixes and the registered name
+they are (None when no registered model has them), so that `create_model(name=None,
+pretrained=FOLDER)` and the tools' ``--weights FOLDER`` without ``--model`` can build the
+model, and `check_model_name` refuses a name that contradicts the folder. What a folder asks
+for that this ViT does not compute (register tokens, layer scale, a CLIP pre-norm, ...) is
+refused in one line naming the key.
+"""
+import dataclasses
+import os
+from typing import Optional
+
+from ..errors import WeightsError
+from ..models import ViTConfig, get_model_config, list_models
+from .family import Implied
+from .reading import HF_CONFIG, read_json
+
+# timm names of the same network under another name (DeiT's non-distilled models are timm's
+# VisionTransformer with ViT's sizes; only the training recipe differs)
+TIMM_ALIASES = {f"deit_{size}_patch16_{resolution}": f"vit_{size}_patch16_{resolution}"
+                for size in ("tiny", "small", "base") for resolution in (224, 384)}
+# timm's VisionTransformer arguments that map onto a ViTConfig field one to one
+TIMM_ARGUMENTS = {"img_size": "image_size", "patch_size": "patch_size", "in_chans": "in_channels",
+                  "embed_dim": "embed_dim", "depth": "depth",
+                  "num_heads": "num_heads", "mlp_ratio": "mlp_ratio", "qkv_bias": "qkv_bias",
+                  "drop_rate": "dropout", "attn_drop_rate": "attention_dropout", "drop_path_rate": "drop_path"}
+# timm arguments this ViT computes only at one value: {argument: (accepted values, what it would need)}
+TIMM_FIXED = {
+    "class_token": ((True,), "a class token"),
+    "reg_tokens": ((0, None), "register tokens"),
+    "no_embed_class": ((False,), "a position embedding without the class token's"),
+    "pre_norm": ((False,), "a LayerNorm before the blocks (CLIP)"),
+    "final_norm": ((True,), "no final LayerNorm"),
+    "qk_norm": ((False,), "q/k normalisation"),
+    "scale_attn_norm": ((False,), "a norm inside the attention"),
+    "scale_mlp_norm": ((False,), "a norm inside the MLP"),
+    "proj_bias": ((True,), "projections without bias"),
+    "init_values": ((None,), "layer scale"),
+    "pool_include_prefix": ((False,), "pooling over the prefix tokens"),
+    "embed_norm_layer": ((None,), "a norm in the patch embedding"),
+    "pos_drop_rate": ((0, 0.0), "a separate position-embedding dropout"),
+    "patch_drop_rate": ((0, 0.0), "patch dropout"),
+    "proj_drop_rate": ((0, 0.0), "a separate projection dropout"),
+}
+# arguments that only change how timm initialises or places the model: the weights replace them
+TIMM_IGNORED = ("weight_init", "fix_init", "device", "dtype", "pretrained_strict")
+TIMM_POOLS = {"token": "cls", "avg": "mean"}
+TIMM_ACTIVATIONS = {"gelu": "exact", "gelu_tanh": "tanh"}
+# what a folder fixes about the architecture; the fields a contradiction is looked for in
+ARCHITECTURE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "in_channels",
+                       "backbone_layers", "image_size")
+
+
+@dataclasses.dataclass
+class FolderConfig:
+    """A config.json beside weights: its `kind` ("timm" or "huggingface"), path and values."""
+    kind: str
+    path: str
+    values: dict
+
+
+@dataclasses.dataclass
+class FolderModel:
+    """What a folder says the model is.
+
+    name: the registered model it is, or None when no registered model has its sizes;
+    base: the registered name to build on (`name`, or one of the same patch size);
+    options: {ViTConfig field: Implied} the folder fixes (the architecture, the pooling, ...);
+    says: how messages name it ("vit_small_patch16_224", "hidden_size=32, ...").
+    """
+    name: Optional[str]
+    base: str
+    options: dict
+    says: str
+    config: FolderConfig
+
+
+def config_kind(values):
+    """"timm", "huggingface" or None for the values of a config.json."""
+    if "architecture" in values and ("pretrained_cfg" in values or "model_type" not in values):
+        return "timm"
+    if "model_type" in values or "architectures" in values:
+        return "huggingface"
+    return None
+
+
+def folder_config(checkpoint_or_path):
+    """The `FolderConfig` beside a `Checkpoint` (its ``sidecar``) or beside a path (a folder, or
+    a weights file in one), or None when there is no config.json, or one of neither kind.
+
+    A config.json that cannot be read is an error when the weights were given as its folder,
+    and ignored beside a weights file given by name (it may belong to something else)."""
+    if isinstance(checkpoint_or_path, (str, os.PathLike)):
+        path = os.fspath(checkpoint_or_path)
+        given_folder = os.path.isdir(path)
+        folder = path if given_folder else os.path.dirname(os.path.abspath(path))
+        config_path = os.path.join(folder, HF_CONFIG)
+        config_path = config_path if os.path.isfile(config_path) else None
+    elif hasattr(checkpoint_or_path, "sidecar"):
+        config_path = checkpoint_or_path.sidecar(HF_CONFIG)
+        given_folder = os.path.isdir(checkpoint_or_path.description)
+    else:
+        return None
+    if config_path is None:
+        return None
+    try:
+        values = read_json(config_path, "the config of the weights beside it")
+    except WeightsError:
+        if given_folder:
+            raise
+        return None
+    kind = config_kind(values)
+    return FolderConfig(kind, config_path, values) if kind else None
+
+
+# ---- timm --------------------------------------------------------------------------------------
+
+def _square(value, key, path):
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2 or value[0] != value[1]:
+            raise WeightsError(f"{path}: {key} {list(value)} is not square; this ViT takes square images and patches")
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WeightsError(f"{path}: {key} must be an integer, got {value!r}")
+    return value
+
+
+def timm_architecture(config):
+    """(our registered name or None, timm's architecture name) of a timm config.json."""
+    architecture = config.values.get("architecture")
+    if not isinstance(architecture, str):
+        raise WeightsError(f"{config.path}: architecture must be a timm model name, got {architecture!r}")
+    ours = TIMM_ALIASES.get(architecture, architecture)
+    return (ours if ours in list_models() else None), architecture
+
+
+def timm_options(config):
+    """{ViTConfig field: Implied} a timm config.json fixes: its ``model_args`` (refusing what
+    this ViT does not compute) and ``global_pool``. The class count is the head's."""
+    path, values = config.path, config.values
+    model_args = values.get("model_args") or {}
+    if not isinstance(model_args, dict):
+        raise WeightsError(f"{path}: model_args must be a JSON object, got {type(model_args).__name__}")
+    options = {}
+    for key, value in model_args.items():
+        where = f"{path}: model_args.{key} = {value!r}"
+        if key in TIMM_ARGUMENTS:
+            if key in ("img_size", "patch_size"):
+                value = _square(value, f"model_args.{key}", path)
+            options[TIMM_ARGUMENTS[key]] = Implied(value, where)
+        elif key in TIMM_FIXED:
+            accepted, needs = TIMM_FIXED[key]
+            if value not in accepted:
+                raise WeightsError(f"{where} asks for {needs}, which this ViT does not build")
+        elif key in ("global_pool", "num_classes"):
+            continue  # the pool is read below with the top-level global_pool; the head says the classes
+        elif key == "fc_norm":
+            if value is not None and value != (_timm_pool(values, path) == "mean"):
+                raise WeightsError(f"{where} with global_pool {values.get('global_pool')!r}: this ViT normalises "
+                                   f"after pooling exactly when it averages the patch tokens")
+        elif key == "pos_embed":
+            if value not in ("learn", "none"):
+                raise WeightsError(f"{where}: this ViT builds 'learn' or 'none' position embeddings")
+            options["position_embedding"] = Implied("learned" if value == "learn" else "none", where)
+        elif key == "act_layer":
+            if value is not None and value not in TIMM_ACTIVATIONS:
+                raise WeightsError(f"{where}: this ViT computes GELU, exact or tanh ({', '.join(TIMM_ACTIVATIONS)})")
+            if value is not None:
+                options["gelu"] = Implied(TIMM_ACTIVATIONS[value], where)
+        elif key in ("dynamic_img_size", "dynamic_img_pad"):
+            if key in {field.name for field in dataclasses.fields(ViTConfig)}:
+                options[key] = Implied(bool(value), where)
+            elif value:
+                raise WeightsError(f"{where}: this ViT takes only the input size it was built for")
+        elif key in TIMM_IGNORED:
+            continue
+        else:
+            raise WeightsError(f"{path}: model_args.{key} is a timm argument this ViT does not build "
+                               f"(it reads {', '.join(sorted(TIMM_ARGUMENTS))} and the defaults of the others)")
+    pool = _timm_pool(values, path)
+    if pool is not None:
+        options["pool"] = Implied(pool, f"{path}: global_pool = {values.get('global_pool', model_args.get('global_pool'))!r}")
+    return options
+
+
+def _timm_pool(values, path):
+    model_args = values.get("model_args") or {}
+    global_pool = values.get("global_pool", model_args.get("global_pool"))
+    if global_pool is None:
+        return None
+    if global_pool not in TIMM_POOLS:
+        raise WeightsError(f"{path}: global_pool {global_pool!r} is not a pooling this ViT computes; it reads "
+                           f"'token' (the class token) and 'avg' (the mean of the patch tokens, then fc_norm)")
+    return TIMM_POOLS[global_pool]
+
+
+def timm_class_names(config, num_classes):
+    """``label_names`` of a timm config.json in class order (a list, or {index: name}), or None."""
+    labels = config.values.get("label_names") or config.values.get("pretrained_cfg", {}).get("label_names")
+    if isinstance(labels, dict):
+        try:
+            labels = [labels[key] for key in sorted(labels, key=int)]
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(labels, (list, tuple)) or len(labels) != num_classes:
+        return None
+    return [str(label) for label in labels]
+
+
+# ---- Hugging Face ------------------------------------------------------------------------------
+
+def hf_options(config):
+    """{ViTConfig field: Implied} of the architecture a Hugging Face ViT config.json states."""
+    values, path = config.values, config.path
+    if values.get("model_type") not in (None, "vit"):
+        raise WeightsError(f"{path}: model_type {values['model_type']!r} is not a ViT; this project reads "
+                           f"transformers' ViTModel and ViTForImageClassification")
+    keys = {"hidden_size": "embed_dim", "num_hidden_layers": "depth", "num_attention_heads": "num_heads",
+            "patch_size": "patch_size", "image_size": "image_size", "num_channels": "in_channels"}
+    options = {}
+    for key, field in keys.items():
+        if key in values:
+            value = _square(values[key], key, path) if key in ("patch_size", "image_size") else values[key]
+            options[field] = Implied(value, f"{path}: {key} = {values[key]!r}")
+    if "intermediate_size" in values and "hidden_size" in values:
+        options["mlp_ratio"] = Implied(values["intermediate_size"] / values["hidden_size"],
+                                       f"{path}: intermediate_size {values['intermediate_size']} / hidden_size")
+    return options
+
+
+# ---- the folder as a whole ---------------------------------------------------------------------
+
+def _matching_name(options):
+    """The registered plain ViT with exactly these architecture values, or None."""
+    wanted = {field: implied.value for field, implied in options.items() if field in ARCHITECTURE_FIELDS}
+    for name in list_models():
+        config = get_model_config(name)
+        if config.backbone_layers is None and all(_same(getattr(config, field), value)
+                                                  for field, value in wanted.items()):
+            return name
+    return None
+
+
+def _base_name(options):
+    """A registered plain ViT of the same patch size and image size to build on (every value
+    the folder states is then set on it), else vit_base_patch16_224."""
+    for name in list_models():
+        config = get_model_config(name)
+        if (config.backbone_layers is None and name.startswith("vit_") and
+                all(_same(getattr(config, field), options[field].value)
+                    for field in ("patch_size", "image_size") if field in options)):
+            return name
+    return "vit_base_patch16_224"
+
+
+def _same(a, b):
+    if isinstance(a, float) or isinstance(b, float):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
+    return a == b
+
+
+def describe_folder(source):
+    """The `FolderModel` a folder's (or a weights file's neighbouring) config.json describes,
+    or None when there is none (a dict, a bare file, a config.json of neither kind)."""
+    if not isinstance(source, (str, os.PathLike)) or not os.path.exists(source):
+        return None
+    config = folder_config(source)
+    return describe_config(config) if config is not None else None
+
+
+def describe_config(config):
+    """The `FolderModel` of a `FolderConfig`."""
+    if config.kind == "timm":
+        name, architecture = timm_architecture(config)
+        options = timm_options(config)
+        if name is not None:
+            registered = get_model_config(name)
+            fixed = {field: Implied(getattr(registered, field), f"{config.path}: architecture {architecture!r}")
+                     for field in ARCHITECTURE_FIELDS}
+            options = {**fixed, **options}
+            changed = [field for field in ARCHITECTURE_FIELDS if not _same(options[field].value,
+                                                                           getattr(registered, field))]
+            says = name + (f" (model_args: {', '.join(f'{field} {options[field].value}' for field in changed)})"
+                           if changed else "")
+            return FolderModel(name, name, options, says, config)
+        return FolderModel(None, _base_name(options), options, f"timm's {architecture}", config)
+    options = hf_options(config)
+    name = _matching_name(options)
+    stated = ", ".join(f"{field} {implied.value}" for field, implied in options.items())
+    return FolderModel(name, name or _base_name(options), options, name or stated, config)
+
+
+def check_model_name(name, overrides, folder, given_as):
+    """Raise a WeightsError naming both when the model `name` (with the ViTConfig `overrides`
+    the caller chose) contradicts what `folder` (a `FolderModel`) says. The image size is a
+    choice, not a contradiction (`model_image_size`: the position embedding is resampled)."""
+    if folder.config.kind == "timm" and (folder.name is None or name == folder.name):
+        return  # its own architecture (model_args then apply), or one we do not register: the tensors decide
+    if folder.name is None and name == folder.base:
+        return  # the name a folder of unregistered sizes is built on (`resolve_name`): its sizes are set on it
+    config = get_model_config(name, **overrides)
+    differences = [f"{field} {getattr(config, field)!r}, not {folder.options[field].value!r}"
+                   for field in ARCHITECTURE_FIELDS
+                   if field != "image_size" and field in folder.options and field not in overrides
+                   and not _same(getattr(config, field), folder.options[field].value)]
+    if differences:
+        raise WeightsError(f"{given_as} {name} but {folder.config.path} says {folder.says}: {differences[0]}; "
+                           f"leave the name out to build what the folder says")
+
+
+def resolve_name(name, overrides, source, given_as):
+    """The model name to build for `source`: `name` when given (checked against the folder),
+    else what the folder says; a WeightsError when neither names a model."""
+    folder = describe_folder(source)
+    if name is not None:
+        if folder is not None:
+            check_model_name(name, overrides, folder, given_as)
+        return name
+    if folder is None:
+        raise WeightsError(f"{source} does not say what model it is (no timm or Hugging Face config.json beside "
+                           f"it): name the model")
+    if folder.name is None and folder.config.kind == "timm":
+        raise WeightsError(f"{folder.config.path} names {folder.says}, which is not a registered model "
+                           f"(paddle_vit.list_models()); name the model of the same shape")
+    return folder.base
+
+
+def model_image_size(name, overrides, folder):
+    """The image size of the model built as `name` (None: what the folder says) for `folder`
+    (a `FolderModel` or None): the `overrides`' when they set one; the folder's (timm's
+    model_args.img_size, a Hugging Face config's image_size) when the name is left out or is the
+    folder's own (`FolderModel.name`, or the `base` it is built on) or the folder names a timm
+    architecture that is not registered (its model_args then describe the weights); else the registered name's: ``vit_base_patch16_384`` for a 224 folder is
+    fine-tuning at 384, the position embedding resampled."""
+    if "image_size" in overrides:
+        return overrides["image_size"]
+    own = folder is not None and (name in (None, folder.name, folder.base) or
+                                  (folder.config.kind == "timm" and folder.name is None))  # model_args: the truth
+    if own and "image_size" in folder.options:
+        return folder.options["image_size"].value
+    return get_model_config(name or folder.base).image_size
