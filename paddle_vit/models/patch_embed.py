@@ -133,18 +133,19 @@ class PatchEmbedding(nn.Layer):
     def position_embedding_for(self, patches):
         """The position embedding of every token for the patch grid of `patches` [B, D, h, w]:
         the built one, or with `dynamic_size` the built one resampled to h x w (timm's
-        `_pos_embed` with dynamic_img_size: the class token's row kept, the grid resampled)."""
-        kind = self.position_embedding_kind
-        if not self.dynamic_size or kind == "none":
+        `_pos_embed` with dynamic_img_size: the class token's row kept, the grid resampled).
+        Eager code; a traced graph's variant (variants/graph.py) reads h, w when it runs."""
+        if not self.dynamic_size or self.position_embedding_kind == "none":
             return self.full_position_embedding()
-        if paddle.in_dynamic_mode():
-            rows, cols = patches.shape[2], patches.shape[3]
-            if (rows, cols) == tuple(self.grid_size):  # the built grid: as built (timm too)
-                return self.full_position_embedding()
-        else:  # a traced graph: the grid is known when it runs
-            grid = paddle.shape(patches)
-            rows, cols = grid[2], grid[3]
-        if kind == "sincos_2d":  # fixed: computed at the new grid
+        rows, cols = patches.shape[2], patches.shape[3]
+        if (rows, cols) == tuple(self.grid_size):  # the built grid: as built (timm too)
+            return self.full_position_embedding()
+        return self.position_embedding_at(rows, cols)
+
+    def position_embedding_at(self, rows, cols):
+        """[1, 1 + rows * cols, D]: the class token's row as built, the grid resampled to rows x cols
+        (sincos_2d: computed there). rows, cols are ints, or scalar tensors in a traced graph."""
+        if self.position_embedding_kind == "sincos_2d":  # fixed: computed at the new grid
             table = sincos_2d_grid(rows, cols, self.embed_dim)
         else:
             table = resize_grid_embedding(self.position_embedding[:, 1:], self.grid_size, (rows, cols),
@@ -156,24 +157,17 @@ class PatchEmbedding(nn.Layer):
         patch (timm's dynamic_img_pad); without `dynamic_pad` the input as it is."""
         if not self.dynamic_pad:
             return x
-        patch = self.patch_size
-        if paddle.in_dynamic_mode():
-            height, width = x.shape[2], x.shape[3]
-        else:
-            shape = paddle.shape(x)
-            height, width = shape[2], shape[3]
+        patch, height, width = self.patch_size, x.shape[2], x.shape[3]
         pad_bottom, pad_right = (patch - height % patch) % patch, (patch - width % patch) % patch
-        if paddle.in_dynamic_mode() and pad_bottom == 0 and pad_right == 0:
+        if pad_bottom == 0 and pad_right == 0:
             return x
         return F.pad(x, [0, pad_right, 0, pad_bottom], value=0.0, data_format="NCHW")  # [left, right, top, bottom]
 
     def check_patch_division(self, x):
-        """With `dynamic_size` and no padding: the patch must divide what it cuts (eager check)."""
-        if self.dynamic_pad or not paddle.in_dynamic_mode():  # a traced graph: sizes unknown until it runs
-            return
+        """With `dynamic_size` and no padding: the patch must divide what it cuts."""
         height, width = x.shape[2], x.shape[3]
         patch = self.patch_size
-        if height % patch == 0 and width % patch == 0:
+        if self.dynamic_pad or (height % patch == 0 and width % patch == 0):
             return
         raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: "
                           f"use a multiple of {patch}, or build the model with dynamic_img_pad=True to pad it")

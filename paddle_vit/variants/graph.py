@@ -109,13 +109,26 @@ class TraceableStdConv2D(StdConv2D):
         return self.standardize(centred, variance)
 
 
-class _WrittenOutPadding:
-    """`PatchEmbedding.pad_to_patches` in a traced graph: zero columns and rows concatenated on the
-    right and bottom, as many as the input's size asks for when the graph runs."""
+class _TracedDynamicSize:
+    """`PatchEmbedding`'s dynamic_img_size steps in a traced graph, where H and W are known only
+    when the graph runs: the grid read with `paddle.shape`, the divisibility check left to the
+    run, and dynamic_img_pad's padding written out as concatenated zero columns and rows
+    (paddle2onnx exports Paddle's pad op with an uninitialised pad value). The eager steps are
+    called by name, not through super(): the graph tracer's rewrite of super() in a mixin recurses."""
+
+    def position_embedding_for(self, patches):
+        if paddle.in_dynamic_mode() or not self.dynamic_size or self.position_embedding_kind == "none":
+            return PatchEmbedding.position_embedding_for(self, patches)
+        grid = paddle.shape(patches)  # [4], int64: known when the graph runs
+        return self.position_embedding_at(grid[2], grid[3])
+
+    def check_patch_division(self, x):
+        if paddle.in_dynamic_mode():
+            PatchEmbedding.check_patch_division(self, x)
 
     def pad_to_patches(self, x):
         if paddle.in_dynamic_mode() or not self.dynamic_pad:
-            return super().pad_to_patches(x)
+            return PatchEmbedding.pad_to_patches(self, x)
         patch = self.patch_size
         shape = paddle.shape(x)  # [4], int64: known when the graph runs
         pad_bottom, pad_right = (patch - shape[2] % patch) % patch, (patch - shape[3] % patch) % patch
@@ -125,15 +138,15 @@ class _WrittenOutPadding:
         return paddle.concat([x, paddle.tile(zero_row, [1, 1, pad_bottom, 1])], axis=2)  # [B, C, H', W']
 
 
-class TraceablePatchEmbedding(_WrittenOutPadding, PatchEmbedding):
-    """`PatchEmbedding` whose dynamic_img_pad padding, in a traced graph, is written out."""
+class TraceablePatchEmbedding(_TracedDynamicSize, PatchEmbedding):
+    """`PatchEmbedding` whose dynamic_img_size steps run in a traced graph of any input size."""
 
     variant_of = PatchEmbedding
 
 
-class TraceableHybridEmbedding(_WrittenOutPadding, HybridEmbedding):
-    """`HybridEmbedding` whose dynamic_img_pad padding of the feature map, in a traced graph, is
-    written out."""
+class TraceableHybridEmbedding(_TracedDynamicSize, HybridEmbedding):
+    """`HybridEmbedding` whose dynamic_img_size steps (on the ResNet's feature map) run in a
+    traced graph of any input size."""
 
     variant_of = HybridEmbedding
 
