@@ -36,6 +36,6 @@ setup(
         "cpu": ["paddlepaddle>=3.0"],
         "onnx": ["paddle2onnx>=2.0", "onnxruntime"],  # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2)
         # the notebooks are executed by the tests, and the ONNX export is checked against onnxruntime
-        "test": ["pytest", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime"],
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime"],
     },
 )
