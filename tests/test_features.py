@@ -125,8 +125,9 @@ def test_feature_take_indices_reads_ints_lists_and_negatives_as_timm(indices, ta
 
 
 @pytest.mark.parametrize("indices,message", [(0, "last 0 layers"), (5, "last 5 layers"), ([4], "index 4"),
-                                             ([-5], "index -5"), ([], "empty")])
-def test_feature_take_indices_out_of_range_is_a_config_error(indices, message):
+                                             ([-5], "index -5"), ([], "empty"), ([0.5], "ints"),
+                                             ([True], "ints"), ("a", "None, an int"), (2.0, "None, an int")])
+def test_feature_take_indices_out_of_range_or_not_layer_numbers_is_a_config_error(indices, message):
     with pytest.raises(ConfigError, match=message):
         feature_take_indices(4, indices)
 

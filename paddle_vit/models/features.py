@@ -28,9 +28,11 @@ def feature_take_indices(count, indices=None):
             raise ConfigError(f"indices {indices} asks for the last {indices} layers; the model has {count}: "
                               f"use 1 to {count}")
         taken = [count - indices + offset for offset in range(indices)]
-    else:
+    elif isinstance(indices, (list, tuple)):
         taken = []
         for index in indices:
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ConfigError(f"indices must hold layer numbers (ints), got {index!r} in {list(indices)!r}")
             absolute = count + index if index < 0 else index
             if not 0 <= absolute < count:
                 raise ConfigError(f"layer index {index} is out of range for a model of {count} layers "
@@ -38,6 +40,9 @@ def feature_take_indices(count, indices=None):
             taken.append(absolute)
         if not taken:
             raise ConfigError("indices is an empty list: name at least one layer")
+    else:
+        raise ConfigError(f"indices must be None, an int (the last n layers) or a list of layer numbers, "
+                          f"got {indices!r}")
     return taken, max(taken)
 
 
