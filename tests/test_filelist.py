@@ -142,7 +142,8 @@ def recipe(path, images, output, **data):
     return str(path)
 
 
-def test_a_paddleclas_layout_trains_in_worker_processes_skipping_a_corrupt_file_and_evaluates(tmp_path, capsys):
+def test_a_paddleclas_layout_trains_in_worker_processes_skipping_a_corrupt_file_evaluates_and_resumes(tmp_path,
+                                                                                                     capsys):
     root = tmp_path / "ILSVRC2012"
     _, val_entries = paddleclas_imagenet(root)
     broken = root / "train" / WNIDS[1] / f"{WNIDS[1]}_2.JPEG"
@@ -159,6 +160,16 @@ def test_a_paddleclas_layout_trains_in_worker_processes_skipping_a_corrupt_file_
     assert summary["num_samples"] == len(val_entries)
     assert summary["top1"] == pytest.approx(record["val_top1"], abs=1e-6)
     assert list(summary["per_class_accuracy"]) == NAMES
+
+    # resuming goes on with the same list, and refuses another one (other images, another order)
+    lines = (root / "train_list.txt").read_text().splitlines()
+    (root / "train_list_b.txt").write_text("\n".join(lines[::-1]) + "\n")
+    code, errors = run_tool(TRAIN, ["-c", config, "-o", "train.resume=auto", "-o", "train.epochs=2",
+                                    "-o", "data.train_list=train_list_b.txt"], capsys)
+    assert_one_line_error(code, errors, "data.train_list 'train_list.txt' (the config: 'train_list_b.txt')")
+    assert run(TRAIN.main, ["-c", config, "-o", "train.resume=auto", "-o", "train.epochs=2"]) == 0
+    with open(output / "metrics.jsonl") as stream:
+        assert [json.loads(line)["epoch"] for line in stream] == [1, 2]
 
 
 # ---- every bad list is one line --------------------------------------------------------------
