@@ -100,11 +100,15 @@ def test_any_run_of_spaces_or_tabs_blank_lines_crlf_a_bom_and_paths_with_spaces_
         (1, "a b/x.jpg", 3), (2, "c.jpg", 4)]
 
 
-def test_a_class_names_file_of_one_name_per_line_or_ids_in_any_order(tmp_path):
+def test_a_class_names_file_of_one_name_per_line_or_ids_in_any_order(tmp_path, caplog):
     (tmp_path / "labels.txt").write_text("cat\nsnow leopard\n\n")
     assert read_class_names(str(tmp_path / "labels.txt")) == ["cat", "snow leopard"]
     (tmp_path / "label_list.txt").write_text("1 dog\n0 cat, domestic\n")
     assert read_class_names(str(tmp_path / "label_list.txt")) == ["cat, domestic", "dog"]
+    assert "shared by several class ids" not in caplog.text
+    (tmp_path / "cranes.txt").write_text("0 crane\n1 tench\n2\tcrane\n")  # ImageNet's 134 and 517
+    assert read_class_names(str(tmp_path / "cranes.txt")) == ["crane", "tench", "crane"]
+    assert "1 name(s) shared by several class ids ('crane': 0, 2)" in caplog.text
 
 
 def test_list_paths_are_relative_to_root_unless_absolute_and_tilde_is_home(imagenet, tmp_path, monkeypatch):

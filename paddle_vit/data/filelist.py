@@ -48,8 +48,13 @@ class FileListSource(ImageFileSource):
 
 
 def _resolve(root, path):
-    """`path` relative to `root` unless absolute ("~" is expanded by the config)."""
-    return os.path.join(root, os.path.expanduser(str(path)))
+    """`path` relative to `root` unless absolute. A listed path is taken as written; "~" in a
+    config key is the home folder (load_config expands it; a DataConfig built in code too)."""
+    return os.path.join(root, path)
+
+
+def _config_path(root, value):
+    return _resolve(root, os.path.expanduser(str(value)))
 
 
 def _read_text_lines(path, key, what):
@@ -130,7 +135,9 @@ def read_class_names(path, key="data.class_names"):
             if not line.strip():
                 raise DataError(f"{key} {path}, line {number}: a blank line where a class name should be "
                                 f"(one name per line, class 0 first)")
-        return [line.strip() for line in lines]
+        ordered = [line.strip() for line in lines]
+        _warn_of_shared_names(ordered, path)
+        return ordered
     names = {}
     for number, line in enumerate(lines, 1):
         match = _LABEL_LIST_LINE.fullmatch(line.strip())
@@ -147,7 +154,22 @@ def read_class_names(path, key="data.class_names"):
         extra = max(names)
         raise DataError(f"{key} {path}: class ids must be 0..{len(names) - 1} (one line each), but {missing[0]} "
                         f"has no line and {extra} is beyond (line {names[extra][0]})")
-    return [names[class_id][1] for class_id in range(len(names))]
+    ordered = [names[class_id][1] for class_id in range(len(names))]
+    _warn_of_shared_names(ordered, path)
+    return ordered
+
+
+def _warn_of_shared_names(names, path):
+    """ImageNet names two classes "crane" (the bird, the machine): legal, but a report keyed by
+    name shows one of them, so say which ids share a name."""
+    ids = {}
+    for class_id, name in enumerate(names):
+        ids.setdefault(name, []).append(class_id)
+    shared = {name: found for name, found in ids.items() if len(found) > 1}
+    if shared:
+        listed = "; ".join(f"{name!r}: {', '.join(map(str, found))}" for name, found in list(shared.items())[:5])
+        logger.warning("data.class_names %s: %d name(s) shared by several class ids (%s); reports keyed by "
+                       "name show one of each", path, len(shared), listed)
 
 
 def _check_labels(entries, list_path, key, num_classes, why):
@@ -204,11 +226,11 @@ def build_filelist_sources(data_config):
     if not os.path.isdir(root):
         raise DataError(f"data.root {root} does not exist or is not a folder (the folder the lists' paths "
                         f"are relative to)")
-    lists = {"train": ("data.train_list", _resolve(root, data_config.train_list)),
-             "val": ("data.val_list", _resolve(root, data_config.val_list))}
+    lists = {"train": ("data.train_list", _config_path(root, data_config.train_list)),
+             "val": ("data.val_list", _config_path(root, data_config.val_list))}
     entries = {split: parse_list(path, key, data_config.list_separator) for split, (key, path) in lists.items()}
     if data_config.class_names:
-        names_path = _resolve(root, data_config.class_names)
+        names_path = _config_path(root, data_config.class_names)
         class_names = read_class_names(names_path)
         count_from = f"data.class_names {names_path} names {len(class_names)}"
         why = f"{count_from} classes (labels 0..{len(class_names) - 1})"
