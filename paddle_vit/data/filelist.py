@@ -229,6 +229,8 @@ def build_filelist_sources(data_config):
     lists = {"train": ("data.train_list", _config_path(root, data_config.train_list)),
              "val": ("data.val_list", _config_path(root, data_config.val_list))}
     entries = {split: parse_list(path, key, data_config.list_separator) for split, (key, path) in lists.items()}
+    for split, (key, list_path) in lists.items():  # a negative label first: it would skew the class count
+        _check_labels(entries[split], list_path, key, float("inf"), "")
     if data_config.class_names:
         names_path = _config_path(root, data_config.class_names)
         class_names = read_class_names(names_path)
