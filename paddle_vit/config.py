@@ -24,9 +24,16 @@ class DataConfig:
     """Where the images come from and how they are transformed.
 
     dataset: "digits" (scikit-learn's 8x8 handwritten digits, offline), "imagefolder",
-        "cifar10", "cifar100" or "synthetic".
-    root: the ImageFolder root (holding train/ and val/), or the CIFAR archive
-        (cifar-10-python.tar.gz / cifar-100-python.tar.gz); None downloads CIFAR.
+        "filelist", "cifar10", "cifar100" or "synthetic".
+    root: the ImageFolder root (holding train/ and val/), the folder the filelist's paths are
+        relative to, or the CIFAR archive (cifar-10-python.tar.gz / cifar-100-python.tar.gz);
+        None downloads CIFAR.
+    train_list, val_list: the filelist's lists of "relative/path label" lines (PaddleClas's
+        train_list.txt / val_list.txt), relative to root unless absolute.
+    class_names: optional file naming the filelist's classes: PaddleClas's label_list form
+        ("0 tench" lines) or one name per line; None names them "0", "1", ...
+    list_separator: what separates path and label in a list line; None: any run of spaces or
+        tabs (the label is the last field, so a path may hold spaces).
     val_fraction, split_seed: the fixed train/val split of the digits.
     train_fraction: train on this stratified fraction of the training split (every class kept
         in proportion, at least one image each; a smaller fraction is a subset of a larger one;
@@ -51,6 +58,10 @@ class DataConfig:
     """
     dataset: str = "digits"
     root: Optional[str] = None
+    train_list: Optional[str] = None
+    val_list: Optional[str] = None
+    class_names: Optional[str] = None
+    list_separator: Optional[str] = None
     val_fraction: float = 0.2
     split_seed: int = 0
     train_fraction: float = 1.0
@@ -321,7 +332,8 @@ def load_config(path=None, overrides=(), data=None):
 
 
 # the keys that name files or folders; "~" in them is the home folder, as a shell would read it
-PATH_KEYS = (("model", "pretrained"), ("data", "root"), ("train", "output_dir"), ("train", "resume"))
+PATH_KEYS = (("model", "pretrained"), ("data", "root"), ("data", "train_list"), ("data", "val_list"),
+             ("data", "class_names"), ("train", "output_dir"), ("train", "resume"))
 
 
 def _expand_user_paths(config):
@@ -470,6 +482,20 @@ def _seed(key, value):
         raise ConfigError(f"{key} must be in [0, 2**32 - 1], got {value!r}")
 
 
+def _check_filelist_keys(data):
+    """data.dataset filelist names its root and both lists; a separator, when given, is one
+    that can sit inside a line."""
+    for key, what in (("root", "the folder the lists' image paths are relative to"),
+                      ("train_list", "the training list (PaddleClas's train_list.txt)"),
+                      ("val_list", "the validation list (PaddleClas's val_list.txt)")):
+        if not getattr(data, key):
+            raise ConfigError(f"data.{key} must name {what} for data.dataset filelist")
+    separator = data.list_separator
+    if separator is not None and (separator == "" or "\n" in separator or "\r" in separator):
+        raise ConfigError(f"data.list_separator must be null (any spaces or tabs) or a non-empty string without "
+                          f"line breaks, got {separator!r}")
+
+
 def validate(config):
     """Check value ranges and that the model can be built; raise ConfigError naming the key."""
 
@@ -484,9 +510,11 @@ def validate(config):
         _choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
 
     data = config.data
-    _choice("data.dataset", data.dataset, ("digits", "imagefolder", "cifar10", "cifar100", "synthetic"))
+    _choice("data.dataset", data.dataset, ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic"))
     if data.dataset == "imagefolder" and not data.root:
         raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
+    if data.dataset == "filelist":
+        _check_filelist_keys(data)
     _fraction("data.val_fraction", data.val_fraction)
     _seed("data.split_seed", data.split_seed)
     if not 0.0 < data.train_fraction <= 1.0:

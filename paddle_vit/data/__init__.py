@@ -1,4 +1,4 @@
-"""Data: datasets (digits, ImageFolder, CIFAR, synthetic), keyed transforms, a resumable loader.
+"""Data: datasets (digits, ImageFolder, PaddleClas file lists, CIFAR, synthetic), keyed transforms, a resumable loader.
 
 Every random choice comes from a numpy Generator keyed by what it is for (see `rng.py`), so a
 run resumed mid-epoch, with any number of worker processes, sees the same batches and the

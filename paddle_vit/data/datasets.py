@@ -17,12 +17,13 @@ from PIL import Image
 from ..config import DataConfig
 from ..errors import ConfigError, DataError, close_matches
 from .cifar import load_cifar
+from .filelist import build_filelist_sources
 from .imagefolder import build_imagefolder_sources
 from .rng import STREAM_SPLIT, STREAM_SUBSET, STREAM_SYNTHETIC, keyed_rng, sample_rng
 from .shared import SharedBytes
 from .transforms import build_transforms
 
-DATASETS = ("digits", "imagefolder", "cifar10", "cifar100", "synthetic")
+DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
 BAD_IMAGE_POLICIES = ("skip", "error")
 _WORKER_ERROR_BYTES = 8192
 _DATA_PROBLEM, _BUG = "D", "B"  # first character of a worker's error report
@@ -121,7 +122,7 @@ class SubsetSource:
         return self.source.load(int(self.indices[index]))
 
     def check_readable(self):
-        """The source's check (ImageFolder), over this subset's images only."""
+        """The source's check (image files), over this subset's images only."""
         check = getattr(self.source, "check_readable", None)
         if check is not None:
             check(self.indices)
@@ -255,11 +256,11 @@ class AugmentedDataset(paddle.io.Dataset):
 
     @property
     def num_bad_images(self):
-        """Unreadable images skipped so far (ImageFolder only; 0 otherwise)."""
+        """Unreadable images skipped so far (image files only; 0 otherwise)."""
         return getattr(self.source, "num_bad_images", 0)
 
     def check_readable(self):
-        """Refuse (DataError) a split none of whose files can be read (ImageFolder: one decode
+        """Refuse (DataError) a split none of whose files can be read (image files: one decode
         when the first file is whole); the other sources are held in memory or drawn."""
         check = getattr(self.source, "check_readable", None)
         if check is not None:
@@ -273,6 +274,8 @@ def build_sources(data_config, image_size):
         return digits_sources(data_config.val_fraction, data_config.split_seed)
     if name == "imagefolder":
         return build_imagefolder_sources(data_config.root, data_config.on_bad_image)
+    if name == "filelist":
+        return build_filelist_sources(data_config)
     if name in ("cifar10", "cifar100"):
         train_images, train_labels, test_images, test_labels, class_names = load_cifar(name, data_config.root)
         return (ArraySource(train_images, train_labels, class_names),

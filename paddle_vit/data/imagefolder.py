@@ -169,12 +169,17 @@ def _one_line(error):
     return " ".join(f"{type(error).__name__}: {error}".split())
 
 
-class ImageFolderSource:
-    """The decoded images of one split: `load(index) -> (RGB PIL image, label)`."""
+class ImageFileSource:
+    """Images in files, decoded when asked for: `load(index) -> (RGB PIL image, label)`.
 
-    def __init__(self, paths, labels, class_names, split_dir, on_bad_image="skip"):
+    The sources of image files (an ImageFolder split, a PaddleClas list) differ only in how
+    they find their files; decoding, the bad-file policy and the check that a split is
+    readable are this class's. `where` names the split in messages ("ImageFolder split DIR").
+    """
+
+    def __init__(self, paths, labels, class_names, where, on_bad_image="skip"):
         self.paths, self.labels, self.class_names = list(paths), labels, list(class_names)
-        self.split_dir, self.on_bad_image = split_dir, on_bad_image
+        self.where, self.on_bad_image = where, on_bad_image
         # path -> what `load` returns: the RGB image; evaluation with a checkpoint's own pipeline
         # sets its `Preprocess.read`, which decodes as that library does (its EXIF handling and
         # RGB conversion) and returns the model input
@@ -208,7 +213,7 @@ class ImageFolderSource:
                 self._unreadable(candidate, error)
                 continue
             return image, int(self.labels[candidate])
-        raise DataError(f"no readable image left in {self.split_dir}")
+        raise DataError(f"no readable image left in {self.where}")
 
     def _unreadable(self, index, error):
         """File `index` failed to decode: the error (on_bad_image="error"), or skip it from now on."""
@@ -239,9 +244,17 @@ class ImageFolderSource:
                 self._unreadable(bad_index, error)
             return
         first, error = failed[0]
-        raise DataError(f"ImageFolder split {self.split_dir} has no readable image: all {len(failed)} files tried "
+        raise DataError(f"{self.where} has no readable image: all {len(failed)} files tried "
                         f"fail to decode (the first, {self.paths[first]}: {_one_line(error)}); "
                         f"replace them or point data.root elsewhere")
+
+
+class ImageFolderSource(ImageFileSource):
+    """The decoded images of one ImageFolder split (root/train or root/val)."""
+
+    def __init__(self, paths, labels, class_names, split_dir, on_bad_image="skip"):
+        super().__init__(paths, labels, class_names, f"ImageFolder split {split_dir}", on_bad_image)
+        self.split_dir = split_dir
 
 
 def build_imagefolder_sources(root, on_bad_image="skip"):

@@ -121,9 +121,10 @@ def check_same_run(config, state, path, class_names, geometry_differences):
     images."""
     recorded = state["config"]
     was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
+           "data.train_list": recorded["data"].get("train_list"),  # a file list: which images, in which order
            "data.train_fraction": recorded["data"].get("train_fraction", 1.0)}
     now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
-           "data.train_fraction": config.data.train_fraction}
+           "data.train_list": config.data.train_list, "data.train_fraction": config.data.train_fraction}
     differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
     differences += geometry_differences
     recorded_classes = state.get("class_names")
