@@ -455,3 +455,11 @@ def test_the_deterministic_flag_is_set_for_a_gpu_run_and_put_back(monkeypatch):
     assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is True
     saved.restore()
     assert paddle.get_flags(["FLAGS_check_nan_inf"])["FLAGS_check_nan_inf"] is False
+
+
+def test_eval_json_keeps_every_class_when_two_share_a_name():
+    from paddle_vit.cli.eval import unique_class_keys
+
+    keys = unique_class_keys(["tench", "crane", "goldfish", "crane"])
+    assert keys == ["tench", "crane (1)", "goldfish", "crane (3)"]  # ImageNet's two cranes
+    assert len(set(keys)) == 4

@@ -10,6 +10,7 @@ weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm
 folders, PaddleClas/PLSC, JAX .npz, torchvision state dicts): the model is built with the options the weights imply, so
 --model NAME needs no hand-typed overrides.
 """
+import collections
 import contextlib
 import json
 import os
@@ -69,6 +70,13 @@ def evaluation_config(args):
     return load_config(data={"model": {"name": name_for_folder(args.weights)}}, overrides=args.override)
 
 
+def unique_class_keys(names):
+    """The class names as JSON keys: a name that several classes share (ImageNet's two "crane"s,
+    134 and 517) gets its class index, "crane (134)", so that no class drops out of the dict."""
+    counts = collections.Counter(names)
+    return [f"{name} ({index})" if counts[name] > 1 else name for index, name in enumerate(names)]
+
+
 def report(args, config, figure):
     """Evaluate, print the per-class accuracy and the JSON summary, draw the confusion matrix to
     `figure` (None: none)."""
@@ -84,7 +92,7 @@ def report(args, config, figure):
         print(f"class {name}: accuracy {accuracy:.4f}")
     summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision")}
     print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine})")
-    summary["per_class_accuracy"] = dict(zip(names, metrics["per_class_accuracy"]))
+    summary["per_class_accuracy"] = dict(zip(unique_class_keys(names), metrics["per_class_accuracy"]))
     if figure and rank() == 0:  # after the numbers are out: a full disk costs the figure only
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
         print(f"confusion matrix: {figure}")
