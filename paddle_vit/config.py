@@ -90,7 +90,7 @@ class DataConfig:
 class _ModelSection:
     """Which ViT to build: a registered `name`, with any `ViTConfig` field overridden here
     (None keeps the registered value; `num_classes: null` takes the data set's class count).
-    Its fields after the first three are `ViTConfig`'s, derived from it, so the two never drift.
+    Its fields after the first four are `ViTConfig`'s, derived from it, so the two never drift.
 
     pretrained: weights to start from: any file `load_pretrained` reads, or a Hugging Face
         save_pretrained folder. The model is built with the options the checkpoint implies (a
@@ -102,21 +102,31 @@ class _ModelSection:
         null: as the checkpoint's own code does (docs/pretrained.md).
     recompute: activation recompute in training: true (every encoder layer), k (every k-th) or
         false/0; the same numbers with less memory and more time (docs/scaling.md).
+    freeze: null trains every parameter; "backbone" trains the classifier head alone (a linear
+        probe of the frozen representation, the paper's Section 4.1): everything before the
+        head, the pre-logits layer and the pooling norm included, keeps its weights, runs in
+        eval mode (no dropout, no drop-path) and has no gradients and no optimizer state; the
+        head starts from zero (paper Section 3.2).
     Every other key: the `ViTConfig` field of that name (paddle_vit/models/vit.py says what each is).
     """
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""
         return {name: value for name, value in dataclasses.asdict(self).items()
-                if name not in ("name", "pretrained", "pretrained_resample") and value is not None}
+                if name not in OWN_MODEL_KEYS and value is not None}
+
+
+OWN_MODEL_KEYS = ("name", "pretrained", "pretrained_resample", "freeze")  # not ViTConfig fields
+FREEZE_CHOICES = ("backbone",)
 
 
 def _model_section_fields():
-    """(name, type, field) of the model section: its own three keys, then every `ViTConfig`
+    """(name, type, field) of the model section: its own four keys, then every `ViTConfig`
     field as optional (None: the registered value)."""
     fields = [("name", str, dataclasses.field(default="vit_walkthrough")),
               ("pretrained", Optional[str], dataclasses.field(default=None)),
-              ("pretrained_resample", Optional[str], dataclasses.field(default=None))]
+              ("pretrained_resample", Optional[str], dataclasses.field(default=None)),
+              ("freeze", Optional[str], dataclasses.field(default=None))]
     for field in dataclasses.fields(ViTConfig):
         metadata = {"true_is": 1} if field.name == "recompute" else {}  # recompute: true = every layer
         fields.append((field.name, Optional[field.type], dataclasses.field(default=None, metadata=metadata)))
@@ -130,13 +140,25 @@ ModelConfig.__module__ = __name__
 
 @dataclasses.dataclass
 class OptimizerConfig:
-    """AdamW (the ViT/DeiT recipe).
+    """The optimizer: AdamW (the ViT/DeiT pre-training recipe) or SGD with momentum (the paper's
+    fine-tuning recipe, Appendix B.1.1).
 
+    name: "adamw" or "sgd" (momentum SGD, computed as PyTorch's torch.optim.SGD and optax.sgd:
+        velocity = momentum * velocity + gradient, weights -= lr * velocity).
     lr: the peak learning rate, reached after warm-up.
-    weight_decay: decoupled weight decay, never applied to biases, norms, class token or
-        position embeddings.
+    weight_decay: never applied to biases, norms, class token or position embeddings; AdamW's is
+        decoupled, SGD's is L2 added to the gradient (as torch.optim.SGD's weight_decay); 0 is off.
+    beta1, beta2, epsilon: AdamW's.
+    momentum: SGD's momentum (paper: 0.9); nesterov: SGD with Nesterov momentum
+        (the step is lr * (gradient + momentum * velocity)).
     clip_grad_norm: clip the global gradient norm to this (paper: 1.0); 0 switches it off.
     head_lr_scale: multiplies the learning rate of the head (e.g. 10 when fine-tuning).
+    layer_decay: layer-wise learning-rate decay (BEiT, MAE, timm's param_groups_layer_decay):
+        the patch embedding (a hybrid's ResNet included), class token and position embedding
+        are layer 0, encoder block i is layer i + 1, the head (with fc_norm and a pre-logits
+        layer) layer depth + 1, the encoder's final norm the last block's layer (as timm groups
+        it), and each parameter's learning rate is multiplied by
+        layer_decay ** (depth + 1 - layer); null (or 1.0) is off.
     """
     name: str = "adamw"
     lr: float = 1e-3
@@ -146,6 +168,9 @@ class OptimizerConfig:
     epsilon: float = 1e-8
     clip_grad_norm: float = 1.0
     head_lr_scale: float = 1.0
+    momentum: float = 0.9
+    nesterov: bool = False
+    layer_decay: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -225,6 +250,7 @@ class TrainConfig:
 
 
 SHARDING_LEVELS = ("os", "os_g", "p_g_os")
+OPTIMIZERS = ("adamw", "sgd")
 EVAL_ENGINES = ("predictor", "dynamic", "to_static")
 EVAL_PRECISIONS = ("fp32", "bf16")
 
@@ -508,6 +534,11 @@ def validate(config):
         raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
     if model.pretrained_resample is not None:
         _choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
+    if model.freeze is not None:
+        _choice("model.freeze", model.freeze, FREEZE_CHOICES)
+        if vit.num_classes == 0:
+            raise ConfigError("model.freeze: backbone trains the classifier head alone, and model.num_classes is 0 "
+                              "(no head): set model.num_classes: null to follow the data")
 
     data = config.data
     _choice("data.dataset", data.dataset, ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic"))
@@ -547,7 +578,7 @@ def validate(config):
     _choice("data.on_bad_image", data.on_bad_image, ("skip", "error"))
 
     optimizer = config.optimizer
-    _choice("optimizer.name", optimizer.name, ("adamw",))
+    _choice("optimizer.name", optimizer.name, OPTIMIZERS)
     _at_least("optimizer.lr", optimizer.lr, 0.0, exclusive=True)
     _at_least("optimizer.weight_decay", optimizer.weight_decay, 0.0)
     _fraction("optimizer.beta1", optimizer.beta1)
@@ -555,6 +586,13 @@ def validate(config):
     _at_least("optimizer.epsilon", optimizer.epsilon, 0.0, exclusive=True)
     _at_least("optimizer.clip_grad_norm", optimizer.clip_grad_norm, 0.0)
     _at_least("optimizer.head_lr_scale", optimizer.head_lr_scale, 0.0, exclusive=True)
+    _fraction("optimizer.momentum", optimizer.momentum)
+    if optimizer.nesterov and (optimizer.name != "sgd" or optimizer.momentum == 0):
+        raise ConfigError(f"optimizer.nesterov is SGD's Nesterov momentum: it needs optimizer.name: sgd and "
+                          f"optimizer.momentum > 0 (got name {optimizer.name!r}, momentum {optimizer.momentum!r})")
+    if optimizer.layer_decay is not None and not 0.0 < optimizer.layer_decay <= 1.0:
+        raise ConfigError(f"optimizer.layer_decay must be in (0, 1] (e.g. 0.75), or null for none, "
+                          f"got {optimizer.layer_decay!r}")
 
     schedule = config.schedule
     _choice("schedule.name", schedule.name, ("cosine", "constant"))

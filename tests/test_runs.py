@@ -118,8 +118,10 @@ def test_two_live_runs_on_one_folder_the_second_is_refused(tmp_path):
     ("train.accumulate_steps=2", "train.accumulate_steps 1 (the config: 2)"),
     ("data.synthetic_classes=3", "the classes [0, 1, 2, 3] (the data: [0, 1, 2])"),
     ("data.dataset=digits", "data.dataset 'synthetic' (the config: 'digits')"),
+    ("optimizer.name=sgd", "optimizer.name 'adamw' (the config: 'sgd')"),
+    ("model.freeze=backbone", "model.freeze None (the config: 'backbone')"),
 ])
-def test_resuming_with_another_batch_or_data_is_refused_naming_what_differs(tmp_path, capsys, override, fragment):
+def test_resuming_with_another_batch_data_or_optimizer_is_refused_naming_what_differs(tmp_path, capsys, override, fragment):
     folder = tmp_path / "run"
     config = small_config(folder, train={"epochs": 1})
     Trainer(config).fit()

@@ -12,6 +12,7 @@ paddle-vit; tests/fixtures/README.md says how each was made):
         --paddleclas-python PY --paddleclas-path DIR --tf-python PY  # each library's eval preprocessing
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py features     # timm's intermediates, any size
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
+    /work/torchvenv/bin/python          tools/make_reference_fixtures.py layer_decay  # timm's layer-decay scales
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it
@@ -28,7 +29,7 @@ REPO_ROOT = os.path.dirname(HERE)
 MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
            "paddleclas": "paddleclas_fixtures", "torchvision": "torchvision_fixtures",
            "preprocess": "preprocess_fixtures", "features": "features_fixtures",
-           "timm_hub": "timm_hub_fixtures"}
+           "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures"}
 
 
 def main(argv=None):

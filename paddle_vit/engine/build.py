@@ -21,6 +21,7 @@ from ..hub import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from . import sharding
 from .ema import ModelEma
+from .freeze import freeze_backbone
 from .optim import build_optimizer, build_schedule
 
 logger = logging.getLogger("paddle_vit")
@@ -111,6 +112,8 @@ def build_run(config, placement):
     num_classes = len(class_names)
 
     vit = use_cpu_fast_paths(build_model(config, num_classes))
+    if config.model.freeze == "backbone":  # before the optimizer: it gets the head's parameters alone
+        freeze_backbone(vit)
     updates_per_epoch = math.ceil(len(train_loader) / train.accumulate_steps)
     schedule = build_schedule(config.optimizer, config.schedule, updates_per_epoch, train.epochs)
     optimizer = build_optimizer(vit, config.optimizer, schedule)

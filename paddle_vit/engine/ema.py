@@ -3,7 +3,9 @@ import paddle
 
 
 class ModelEma:
-    """shadow = decay * shadow + (1 - decay) * weights, after every optimizer update.
+    """shadow = decay * shadow + (1 - decay) * weights, after every optimizer update; a frozen
+    parameter (stop_gradient, e.g. a linear probe's backbone) is copied instead, so that its
+    shadow stays bit-identical to it rather than drifting by the average's rounding.
 
     The shadow is a float32 copy of the model's state dict; `apply_to(model)` swaps it in (for
     evaluation) and returns the weights it replaced so they can be put back.
@@ -17,11 +19,13 @@ class ModelEma:
     def update(self, model):
         for name, value in model.state_dict().items():
             shadow = self.shadow[name]
-            if paddle.is_floating_point(value):
+            if not paddle.is_floating_point(value):
+                shadow.copy_(value, False)
+            elif value.stop_gradient:  # not trained: nothing to average
+                shadow.copy_(value.detach().astype("float32"), False)
+            else:
                 shadow.scale_(self.decay)
                 shadow.add_(value.detach().astype("float32") * (1.0 - self.decay))
-            else:
-                shadow.copy_(value, False)
 
     def state_dict(self):
         return dict(self.shadow)

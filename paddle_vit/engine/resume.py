@@ -116,15 +116,19 @@ def _few(names, limit=5):
 
 
 def check_same_run(config, state, path, class_names, geometry_differences):
-    """Refuse (one line naming what differs) a checkpoint of another data set, class list or
-    global batch, unless train.resume_check is off; then the data position is carried over in
-    images."""
+    """Refuse (one line naming what differs) a checkpoint of another data set, class list,
+    global batch, optimizer or frozen part, unless train.resume_check is off; then the data
+    position is carried over in images."""
     recorded = state["config"]
     was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
            "data.train_list": recorded["data"].get("train_list"),  # a file list: which images, in which order
-           "data.train_fraction": recorded["data"].get("train_fraction", 1.0)}
+           "data.train_fraction": recorded["data"].get("train_fraction", 1.0),
+           # what trains and how: another optimizer's state, or a frozen backbone's lack of it, does not continue
+           "model.freeze": recorded["model"].get("freeze"),
+           "optimizer.name": recorded["optimizer"].get("name", "adamw")}
     now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
-           "data.train_list": config.data.train_list, "data.train_fraction": config.data.train_fraction}
+           "data.train_list": config.data.train_list, "data.train_fraction": config.data.train_fraction,
+           "model.freeze": config.model.freeze, "optimizer.name": config.optimizer.name}
     differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
     differences += geometry_differences
     recorded_classes = state.get("class_names")

@@ -23,6 +23,7 @@ from ..errors import TrainingError, WeightsError
 from ..viz import attention_overlay_image
 from ..weights import save_weights
 from . import build, resume, runs, seeding, sharding, step, stopping
+from .freeze import keep_backbone_in_eval
 from .evaluator import evaluate
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .seeding import step_seed
@@ -318,6 +319,8 @@ class Trainer:
         train = self.config.train
         epoch, total_batches = self.epoch, len(self.train_loader)
         self.model.train()
+        if self.config.model.freeze == "backbone":  # a linear probe: the frozen features, no dropout/drop-path
+            keep_backbone_in_eval(self.vit)
         self.train_loader.set_epoch(epoch, start_batch=self.batch_in_epoch)
         running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
         epoch_images, interval_start, interval_images = 0, time.time(), 0
