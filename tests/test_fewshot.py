@@ -1,5 +1,8 @@
 """Few-shot linear evaluation (paddle_vit/fewshot.py): the regression, the per-class draw, the
 frozen representation, and the one-line errors."""
+import json
+import os
+
 import numpy as np
 import paddle
 import pytest
@@ -8,7 +11,13 @@ import paddle_vit
 from paddle_vit.errors import ConfigError
 from paddle_vit.fewshot import extract_features, fewshot_accuracy, representation
 
+from repo_paths import REPO
 from tiny_models import tiny_vit
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+BIG_VISION = np.load(os.path.join(FIXTURES, "fewshot_reference.npz"))
+with open(os.path.join(FIXTURES, "fewshot_reference.json")) as _stream:
+    BIG_VISION_CASES = json.load(_stream)["cases"]
 
 
 def eigen_form_accuracy(x_train, y_train, x_test, y_test, num_classes, l2_reg):
@@ -36,6 +45,23 @@ def clusters(num_classes, per_class, dim, spread, seed):
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(num_classes), per_class)
     return (centres[labels] + spread * rng.normal(size=(len(labels), dim))).astype(np.float32), labels
+
+
+@pytest.mark.parametrize("case", sorted(BIG_VISION_CASES))
+def test_fewshot_accuracy_matches_big_vision_to_within_one_test_image(case):
+    """big_vision's own evaluator code recorded the accuracies (tools/reference_fixtures/fewshot_fixtures.py)."""
+    spec = BIG_VISION_CASES[case]
+    arrays = {name: BIG_VISION[f"{case}/{name}"] for name in
+              ("train_features", "train_labels", "test_features", "test_labels", "accuracy")}
+    got = fewshot_accuracy(arrays["train_features"], arrays["train_labels"], arrays["test_features"],
+                           arrays["test_labels"], shots=spec["shots"], l2_reg=spec["l2_reg"], seeds=spec["seeds"],
+                           num_classes=spec["num_classes"])
+    table = np.array([got[k] for k in spec["shots"]])  # [shots, seeds]
+    assert table.shape == arrays["accuracy"].shape
+    num_test = len(arrays["test_labels"])
+    assert np.abs(table - arrays["accuracy"]).max() * num_test <= 1 + 1e-4
+    # the recorded numbers are not all alike: the cases discriminate
+    assert len(np.unique(arrays["accuracy"].round(4))) >= 3
 
 
 @pytest.mark.parametrize("dim", [3, 40], ids=["more_points_than_dimensions", "fewer_points_than_dimensions"])
