@@ -23,6 +23,7 @@ the two to within one test image on its recorded outputs).
     fewshot_accuracy(features, labels, test_features, test_labels, shots=(1, 5))
     # {1: [acc seed 0, acc seed 1, acc seed 2], 5: [...]}
 """
+import contextlib
 import numbers
 
 import numpy as np
@@ -194,16 +195,20 @@ def representation(model, x):
 
 
 @paddle.no_grad()
-def extract_features(model, loader):
+def extract_features(model, loader, autocast=None):
     """(features float32 [N, F], labels int64 [N]) of every batch of `loader` ((images, labels)
-    pairs), the model in eval mode (its train/eval mode is given back afterwards)."""
+    pairs), the model in eval mode (its train/eval mode is given back afterwards); `autocast`: a
+    mixed-precision context to run the model in (a model trained with AMP O2 holds low-precision
+    weights), None for none."""
     vit = _vit_of(model)
     was_training = vit.training
     vit.eval()
     features, labels = [], []
     try:
         for images, batch_labels in loader:
-            features.append(representation(vit, images).astype("float32").numpy())
+            with autocast() if autocast is not None else contextlib.nullcontext():
+                batch_features = representation(vit, images)  # [B, F]
+            features.append(batch_features.astype("float32").numpy())
             batch_labels = batch_labels.numpy() if hasattr(batch_labels, "numpy") else np.asarray(batch_labels)
             labels.append(batch_labels.reshape([-1]).astype(np.int64))
     finally:

@@ -170,3 +170,118 @@ def test_extract_features_is_the_representation_the_head_reads_in_eval_mode(over
         # the head applied to the representation is the model's output
         np.testing.assert_allclose(model.head(representation(model, paddle.to_tensor(images))).numpy(),
                                    model(paddle.to_tensor(images)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ---- on a recipe's data: training and tools/eval.py -----------------------------------------
+def digits_config(output_dir, fewshot_interval):
+    """Two seconds-long epochs of a tiny walkthrough ViT on the digits (1,438 train / 359 val)."""
+    from paddle_vit.config import load_config
+    return load_config(data={
+        "model": {"name": "vit_walkthrough", "image_size": 14, "embed_dim": 16, "depth": 1, "num_heads": 2,
+                  "num_classes": None, "dropout": 0.1},
+        "data": {"dataset": "digits", "train_crop": "pad_crop", "crop_padding": 1, "hflip": 0.0},
+        "optimizer": {"lr": 0.01},
+        "schedule": {"warmup_epochs": 0},
+        "train": {"epochs": 2, "batch_size": 128, "output_dir": str(output_dir), "device": "cpu",
+                  "save_interval": 1, "keep_last": 5},
+        "eval": {"batch_size": 400, "fewshot_interval": fewshot_interval, "fewshot_shots": [1, 5],
+                 "fewshot_seeds": 2}})
+
+
+def fewshot_of_checkpoint(config, path):
+    """fewshot_accuracy on extract_features of the weights at `path`: the training split through
+    the validation transform is the pool, the validation split the test."""
+    from paddle_vit.data import AugmentedDataset, build_dataloader, build_datasets
+    from paddle_vit.hub import model_for_evaluation
+    model = model_for_evaluation(config, path)
+    train_set, val_set, class_names = build_datasets(config.data, 14, seed=config.train.seed)
+    pool = AugmentedDataset(train_set.source, val_set.transform, 14, config.train.seed)
+    loaders = [build_dataloader(data, 400, shuffle=False, drop_last=False) for data in (pool, val_set)]
+    (train_x, train_y), (test_x, test_y) = [extract_features(model, loader) for loader in loaders]
+    assert len(train_y) + len(test_y) == 1797 and train_x.shape[1] == 16
+    return fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 5), seeds=(0, 1), num_classes=10), len(test_y)
+
+
+def test_training_logs_the_fewshot_accuracy_of_its_checkpoints_and_eval_reproduces_it(tmp_path, capsys):
+    from visualdl import LogReader
+    from paddle_vit.engine.trainer import Trainer
+    from repo_paths import load_tool
+
+    config = digits_config(tmp_path / "run", fewshot_interval=1)
+    Trainer(config).fit()
+    with open(tmp_path / "run" / "metrics.jsonl") as stream:
+        records = [json.loads(line) for line in stream]
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for record, name in zip(records, ("epoch_0001.pdckpt", "epoch_0002.pdckpt")):
+        want, num_test = fewshot_of_checkpoint(config, str(checkpoints / name))
+        for k in (1, 5):
+            assert record[f"fewshot_{k}shot"] == pytest.approx(np.mean(want[k]), abs=0.5 / num_test), (name, k)
+    assert records[1]["fewshot_5shot"] > 0.3  # ten classes: chance is 0.1
+    reader = LogReader(file_path=str(next((tmp_path / "run" / "vdl").glob("vdlrecords*"))))
+    logged = [(r.id, r.value) for r in reader.get_data("scalar", "fewshot/5shot")]
+    assert [step for step, _ in logged] == [r["step"] for r in records]
+    assert [value for _, value in logged] == pytest.approx([r["fewshot_5shot"] for r in records], abs=1e-6)
+
+    # the same numbers from the command line, on the run's recipe and last checkpoint
+    config.save(str(tmp_path / "recipe.yaml"))
+    capsys.readouterr()
+    assert load_tool("eval").main(["-c", str(tmp_path / "recipe.yaml"), "--weights", str(checkpoints / "last.pdckpt"),
+                                   "--protocol", "fewshot", "--shots", "1,5", "--seeds", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (summary["num_train"], summary["num_test"], summary["feature_dim"]) == (1438, 359, 16)
+    assert summary["shots"] == [1, 5] and summary["seeds"] == [0, 1] and summary["l2_reg"] == 1024.0
+    for k in ("1", "5"):
+        assert len(summary["accuracy"][k]) == 2
+        assert summary["mean"][k] == pytest.approx(np.mean(summary["accuracy"][k]), abs=1e-12)
+        assert summary["mean"][k] == pytest.approx(records[1][f"fewshot_{k}shot"], abs=0.5 / 359)
+
+
+@pytest.mark.slow
+def test_a_run_with_fewshot_evaluation_trains_to_the_same_weights_as_one_without(tmp_path):
+    """The few-shot evaluation draws from no generator of the run (eval mode, the unaugmented
+    pool, its own default_rng): every weight and loss of the run is as without it."""
+    from paddle_vit.checkpoint import load_checkpoint
+    from paddle_vit.engine.trainer import Trainer
+    runs = {}
+    for interval in (1, 0):
+        Trainer(digits_config(tmp_path / str(interval), fewshot_interval=interval)).fit()
+        runs[interval] = load_checkpoint(str(tmp_path / str(interval) / "checkpoints" / "last.pdckpt"))
+    for name, value in runs[1]["model"].items():
+        np.testing.assert_array_equal(value.numpy(), runs[0]["model"][name].numpy(), err_msg=name)
+    assert [r["train_loss"] for r in runs[1]["history"]] == [r["train_loss"] for r in runs[0]["history"]]
+    assert "fewshot_1shot" in runs[1]["history"][0] and "fewshot_1shot" not in runs[0]["history"][0]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--shots", "1,x"], "--shots must be positive integers separated by commas"),
+    (["--shots", "0"], "--shots must be positive integers separated by commas"),
+    (["--l2-reg", "-3"], "--l2-reg must be a finite number >= 0"),
+    (["--l2-reg", "nan"], "--l2-reg must be a finite number >= 0"),
+    (["--seeds", "0"], "--seeds must be a whole number >= 1"),
+    (["--protocol", "linear"], "invalid choice: 'linear'"),
+    (["--protocol", "fewshot", "--confusion-matrix", "c.png"], "--confusion-matrix draws the head's predictions"),
+])
+def test_bad_fewshot_options_of_eval_are_one_error_line(tmp_path, capsys, options, message):
+    from repo_paths import load_tool
+    needs_protocol = options[0] in ("--shots", "--l2-reg", "--seeds")
+    argv = ["--model", "vit_walkthrough", "--weights", str(tmp_path / "none.pdckpt"), *options]
+    capsys.readouterr()
+    assert load_tool("eval").main(argv + (["--protocol", "fewshot"] if needs_protocol else [])) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith("error: ") and message in error[0], error
+    if needs_protocol:  # without --protocol fewshot the option is a mistake too
+        assert load_tool("eval").main(argv) == 2
+        assert "add --protocol fewshot" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("fewshot_interval", -1, "eval.fewshot_interval must be >= 0"),
+    ("fewshot_shots", [5, 0], "eval.fewshot_shots must be a non-empty list of positive integers"),
+    ("fewshot_shots", 5, "eval.fewshot_shots must be a list of an integer"),
+    ("fewshot_l2_reg", -1.0, "eval.fewshot_l2_reg must be >= 0.0"),
+    ("fewshot_seeds", 0, "eval.fewshot_seeds must be >= 1"),
+])
+def test_bad_fewshot_config_keys_are_one_config_error(key, value, message):
+    from paddle_vit.config import load_config
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("[", r"\[")):
+        load_config(data={"eval": {key: value}})
