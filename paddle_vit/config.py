@@ -568,9 +568,9 @@ def validate(config):
     _at_least("eval.interval", config.eval.interval, 1)
     _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
     _at_least("eval.fewshot_interval", config.eval.fewshot_interval, 0)
-    if not config.eval.fewshot_shots or min(config.eval.fewshot_shots) < 1:
-        raise ConfigError(f"eval.fewshot_shots must be a non-empty list of positive integers, "
-                          f"got {config.eval.fewshot_shots!r}")
+    shots = config.eval.fewshot_shots
+    if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
+        raise ConfigError(f"eval.fewshot_shots must be a non-empty list of different positive integers, got {shots!r}")
     _at_least("eval.fewshot_l2_reg", config.eval.fewshot_l2_reg, 0.0)
     _at_least("eval.fewshot_seeds", config.eval.fewshot_seeds, 1)
     if vit.in_channels != 3:

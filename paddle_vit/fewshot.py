@@ -75,7 +75,10 @@ def _checked_shots(shots):
         raise ConfigError(f"shots must be a list of positive integers, got {shots!r}") from None
     if not shots or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0 for k in shots):
         raise ConfigError(f"shots must be a non-empty list of positive integers, got {list(shots)!r}")
-    return tuple(int(k) for k in shots)
+    shots = tuple(int(k) for k in shots)
+    if len(set(shots)) != len(shots):
+        raise ConfigError(f"shots must not repeat a value, got {list(shots)!r}")
+    return shots
 
 
 def _checked_seeds(seeds):
@@ -87,7 +90,10 @@ def _checked_seeds(seeds):
         raise ConfigError(f"seeds must be a list of integer seeds, got {seeds!r}") from None
     if not seeds or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
         raise ConfigError(f"seeds must be a non-empty list of non-negative integers, got {list(seeds)!r}")
-    return tuple(int(s) for s in seeds)
+    seeds = tuple(int(s) for s in seeds)
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must not repeat a value, got {list(seeds)!r}")
+    return seeds
 
 
 def _checked_l2_reg(l2_reg):

@@ -132,6 +132,8 @@ GOOD = dict(train_features=np.zeros((4, 3)), train_labels=np.array([0, 0, 1, 1])
      "train_features has a non-finite value (nan or inf) at row 1, column 1"),
     (dict(shots=(1, 0)), "shots must be a non-empty list of positive integers"),
     (dict(shots=(2.5,)), "shots must be a non-empty list of positive integers"),
+    (dict(shots=(5, 1, 5)), "shots must not repeat a value, got [5, 1, 5]"),
+    (dict(seeds=(0, 0)), "seeds must not repeat a value"),
     (dict(l2_reg=-1.0), "l2_reg must be a finite number >= 0, got -1.0"),
     (dict(seeds=3), "seeds must be a list of integer seeds such as range(3)"),
     (dict(num_classes=1), "num_classes must be an integer >= 2"),
@@ -253,8 +255,9 @@ def test_a_run_with_fewshot_evaluation_trains_to_the_same_weights_as_one_without
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--shots", "1,x"], "--shots must be positive integers separated by commas"),
-    (["--shots", "0"], "--shots must be positive integers separated by commas"),
+    (["--shots", "1,x"], "--shots must be different positive integers separated by commas"),
+    (["--shots", "0"], "--shots must be different positive integers separated by commas"),
+    (["--shots", "5,5"], "--shots must be different positive integers separated by commas"),
     (["--l2-reg", "-3"], "--l2-reg must be a finite number >= 0"),
     (["--l2-reg", "nan"], "--l2-reg must be a finite number >= 0"),
     (["--seeds", "0"], "--seeds must be a whole number >= 1"),
@@ -276,7 +279,8 @@ def test_bad_fewshot_options_of_eval_are_one_error_line(tmp_path, capsys, option
 
 @pytest.mark.parametrize("key, value, message", [
     ("fewshot_interval", -1, "eval.fewshot_interval must be >= 0"),
-    ("fewshot_shots", [5, 0], "eval.fewshot_shots must be a non-empty list of positive integers"),
+    ("fewshot_shots", [5, 0], "eval.fewshot_shots must be a non-empty list of different positive integers"),
+    ("fewshot_shots", [5, 5], "eval.fewshot_shots must be a non-empty list of different positive integers"),
     ("fewshot_shots", 5, "eval.fewshot_shots must be a list of an integer"),
     ("fewshot_l2_reg", -1.0, "eval.fewshot_l2_reg must be >= 0.0"),
     ("fewshot_seeds", 0, "eval.fewshot_seeds must be >= 1"),

@@ -124,8 +124,8 @@ def fewshot_options(args, config):
             shots = [int(part) for part in args.shots.split(",")]
         except ValueError:
             shots = []
-        if not shots or min(shots) < 1:
-            raise ConfigError(f"--shots must be positive integers separated by commas, e.g. 1,5,10,25; "
+        if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
+            raise ConfigError(f"--shots must be different positive integers separated by commas, e.g. 1,5,10,25; "
                               f"got {args.shots!r}")
     l2_reg = config.eval.fewshot_l2_reg
     if args.l2_reg is not None:
