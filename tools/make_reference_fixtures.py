@@ -12,7 +12,7 @@ paddle-vit; tests/fixtures/README.md says how each was made):
         --paddleclas-python PY --paddleclas-path DIR --tf-python PY  # each library's eval preprocessing
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py features     # timm's intermediates, any size
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
-    /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py fewshot --big-vision DIR  # big_vision's few-shot
+    /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py fewshot --big-vision DIR  # big_vision few-shot
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it

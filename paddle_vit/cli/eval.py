@@ -43,7 +43,8 @@ def evaluate(argv):
                              "of the frozen representation (the paper's Figure 4/5 metric)")
     parser.add_argument("--shots", metavar="K,K,...",
                         help="(fewshot) images per class, comma-separated (default: eval.fewshot_shots, 1,5,10,25)")
-    parser.add_argument("--l2-reg", metavar="L2", help="(fewshot) the ridge penalty (default: eval.fewshot_l2_reg, 1024)")
+    parser.add_argument("--l2-reg", metavar="L2",
+                        help="(fewshot) the ridge penalty (default: eval.fewshot_l2_reg, 1024)")
     parser.add_argument("--seeds", metavar="N", help="(fewshot) draws, seeds 0 .. N-1 (default: eval.fewshot_seeds, 3)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
