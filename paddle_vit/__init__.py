@@ -24,6 +24,8 @@ _LAZY = {
     "create_model": "hub",
     "load_pretrained": "weights",
     "LoadReport": "weights",
+    "fewshot_accuracy": "fewshot",
+    "extract_features": "fewshot",
 }
 
 __all__ = ["ConfigError", "DataError", "ExportError", "PaddleVitError", "TrainingError", "WeightsError",

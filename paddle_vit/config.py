@@ -267,13 +267,24 @@ class EvalConfig:
     (eager, as during training) or ``to_static`` (a paddle.jit.to_static graph). The evaluation
     during training always runs the training model eagerly;
     precision: ``fp32``, or ``bf16`` (the predictor's oneDNN bfloat16 kernels, on a CPU with
-    AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md)."""
+    AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md);
+    fewshot_interval: every this many epochs (and after the last), the few-shot linear accuracy of the frozen
+    representation (the paper's second metric, paddle_vit/fewshot.py): the training split
+    (without augmentation) is the pool, the validation split the test; logged as
+    ``fewshot/<k>shot`` (the mean over the seeds) to VisualDL and ``fewshot_<k>shot`` in
+    metrics.jsonl (0: never); fewshot_shots: the shots per class; fewshot_l2_reg: the ridge
+    penalty (big_vision's 1024); fewshot_seeds: how many draws (seeds 0 .. n-1). tools/eval.py
+    --protocol fewshot takes the last three as its defaults."""
     batch_size: int = 128
     interval: int = 1
     confusion_matrix: bool = False
     attention_map_interval: int = 0
     engine: str = "predictor"
     precision: str = "fp32"
+    fewshot_interval: int = 0
+    fewshot_shots: List[int] = dataclasses.field(default_factory=lambda: [1, 5, 10, 25])
+    fewshot_l2_reg: float = 1024.0
+    fewshot_seeds: int = 3
 
 
 SECTIONS = {
@@ -622,6 +633,12 @@ def validate(config):
     _at_least("eval.batch_size", config.eval.batch_size, 1)
     _at_least("eval.interval", config.eval.interval, 1)
     _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
+    _at_least("eval.fewshot_interval", config.eval.fewshot_interval, 0)
+    shots = config.eval.fewshot_shots
+    if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
+        raise ConfigError(f"eval.fewshot_shots must be a non-empty list of different positive integers, got {shots!r}")
+    _at_least("eval.fewshot_l2_reg", config.eval.fewshot_l2_reg, 0.0)
+    _at_least("eval.fewshot_seeds", config.eval.fewshot_seeds, 1)
     if vit.in_channels != 3:
         raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
                           f"RGBA and CMYK ones are converted): set model.in_channels: 3")

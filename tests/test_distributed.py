@@ -30,7 +30,8 @@ RECIPE = {
     "optimizer": {"lr": 0.003},
     "schedule": {"warmup_epochs": 0.5},
     "train": {"epochs": 2, "batch_size": 8, "device": "cpu", "log_interval": 2, "save_interval": 1},
-    "eval": {"batch_size": 8},
+    # the few-shot features are gathered from the ranks (41 val images: one padded duplicate to trim)
+    "eval": {"batch_size": 8, "fewshot_interval": 1, "fewshot_shots": [1, 5], "fewshot_seeds": 2},
 }
 
 
@@ -110,7 +111,7 @@ def metrics(folder):
 def assert_same_metrics(actual, expected):
     assert [r["epoch"] for r in actual] == [r["epoch"] for r in expected]
     for got, want in zip(actual, expected):
-        for key in ("train_loss", "val_loss", "val_top1", "step"):
+        for key in ("train_loss", "val_loss", "val_top1", "step", "fewshot_1shot", "fewshot_5shot"):
             assert got[key] == pytest.approx(want[key], abs=1e-5), key
 
 

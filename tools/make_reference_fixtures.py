@@ -13,6 +13,7 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py features     # timm's intermediates, any size
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py layer_decay  # timm's layer-decay scales
+    /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py fewshot --big-vision DIR  # big_vision few-shot
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it
@@ -29,7 +30,8 @@ REPO_ROOT = os.path.dirname(HERE)
 MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fixtures",
            "paddleclas": "paddleclas_fixtures", "torchvision": "torchvision_fixtures",
            "preprocess": "preprocess_fixtures", "features": "features_fixtures",
-           "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures"}
+           "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures",
+           "fewshot": "fewshot_fixtures"}
 
 
 def main(argv=None):
@@ -45,6 +47,10 @@ def main(argv=None):
                         help="(preprocess) PYTHONPATH for it: where `pip install --no-deps --target DIR "
                              "paddleclas opencv-python-headless` put them")
     parser.add_argument("--tf-python", metavar="PY", help="(preprocess) an interpreter with TensorFlow")
+    parser.add_argument("--big-vision", metavar="DIR",
+                        help="(fewshot) a source tree of google-research/big_vision")
+    parser.add_argument("--big-vision-commit", metavar="SHA",
+                        help="(fewshot) its commit, recorded when DIR is an export with no .git")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.join(HERE, "reference_fixtures"))
     os.makedirs(args.out, exist_ok=True)

@@ -3,9 +3,16 @@
     paddle-vit eval -c CONFIG --weights PATH [-o section.key=value ...]
     paddle-vit eval --model NAME --weights PATH [-o data.dataset=imagefolder -o data.root=DIR ...]
     paddle-vit eval --weights FOLDER [-o ...]      (a timm Hub or Hugging Face folder names its model)
+    paddle-vit eval ... --protocol fewshot [--shots 1,5,10,25] [--l2-reg 1024] [--seeds 3]
 
 Prints per-class accuracy, then one JSON line with top1, top5, loss and num_samples (the
-last line of stdout, for scripts). Accepts training checkpoints (.pdckpt, --ema for their EMA
+last line of stdout, for scripts). With --protocol fewshot it measures the paper's other metric
+instead, few-shot linear accuracy of the frozen representation as big_vision computes it
+(paddle_vit/fewshot.py): the training split is the pool the shots are drawn from, the
+validation split the test; the features of both are computed once and every (shots, seed)
+regression reuses them; one line per shots, then a JSON line with every accuracy, the mean per
+shots, num_train, num_test and feature_dim. Its defaults are the recipe's eval.fewshot_shots,
+eval.fewshot_l2_reg and eval.fewshot_seeds. Accepts training checkpoints (.pdckpt, --ema for their EMA
 weights), .pdparams, and any checkpoint `paddle_vit.load_pretrained` reads (timm, Hugging Face
 folders, PaddleClas/PLSC, JAX .npz, torchvision state dicts): the model is built with the options the weights imply, so
 --model NAME needs no hand-typed overrides.
@@ -13,6 +20,7 @@ folders, PaddleClas/PLSC, JAX .npz, torchvision state dicts): the model is built
 import collections
 import contextlib
 import json
+import math
 import os
 
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
@@ -31,6 +39,14 @@ def evaluate(argv):
     parser.add_argument("--ema", action="store_true", help="evaluate the EMA weights of a .pdckpt")
     parser.add_argument("--confusion-matrix", metavar="PNG",
                         help="also draw the confusion matrix to PNG (.png, .svg or .pdf; the folder is created)")
+    parser.add_argument("--protocol", choices=("classification", "fewshot"), default="classification",
+                        help="classification (default): the head's accuracy; fewshot: the few-shot linear accuracy "
+                             "of the frozen representation (the paper's Figure 4/5 metric)")
+    parser.add_argument("--shots", metavar="K,K,...",
+                        help="(fewshot) images per class, comma-separated (default: eval.fewshot_shots, 1,5,10,25)")
+    parser.add_argument("--l2-reg", metavar="L2",
+                        help="(fewshot) the ridge penalty (default: eval.fewshot_l2_reg, 1024)")
+    parser.add_argument("--seeds", metavar="N", help="(fewshot) draws, seeds 0 .. N-1 (default: eval.fewshot_seeds, 3)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -38,6 +54,16 @@ def evaluate(argv):
     from ..viz import FIGURE_FORMATS
 
     setup_logging()
+    if args.protocol == "fewshot":
+        if args.confusion_matrix:
+            raise ConfigError("--confusion-matrix draws the head's predictions: it goes with --protocol classification")
+        config = evaluation_config(args)
+        report_fewshot(args, config, *fewshot_options(args, config))
+        return 0
+    given = [option for option, value in (("--shots", args.shots), ("--l2-reg", args.l2_reg),
+                                          ("--seeds", args.seeds)) if value is not None]
+    if given:
+        raise ConfigError(f"{', '.join(given)} set the few-shot evaluation: add --protocol fewshot")
     config = evaluation_config(args)
     target = confusion_matrix_target(args, config)
     # the figure's place is checked before the evaluation runs; a folder made for it goes when it fails
@@ -96,6 +122,54 @@ def report(args, config, figure):
     if figure and rank() == 0:  # after the numbers are out: a full disk costs the figure only
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)
         print(f"confusion matrix: {figure}")
+    print(json.dumps(summary))
+
+
+def fewshot_options(args, config):
+    """(shots, l2_reg, seeds) from --shots, --l2-reg, --seeds or the recipe's eval.fewshot_* keys."""
+    shots = list(config.eval.fewshot_shots)
+    if args.shots is not None:
+        try:
+            shots = [int(part) for part in args.shots.split(",")]
+        except ValueError:
+            shots = []
+        if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
+            raise ConfigError(f"--shots must be different positive integers separated by commas, e.g. 1,5,10,25; "
+                              f"got {args.shots!r}")
+    l2_reg = config.eval.fewshot_l2_reg
+    if args.l2_reg is not None:
+        try:
+            l2_reg = float(args.l2_reg)
+        except ValueError:
+            l2_reg = -1.0
+        if not math.isfinite(l2_reg) or l2_reg < 0:
+            raise ConfigError(f"--l2-reg must be a finite number >= 0, e.g. 1024; got {args.l2_reg!r}")
+    seeds = config.eval.fewshot_seeds
+    if args.seeds is not None:
+        seeds = int(args.seeds) if args.seeds.strip().isdigit() else 0
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be a whole number >= 1 (the draws use seeds 0 .. N-1); got {args.seeds!r}")
+    return shots, l2_reg, seeds
+
+
+def report_fewshot(args, config, shots, l2_reg, seeds):
+    """Measure the few-shot accuracy; print one line per shots, then the JSON summary."""
+    from ..config import keys_set
+    from ..engine.fewshot_eval import run_fewshot_evaluation
+
+    metrics = run_fewshot_evaluation(config, args.weights, shots, l2_reg, seeds, use_ema=args.ema,
+                                     chosen_data_keys=keys_set("data", args.config, args.override))
+    print(f"few-shot linear accuracy: {metrics['num_train']} pool images, {metrics['num_test']} test images, "
+          f"{metrics['feature_dim']} features, {metrics['num_classes']} classes, l2_reg {metrics['l2_reg']:g}")
+    for k in metrics["shots"]:
+        per_seed = ", ".join(f"{value:.4f}" for value in metrics["accuracy"][k])
+        print(f"{k}-shot: {metrics['mean'][k]:.4f} (seeds {metrics['seeds']}: {per_seed})")
+    summary = {"protocol": "fewshot", "shots": metrics["shots"], "seeds": metrics["seeds"],
+               "l2_reg": metrics["l2_reg"],
+               "accuracy": {str(k): values for k, values in metrics["accuracy"].items()},
+               "mean": {str(k): value for k, value in metrics["mean"].items()},
+               "num_train": metrics["num_train"], "num_test": metrics["num_test"],
+               "feature_dim": metrics["feature_dim"], "num_classes": metrics["num_classes"]}
     print(json.dumps(summary))
 
 

@@ -22,7 +22,7 @@ from ..data import batch_rng, one_hot_smoothed
 from ..errors import TrainingError, WeightsError
 from ..viz import attention_overlay_image
 from ..weights import save_weights
-from . import build, resume, runs, seeding, sharding, step, stopping
+from . import build, fewshot_eval, resume, runs, seeding, sharding, step, stopping
 from .freeze import keep_backbone_in_eval
 from .evaluator import evaluate
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
@@ -98,6 +98,7 @@ class Trainer:
             self.history = position.history  # every finished epoch's record: metrics.jsonl is written from it
             self.stop_requested = False  # by the first Ctrl-C or SIGTERM: stop at the next update
             self.phase = "train"  # or "eval": what an out-of-memory error advises on
+            self.fewshot_pool_loader = None  # the training split unaugmented, made at the first few-shot eval
 
             if self.main:
                 self.output_dir, self.lock = runs.open_run_folder(folder, config, self.history)
@@ -433,6 +434,9 @@ class Trainer:
             if result["top1"] > self.best_top1:
                 self.best_top1 = result["top1"]
                 self.save_weights("best")
+        fewshot_interval = self.config.eval.fewshot_interval
+        if fewshot_interval and ((epoch + 1) % fewshot_interval == 0 or last_epoch):
+            record.update(self._fewshot_evaluation(writer))
         self.epoch, self.batch_in_epoch = epoch + 1, 0
         record["best_top1"] = self.best_top1
         self.history.append(record)  # the checkpoint carries the records: a kill between it and
@@ -451,6 +455,22 @@ class Trainer:
             logger.info("%s (%s)", described, format_duration(seconds))
             check_log_files()
         return record
+
+    def _fewshot_evaluation(self, writer):
+        """The few-shot linear accuracy of the frozen representation (engine/fewshot_eval.py: the
+        training split unaugmented is the pool, the validation split the test; every rank
+        gathers the features): {"fewshot_<k>shot": mean over the seeds}, also logged to VisualDL
+        as fewshot/<k>shot. It draws from no generator of the run, so resuming stays exact."""
+        settings = self.config.eval
+        if self.fewshot_pool_loader is None:
+            self.fewshot_pool_loader = fewshot_eval.pool_loader(self.train_set, self.val_set, settings.batch_size,
+                                                                self.config.data.num_workers, self.config.train.seed)
+        result = fewshot_eval.fewshot_metrics(self.vit, self.fewshot_pool_loader, self.val_loader, self.num_classes,
+                                              settings.fewshot_shots, settings.fewshot_l2_reg, settings.fewshot_seeds,
+                                              autocast=self.autocast)
+        for k, mean in result["mean"].items():
+            writer.add(f"fewshot/{k}shot", mean, self.global_step)
+        return {f"fewshot_{k}shot": mean for k, mean in result["mean"].items()}
 
     def _summary(self, start, interrupted, metrics):
         return {"output_dir": self.output_dir, "epochs_done": self.epoch, "global_step": self.global_step,
