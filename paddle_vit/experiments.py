@@ -175,8 +175,8 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
 
     by_shots = [table(lambda outcome, i=i: outcome[4][i]) for i in range(len(shots))]  # [shots] {family: ...}
     draws = {family: {str(k): by_shots[i][family] for i, k in enumerate(shots)} for family in families}
-    fewshot = {family: {k: [[float(np.mean(d)) for d in row] for row in rows] for k, rows in by_shots.items()}
-               for family, by_shots in draws.items()}
+    fewshot = {family: {k: [[float(np.mean(per_seed)) for per_seed in row] for row in rows] for k, rows in per_k.items()}
+               for family, per_k in draws.items()}  # the mean of each run's draws
     accuracy = table(lambda outcome: outcome[0])
     summary = {family: {"val_top1": [seed_spread(row) for row in accuracy[family]],
                         **{f"fewshot_{k}shot": [seed_spread(row) for row in fewshot[family][k]] for k in fewshot[family]}}
