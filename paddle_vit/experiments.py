@@ -151,7 +151,8 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
         with lock:
             outcomes[run] = outcome
             if progress:
-                progress(*run, outcome[0], outcome[3], {k: float(np.mean(draws)) for k, draws in zip(shots, outcome[4])})
+                means = {k: float(np.mean(draws)) for k, draws in zip(shots, outcome[4])}
+                progress(*run, outcome[0], outcome[3], means)
 
     if workers == 1:
         for run in runs:
@@ -175,11 +176,13 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
 
     by_shots = [table(lambda outcome, i=i: outcome[4][i]) for i in range(len(shots))]  # [shots] {family: ...}
     draws = {family: {str(k): by_shots[i][family] for i, k in enumerate(shots)} for family in families}
-    fewshot = {family: {k: [[float(np.mean(per_seed)) for per_seed in row] for row in rows] for k, rows in per_k.items()}
+    fewshot = {family: {k: [[float(np.mean(per_seed)) for per_seed in row] for row in rows]
+                        for k, rows in per_k.items()}
                for family, per_k in draws.items()}  # the mean of each run's draws
     accuracy = table(lambda outcome: outcome[0])
     summary = {family: {"val_top1": [seed_spread(row) for row in accuracy[family]],
-                        **{f"fewshot_{k}shot": [seed_spread(row) for row in fewshot[family][k]] for k in fewshot[family]}}
+                        **{f"fewshot_{k}shot": [seed_spread(row) for row in rows]
+                           for k, rows in fewshot[family].items()}}
                for family in families}
     return {"fractions": list(fractions), "seeds": list(seeds), "steps": steps, "batch_size": batch_size,
             "shots": list(shots), "fewshot_l2_reg": FEWSHOT_L2_REG, "fewshot_draw_seeds": list(FEWSHOT_DRAWS),

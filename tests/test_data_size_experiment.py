@@ -84,12 +84,14 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
     with open(out / "data_size_experiment.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
     assert len(rows) == 3 * 2 * 3  # families x fractions x (val_top1, 1-shot, 5-shot)
-    row = next(row for row in rows if (row["family"], row["fraction"], row["metric"]) == ("ResNet", "1.0", "fewshot_1shot"))
+    def row_of(family, fraction, metric):
+        return next(row for row in rows if (row["family"], row["fraction"], row["metric"]) == (family, fraction, metric))
+    row = row_of("ResNet", "1.0", "fewshot_1shot")
     # seeds 0 and 2 trained to 0.85 and 0.87; their 1-shot draws average 0.761 and 0.781
     assert {key: float(row[key]) for key in ("mean", "std", "min", "max", "seed_0", "seed_2")} == pytest.approx(
         {"mean": 0.771, "std": 0.01, "min": 0.761, "max": 0.781, "seed_0": 0.761, "seed_2": 0.781})
     assert (row["train_images"], row["parameters"]) == ("1438", "1000")
-    row = next(row for row in rows if (row["family"], row["fraction"], row["metric"]) == ("ViT", "0.1", "val_top1"))
+    row = row_of("ViT", "0.1", "val_top1")
     assert (float(row["mean"]), float(row["min"]), float(row["max"])) == pytest.approx((0.535, 0.525, 0.545))
 
     figure = experiments.data_size_figure(report)  # two panels: trained accuracy, 5-shot (the paper's)
