@@ -85,7 +85,8 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
         rows = list(csv.DictReader(stream))
     assert len(rows) == 3 * 2 * 3  # families x fractions x (val_top1, 1-shot, 5-shot)
     def row_of(family, fraction, metric):
-        return next(row for row in rows if (row["family"], row["fraction"], row["metric"]) == (family, fraction, metric))
+        return next(row for row in rows
+                    if (row["family"], row["fraction"], row["metric"]) == (family, fraction, metric))
     row = row_of("ResNet", "1.0", "fewshot_1shot")
     # seeds 0 and 2 trained to 0.85 and 0.87; their 1-shot draws average 0.761 and 0.781
     assert {key: float(row[key]) for key in ("mean", "std", "min", "max", "seed_0", "seed_2")} == pytest.approx(
