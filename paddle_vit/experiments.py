@@ -1,5 +1,12 @@
 """The paper's data-size experiment in miniature (Section 4.3, Figures 3-4): the three model
-families, trained on growing fractions of a training set, the validation accuracy each reaches.
+families, trained on growing fractions of a training set, measured the paper's two ways:
+- the validation accuracy the trained model reaches (the paper's "fine-tuning accuracy"; here the
+  model is trained and validated on the same task, the digits);
+- the few-shot linear accuracy of its frozen representation (the paper's Figure 4 metric,
+  Section 4.1): k training images of each class, drawn from that run's own fraction (the data the
+  representation was trained on), their features mapped to {-1, 1}^10 targets by regularised
+  least squares (`paddle_vit.fewshot_accuracy`, computed as big_vision's `fewshot_lsr`), tested
+  on the same validation images.
 
 The families are one `ViTConfig` each, of about the same size (70-100 thousand parameters), on
 the same 4 x 4 grid of tokens, with the same head (the tokens averaged, LayerNorm, Linear:
@@ -21,7 +28,10 @@ from . import runtime
 from .config import load_config
 from .engine.logging_utils import setup_logging
 from .engine.trainer import Trainer
+from .data.datasets import AugmentedDataset
+from .data.loader import build_dataloader
 from .errors import TrainingError
+from .fewshot import extract_features, fewshot_accuracy
 from .viz import new_figure
 
 FAMILIES = {
@@ -34,6 +44,14 @@ FAMILIES = {
 }
 IMAGE_SIZE = 16  # the 8 x 8 digits, resized
 BATCH_SIZE = 32  # every run's, whatever its fraction: the smallest fraction must keep a batch
+# The few-shot protocol (Section 4.1). Shots 1, 5 and 10 of each of the 10 digits: the paper reads
+# 1-, 5-, 10- and 25-shot, but the smallest fraction (10%) keeps only 13-15 images of a class, so
+# 25 would be all of them. Each run's pool is drawn three times (big_vision's seeds 0, 1, 2); the
+# run's number is the mean of the three draws, and the spread is over the training seeds.
+FEWSHOT_SHOTS = (1, 5, 10)
+FEWSHOT_L2_REG = 1024.0  # big_vision's default
+FEWSHOT_DRAWS = (0, 1, 2)
+FIGURE_SHOTS = 5  # the paper's Figure 4 plots linear 5-shot accuracy
 RECIPE = {
     "optimizer": {"lr": 0.003, "weight_decay": 0.05},
     "data": {"dataset": "digits", "train_crop": "resize", "hflip": 0.0},
@@ -72,12 +90,12 @@ def training_images(fractions, batch_size=BATCH_SIZE):
     return {fraction: kept(fraction) for fraction in fractions}, round(smallest, 3)
 
 
-def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None):
-    """One run of the experiment: (validation top-1, parameters, training images, seconds)."""
+def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=FEWSHOT_SHOTS):
+    """One run of the experiment: (validation top-1, parameters, training images, seconds,
+    few-shot accuracies [[accuracy per draw of FEWSHOT_DRAWS] per shots])."""
     import time
 
     import paddle
-
 
     start = time.time()
     paddle.set_device("cpu")
@@ -85,20 +103,46 @@ def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=Non
         paddle.base.core.set_num_threads(threads)
     trainer = Trainer(experiment_config(family, fraction, seed, output_dir, steps, batch_size))
     parameters = sum(int(np.prod(parameter.shape)) for parameter in trainer.vit.parameters())
-    accuracy = trainer.fit()["last_epoch"]["val_top1"]
-    return accuracy, parameters, len(trainer.train_set), time.time() - start
+    accuracy = trainer.fit()["last_epoch"]["val_top1"]  # the weights saved as checkpoints/last.pdparams
+    fewshot = fewshot_of_trained(trainer, shots)
+    return accuracy, parameters, len(trainer.train_set), time.time() - start, fewshot
+
+
+def fewshot_of_trained(trainer, shots=FEWSHOT_SHOTS):
+    """Few-shot linear accuracy of the trained model's frozen representation: the pool is the
+    run's own training images (its fraction), the test set its validation images, both through
+    the eval transform (no augmentation). Returns [[accuracy per draw of FEWSHOT_DRAWS] per
+    shots] (a list, not a dict: it crosses a process boundary as JSON, whose keys are text)."""
+    train_set, val_set = trainer.train_set, trainer.val_set
+    pool = AugmentedDataset(train_set.source, val_set.transform, train_set.image_size, train_set.seed)
+    batch_size = trainer.config.eval.batch_size
+    pool_features, pool_labels = extract_features(
+        trainer.vit, build_dataloader(pool, batch_size, shuffle=False, drop_last=False, distributed=False))
+    test_features, test_labels = extract_features(
+        trainer.vit, build_dataloader(val_set, batch_size, shuffle=False, drop_last=False, distributed=False))
+    accuracies = fewshot_accuracy(pool_features, pool_labels, test_features, test_labels, shots=tuple(shots),
+                                  l2_reg=FEWSHOT_L2_REG, seeds=FEWSHOT_DRAWS, num_classes=len(trainer.class_names))
+    return [list(map(float, accuracies[k])) for k in shots]
 
 
 def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0, 1, 2), families=tuple(FAMILIES),
-                             steps=150, batch_size=BATCH_SIZE, workers=None, progress=None):
-    """Train every family on every fraction with every seed; returns {"accuracy": {family:
-    [[val top-1 per seed] per fraction]}, "train_images": [per fraction], "parameters": {family:
-    count}, ...}. The runs are independent: `workers` processes (default: one per core, at most
-    4) share them out and run side by side with one math thread each, since a model this small
-    keeps a core busy with Python and Paddle's dispatch, not with arithmetic. `progress(family,
-    fraction, seed, accuracy, seconds)` is called as each run ends."""
+                             steps=150, batch_size=BATCH_SIZE, workers=None, progress=None, shots=FEWSHOT_SHOTS):
+    """Train every family on every fraction with every seed, and measure each trained model both
+    ways. Returns a JSON-ready dict:
+    - "accuracy": {family: [[val top-1 per seed] per fraction]} (the trained model's accuracy);
+    - "fewshot": {family: {"<k>": [[k-shot accuracy, the mean of the draws, per seed] per
+      fraction]}}; "fewshot_draws": the same with each draw's accuracy ([...[per draw] per seed]);
+    - "summary": {family: {"val_top1" | "fewshot_<k>shot": [{"mean", "std", "min", "max"} over the
+      seeds, per fraction]}} (`seed_spread`);
+    - "train_images": [per fraction], "parameters": {family: count}, and the settings.
+    Run i's model stays in work_dir/<family>-<fraction>-<seed>/ (checkpoints/last.pdparams).
+    The runs are independent: `workers` processes (default: one per core, at most 4) share them
+    out and run side by side with one math thread each, since a model this small keeps a core busy
+    with Python and Paddle's dispatch, not with arithmetic. `progress(family, fraction, seed,
+    accuracy, seconds, fewshot)` is called as each run ends (fewshot: {k: mean of the draws})."""
     import threading
 
+    shots = tuple(int(k) for k in shots)
     runs = [(family, fraction, seed) for family in families for fraction in fractions for seed in seeds]
     workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(runs)))
     outcomes, errors, lock = {}, [], threading.Lock()
@@ -107,14 +151,16 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
         with lock:
             outcomes[run] = outcome
             if progress:
-                progress(*run, outcome[0], outcome[3])
+                means = {k: float(np.mean(draws)) for k, draws in zip(shots, outcome[4])}
+                progress(*run, outcome[0], outcome[3], means)
 
     if workers == 1:
         for run in runs:
-            record(run, train_one(*run, os.path.join(work_dir, "-".join(map(str, run))), steps, batch_size))
+            record(run, train_one(*run, run_folder(work_dir, *run), steps, batch_size, shots=shots))
     else:
         shares = [runs[index::workers] for index in range(workers)]
-        threads = [threading.Thread(target=_run_in_worker, args=(share, work_dir, steps, batch_size, record, errors))
+        threads = [threading.Thread(target=_run_in_worker,
+                                    args=(share, work_dir, steps, batch_size, shots, record, errors))
                    for share in shares]
         for thread in threads:
             thread.start()
@@ -123,14 +169,41 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
         missing = [run for run in runs if run not in outcomes]
         if missing:
             raise TrainingError(f"{len(missing)} of the {len(runs)} runs did not finish: {errors[-1] if errors else '?'}")
+
+    def table(value):  # {family: [[value(outcome) per seed] per fraction]}
+        return {family: [[value(outcomes[(family, fraction, seed)]) for seed in seeds] for fraction in fractions]
+                for family in families}
+
+    by_shots = [table(lambda outcome, i=i: outcome[4][i]) for i in range(len(shots))]  # [shots] {family: ...}
+    draws = {family: {str(k): by_shots[i][family] for i, k in enumerate(shots)} for family in families}
+    fewshot = {family: {k: [[float(np.mean(per_seed)) for per_seed in row] for row in rows]
+                        for k, rows in per_k.items()}
+               for family, per_k in draws.items()}  # the mean of each run's draws
+    accuracy = table(lambda outcome: outcome[0])
+    summary = {family: {"val_top1": [seed_spread(row) for row in accuracy[family]],
+                        **{f"fewshot_{k}shot": [seed_spread(row) for row in rows]
+                           for k, rows in fewshot[family].items()}}
+               for family in families}
     return {"fractions": list(fractions), "seeds": list(seeds), "steps": steps, "batch_size": batch_size,
-            "accuracy": {family: [[outcomes[(family, fraction, seed)][0] for seed in seeds] for fraction in fractions]
-                         for family in families},
+            "shots": list(shots), "fewshot_l2_reg": FEWSHOT_L2_REG, "fewshot_draw_seeds": list(FEWSHOT_DRAWS),
+            "accuracy": accuracy, "fewshot": fewshot, "fewshot_draws": draws, "summary": summary,
             "train_images": [outcomes[(families[0], fraction, seeds[0])][2] for fraction in fractions],
             "parameters": {family: outcomes[(family, fractions[0], seeds[0])][1] for family in families}}
 
 
-def _run_in_worker(share, work_dir, steps, batch_size, record, errors):
+def run_folder(work_dir, family, fraction, seed):
+    """Where run (family, fraction, seed) of an experiment in `work_dir` keeps its model."""
+    return os.path.join(work_dir, f"{family}-{fraction}-{seed}")
+
+
+def seed_spread(values):
+    """{"mean", "std", "min", "max"} of one point's values over the seeds (std: numpy's, ddof 0)."""
+    values = np.asarray(values, dtype=np.float64)
+    return {"mean": float(values.mean()), "std": float(values.std()), "min": float(values.min()),
+            "max": float(values.max())}
+
+
+def _run_in_worker(share, work_dir, steps, batch_size, shots, record, errors):
     """Run `share` in a child Python (``python -m paddle_vit.experiments``), one JSON line back
     per run to `record`; the child's last stderr line to `errors` if it fails. A child process,
     not multiprocessing: multiprocessing's resource tracker outlives a notebook's kernel and holds
@@ -140,7 +213,8 @@ def _run_in_worker(share, work_dir, steps, batch_size, record, errors):
     import sys
     import tempfile
 
-    request = {"runs": [list(run) for run in share], "work_dir": work_dir, "steps": steps, "batch_size": batch_size}
+    request = {"runs": [list(run) for run in share], "work_dir": work_dir, "steps": steps, "batch_size": batch_size,
+               "shots": list(shots)}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
                        GLOG_minloglevel="2", OMP_NUM_THREADS="1")
@@ -174,33 +248,64 @@ def _worker_main():
     setup_logging(logging.WARNING, to="stderr")
     request = json.load(sys.stdin)
     for family, fraction, seed in request["runs"]:
-        output_dir = os.path.join(request["work_dir"], f"{family}-{fraction}-{seed}")
-        outcome = train_one(family, fraction, seed, output_dir, request["steps"], request["batch_size"], threads=1)
+        output_dir = run_folder(request["work_dir"], family, fraction, seed)
+        outcome = train_one(family, fraction, seed, output_dir, request["steps"], request["batch_size"], threads=1,
+                            shots=request["shots"])
         print(_RESULT + json.dumps({"run": [family, fraction, seed], "outcome": list(outcome)}), flush=True)
 
 
-def data_size_figure(results, title=None):
-    """Validation top-1 against training images (log scale), mean and standard deviation over
-    the seeds for each family: the paper's Figure 3/4 in miniature. Returns the figure."""
+def figure_shots(results):
+    """The shot count the figure plots: the paper's 5 when it was measured, else the largest."""
+    return FIGURE_SHOTS if FIGURE_SHOTS in results["shots"] else max(results["shots"])
 
-    figure = new_figure(5.0, 3.4)
-    axis = figure.subplots()
+
+def data_size_figure(results, title=None):
+    """The paper's Figures 3-4 in miniature, two panels against training images (log scale):
+    left, the trained model's validation top-1; right, the k-shot linear accuracy of its frozen
+    representation (`figure_shots`). Mean and standard deviation over the seeds for each family.
+    Returns the figure."""
+    figure = new_figure(9.0, 3.6)
+    left, right = figure.subplots(1, 2, sharey=True)
     sizes = np.asarray(results["train_images"])
-    for family, rows in results["accuracy"].items():
-        accuracy = np.asarray(rows)  # [fractions, seeds]
-        axis.errorbar(sizes, accuracy.mean(axis=1), yerr=accuracy.std(axis=1), marker="o", capsize=3,
-                      label=f"{family} ({results['parameters'][family] / 1000:.0f}k parameters)")
-    axis.set_xscale("log")
-    axis.set_xticks(sizes, [str(size) for size in sizes])
-    axis.minorticks_off()
-    axis.set_xlabel("training images (digits, stratified subsets)")
-    axis.set_ylabel("validation top-1")
-    axis.axhline(0.1, color="grey", linestyle="--", linewidth=1)
-    axis.legend(fontsize=8, loc="lower right")
-    axis.set_title(title or f"{len(results['seeds'])} seeds per point (mean, std); {results['steps']} steps of "
-                            f"{results['batch_size']} for every run", fontsize=9)
+    shots = figure_shots(results)
+    for family in results["accuracy"]:
+        label = f"{family} ({results['parameters'][family] / 1000:.0f}k parameters)"
+        for axis, rows in ((left, results["accuracy"][family]), (right, results["fewshot"][family][str(shots)])):
+            values = np.asarray(rows)  # [fractions, seeds]
+            axis.errorbar(sizes, values.mean(axis=1), yerr=values.std(axis=1), marker="o", capsize=3, label=label)
+    for axis, what in ((left, "trained on the subset: validation top-1"),
+                       (right, f"frozen representation: linear {shots}-shot top-1")):
+        axis.set_xscale("log")
+        axis.set_xticks(sizes, [str(size) for size in sizes])
+        axis.minorticks_off()
+        axis.set_xlabel("training images (digits, stratified subsets)")
+        axis.axhline(0.1, color="grey", linestyle="--", linewidth=1)  # chance: 10 classes
+        axis.set_title(what, fontsize=9)
+    left.set_ylabel("accuracy on the 359 validation digits")
+    right.legend(fontsize=8, loc="lower right")
+    figure.suptitle(title or f"{len(results['seeds'])} seeds per point (mean, std); {results['steps']} steps of "
+                             f"{results['batch_size']} for every run; {shots} shots per class drawn from the run's "
+                             f"own subset, {len(results['fewshot_draw_seeds'])} draws", fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def result_rows(results):
+    """The numbers as table rows, one per (family, fraction, metric): family, parameters,
+    fraction, train_images, metric ("val_top1" or "fewshot_<k>shot"), mean, std, min, max over
+    the seeds, then the value of each seed. The CSV the tool writes."""
+    header = ["family", "parameters", "fraction", "train_images", "metric", "mean", "std", "min", "max",
+              *[f"seed_{seed}" for seed in results["seeds"]]]
+    rows = []
+    for family in results["accuracy"]:
+        metrics = {"val_top1": results["accuracy"][family],
+                   **{f"fewshot_{k}shot": rows_ for k, rows_ in results["fewshot"][family].items()}}
+        for index, (fraction, images) in enumerate(zip(results["fractions"], results["train_images"])):
+            for metric, values in metrics.items():
+                spread = results["summary"][family][metric][index]
+                rows.append([family, results["parameters"][family], fraction, images, metric, spread["mean"],
+                             spread["std"], spread["min"], spread["max"], *values[index]])
+    return header, rows
 
 
 if __name__ == "__main__":

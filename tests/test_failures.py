@@ -765,6 +765,7 @@ def test_predict_given_only_a_fifo_or_a_folder_of_one_says_why_in_one_line(expor
     (["--seeds", "-1"], "every --seeds value must be in [0, 2**32 - 1]"),  # was Paddle's "Invoked with: <Generator"
     (["--fractions", "nan"], "every --fractions value must be in (0, 1], got nan"),
     (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--shots", "5", "0"], "every --shots value must be >= 1, got 5 0"),
 ])
 def test_data_size_experiment_options_are_one_line_before_any_run(tmp_path, capsys, option, fragment):
     argv = ["--out", str(tmp_path / "figures"), *option]

@@ -325,6 +325,10 @@ def test_the_experiment_runs_side_by_side_in_child_processes(tmp_path):
         ("ResNet", 0.1), ("ResNet", 0.2), ("ViT", 0.1), ("ViT", 0.2)]
     assert results["train_images"] == [143, 287] and set(results["parameters"]) == {"ViT", "ResNet"}
     assert all(0.0 <= accuracy <= 1.0 for rows in results["accuracy"].values() for row in rows for accuracy in row)
+    # the few-shot numbers come back from the children too: [fractions][seeds][draws] per shots
+    assert list(results["fewshot_draws"]["ResNet"]) == ["1", "5", "10"]
+    assert np.asarray(results["fewshot_draws"]["ResNet"]["5"]).shape == (2, 1, 3)
+    assert all(0.0 <= value <= 1.0 for value in np.ravel(results["fewshot_draws"]["ViT"]["10"]))
     with pytest.raises(TrainingError, match="runs did not finish: KeyError: 'nope'"):
         experiments.run_data_size_experiment(str(tmp_path), fractions=(0.1,), seeds=(0, 1), families=("nope",),
                                              steps=2, workers=2)

@@ -1,10 +1,14 @@
 """The paper's data-size experiment in miniature: ViT, hybrid and ResNet on growing fractions of
 the digits (paper Section 4.3, Figures 3-4; notebooks/03_data_size_and_inductive_bias.ipynb).
 
-    paddle-vit data-size-experiment --out docs/images [--fractions 0.1 0.25 0.5 1] [--seeds 0 1 2]
+    paddle-vit data-size-experiment --out docs/images [--fractions 0.1 0.25 0.5 1] [--seeds 0 1 2] [--shots 1 5 10]
 
-Writes data_size_experiment.png and data_size_experiment.json into --out and prints a table of
-validation top-1 (mean +- std over the seeds) per family and training-set size.
+Each trained model is measured the paper's two ways: its validation top-1, and the few-shot linear
+accuracy of its frozen representation (k images of each class from the run's own training subset,
+regularised least squares as big_vision's fewshot_lsr; the paper's Figure 4 metric). Writes
+data_size_experiment.png (two panels), data_size_experiment.json (every run's numbers and the
+spread over the seeds) and data_size_experiment.csv (one row per family, fraction and metric: mean,
+std, min, max and each seed's value) into --out, and prints both tables (mean +- std).
 """
 import json
 import os
@@ -19,6 +23,8 @@ def experiment(argv):
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=150, help="optimizer steps of every run (default 150)")
+    parser.add_argument("--shots", type=int, nargs="+", default=[1, 5, 10],
+                        help="few-shot evaluation: images of each class (default 1 5 10)")
     parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
@@ -29,6 +35,8 @@ def experiment(argv):
     if any(not 0 <= seed < 2 ** 32 for seed in args.seeds):
         raise ConfigError(f"every --seeds value must be in [0, 2**32 - 1] (numpy's and Paddle's seeds), got "
                           f"{' '.join(map(str, args.seeds))}")
+    if any(shots < 1 for shots in args.shots):
+        raise ConfigError(f"every --shots value must be >= 1, got {' '.join(map(str, args.shots))}")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     from ..experiments import BATCH_SIZE, training_images
@@ -49,42 +57,69 @@ def experiment(argv):
 
 def run_and_report(args):
     """Train every (family, fraction, seed), write the figure and the numbers into args.out,
-    print the table."""
+    print the tables."""
     import logging
     import tempfile
 
     import paddle
 
-    from ..experiments import data_size_figure, run_data_size_experiment
-    from ..fileio import atomic_write
+    from ..experiments import run_data_size_experiment
 
     setup_logging(logging.WARNING)
     paddle.set_device("cpu")
+
+    def progress(family, fraction, seed, accuracy, seconds, fewshot):
+        shots = ", ".join(f"{k}-shot {value:.3f}" for k, value in fewshot.items())
+        print(f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f}, {shots} ({seconds:.1f} s)",
+              flush=True)
     with tempfile.TemporaryDirectory(prefix="data_size_") as work:
-        results = run_data_size_experiment(
-            work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
-            progress=lambda family, fraction, seed, accuracy, seconds: print(
-                f"{family:7} fraction {fraction:<5} seed {seed}: val top-1 {accuracy:.3f} ({seconds:.1f} s)", flush=True))
-    png = os.path.join(args.out, "data_size_experiment.png")
-    numbers = os.path.join(args.out, "data_size_experiment.json")
+        results = run_data_size_experiment(work, args.fractions, args.seeds, steps=args.steps, workers=args.workers,
+                                           shots=sorted(set(args.shots)), progress=progress)
+    write_results(results, args.out)
+    print_tables(results)
+    print(f"wrote {os.path.join(args.out, 'data_size_experiment.png')}")
+
+
+def write_results(results, out):
+    """data_size_experiment.json, .csv and .png into `out`, each written whole or not at all."""
+    import csv
+
+    from ..experiments import data_size_figure, result_rows
+    from ..fileio import atomic_write
 
     def write_json(temporary):
         with open(temporary, "w") as stream:
             json.dump(results, stream, indent=1)
-    for path, write in ((numbers, write_json), (png, lambda temporary: data_size_figure(results).savefig(
-            temporary, dpi=110, format="png"))):
+
+    def write_csv(temporary):
+        header, rows = result_rows(results)
+        with open(temporary, "w", newline="") as stream:
+            writer = csv.writer(stream)
+            writer.writerow(header)
+            writer.writerows(rows)
+
+    def write_png(temporary):
+        data_size_figure(results).savefig(temporary, dpi=110, format="png")
+
+    for name, write in (("json", write_json), ("csv", write_csv), ("png", write_png)):
+        path = os.path.join(out, f"data_size_experiment.{name}")
         try:
             atomic_write(path, write)
         except OSError as error:
             raise DataError(f"cannot write {path}: {error.strerror or error}; the previous one is kept") from None
 
-    import numpy as np
-    print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")
-    print("|---|---|" + "---|" * len(results["train_images"]))
-    for family, rows in results["accuracy"].items():
-        cells = [f"{np.mean(row):.3f} +- {np.std(row):.3f}" for row in rows]
-        print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
-    print(f"wrote {png}")
+
+def print_tables(results):
+    """One Markdown table per metric: mean +- std over the seeds, per family and training-set size."""
+    metrics = [("val_top1", "validation top-1 of the trained model")] + [
+        (f"fewshot_{k}shot", f"linear {k}-shot accuracy of the frozen representation") for k in results["shots"]]
+    for metric, title in metrics:
+        print(f"\n{title}:")
+        print("| family | parameters | " + " | ".join(f"{n} images" for n in results["train_images"]) + " |")
+        print("|---|---|" + "---|" * len(results["train_images"]))
+        for family, by_metric in results["summary"].items():
+            cells = [f"{point['mean']:.3f} +- {point['std']:.3f}" for point in by_metric[metric]]
+            print(f"| {family} | {results['parameters'][family]:,} | " + " | ".join(cells) + " |")
 
 
 COMMAND = experiment

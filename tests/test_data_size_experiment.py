@@ -1,0 +1,101 @@
+"""The data-size experiment (tools/data_size_experiment.py, notebooks/03) measures each trained
+model the paper's two ways: its validation top-1, and the few-shot linear accuracy of its frozen
+representation with the shots drawn from the run's own training subset (the paper's Figure 4).
+"""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from repo_paths import load_tool
+
+
+def test_the_reported_fewshot_accuracy_is_that_of_the_saved_models_features(tmp_path):
+    """One tiny run in this process; its report against few-shot accuracy recomputed here from the
+    weights it saved, on the fraction's training images and the validation images, built apart
+    from the experiment's own plumbing."""
+    import paddle
+
+    from paddle_vit import experiments, fewshot_accuracy, load_pretrained
+    from paddle_vit.data.datasets import AugmentedDataset, SubsetSource, digits_sources, stratified_subset
+    from paddle_vit.data.transforms import build_transforms
+    from paddle_vit.fewshot import representation
+    from paddle_vit.hub import build_model
+
+    results = experiments.run_data_size_experiment(str(tmp_path), fractions=(0.1,), seeds=(1,), families=("ViT",),
+                                                   steps=2, workers=1, shots=(1, 3))
+    config = experiments.experiment_config("ViT", 0.1, 1, "unused", steps=2)
+    model = build_model(config, num_classes=10)
+    load_pretrained(model, str(tmp_path / "ViT-0.1-1" / "checkpoints" / "last.pdparams"))
+    model.eval()
+
+    train, val, _ = digits_sources(config.data.val_fraction, config.data.split_seed)
+    subset = stratified_subset(train.labels, 0.1, config.data.split_seed, 1)  # the fraction seed 1 trained on
+    transform = build_transforms(config.data, experiments.IMAGE_SIZE, train=False)  # no augmentation
+
+    def features(source):
+        dataset = AugmentedDataset(source, transform, experiments.IMAGE_SIZE)
+        images = np.stack([dataset[index][0] for index in range(len(dataset))])  # [N, 3, 16, 16]
+        with paddle.no_grad():
+            return representation(model, paddle.to_tensor(images)).numpy(), np.asarray(source.labels)
+    pool, pool_labels = features(SubsetSource(train, subset))
+    test, test_labels = features(val)
+    assert len(pool) == results["train_images"][0] == 143 and len(test) == 359 and pool.shape[1] == 64
+
+    expected = fewshot_accuracy(pool, pool_labels, test, test_labels, shots=(1, 3), l2_reg=1024.0, seeds=(0, 1, 2))
+    for k in (1, 3):
+        # the same features up to the batching's float rounding: at most one test image may differ
+        np.testing.assert_allclose(results["fewshot_draws"]["ViT"][str(k)][0][0], expected[k], atol=1.01 / 359)
+        assert results["fewshot"]["ViT"][str(k)] == [[pytest.approx(np.mean(results["fewshot_draws"]["ViT"][str(k)]
+                                                                              [0][0]))]]
+    assert results["shots"] == [1, 3] and results["fewshot_draw_seeds"] == [0, 1, 2]
+
+
+def fake_train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=(1, 5, 10)):
+    """Known numbers per run: accuracy 0.5 + fraction / 4 + seed / 100 (+ 0.1 for the ResNet); the
+    k-shot accuracy of draw d is a tenth below it, + k / 100 + d / 1000."""
+    accuracy = 0.5 + fraction / 4 + seed / 100 + (0.1 if family == "ResNet" else 0.0)
+    fewshot = [[accuracy - 0.1 + k / 100 + draw / 1000 for draw in (0, 1, 2)] for k in shots]
+    return accuracy, 1000, round(1438 * fraction), 0.0, fewshot
+
+
+def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatch, capsys):
+    from paddle_vit import experiments
+
+    monkeypatch.setattr(experiments, "train_one", fake_train_one)
+    tool = load_tool("data_size_experiment")
+    out = tmp_path / "figures"
+    assert tool.main(["--out", str(out), "--fractions", "0.1", "1", "--seeds", "0", "2", "--shots", "5", "1",
+                      "--workers", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "linear 5-shot accuracy of the frozen representation" in printed
+
+    report = json.loads((out / "data_size_experiment.json").read_text())
+    assert report["shots"] == [1, 5]
+    # ViT on 10%: seeds 0 and 2 trained to 0.525 and 0.545; 5-shot draws 0.475 + 0.05 + (0, 1, 2) / 1000
+    assert report["accuracy"]["ViT"][0] == pytest.approx([0.525, 0.545])
+    assert report["fewshot_draws"]["ViT"]["5"][0] == [pytest.approx([0.475, 0.476, 0.477]),
+                                                      pytest.approx([0.495, 0.496, 0.497])]
+    assert report["fewshot"]["ViT"]["5"][0] == pytest.approx([0.476, 0.496])
+    assert report["summary"]["ViT"]["fewshot_5shot"][0] == pytest.approx(
+        {"mean": 0.486, "std": 0.01, "min": 0.476, "max": 0.496})
+
+    with open(out / "data_size_experiment.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert len(rows) == 3 * 2 * 3  # families x fractions x (val_top1, 1-shot, 5-shot)
+    def row_of(family, fraction, metric):
+        return next(row for row in rows
+                    if (row["family"], row["fraction"], row["metric"]) == (family, fraction, metric))
+    row = row_of("ResNet", "1.0", "fewshot_1shot")
+    # seeds 0 and 2 trained to 0.85 and 0.87; their 1-shot draws average 0.761 and 0.781
+    assert {key: float(row[key]) for key in ("mean", "std", "min", "max", "seed_0", "seed_2")} == pytest.approx(
+        {"mean": 0.771, "std": 0.01, "min": 0.761, "max": 0.781, "seed_0": 0.761, "seed_2": 0.781})
+    assert (row["train_images"], row["parameters"]) == ("1438", "1000")
+    row = row_of("ViT", "0.1", "val_top1")
+    assert (float(row["mean"]), float(row["min"]), float(row["max"])) == pytest.approx((0.535, 0.525, 0.545))
+
+    figure = experiments.data_size_figure(report)  # two panels: trained accuracy, 5-shot (the paper's)
+    assert [axis.get_title() for axis in figure.axes] == ["trained on the subset: validation top-1",
+                                                          "frozen representation: linear 5-shot top-1"]
+    assert (out / "data_size_experiment.png").stat().st_size > 0
