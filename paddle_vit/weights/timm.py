@@ -70,10 +70,13 @@ def linear_layout(arrays, description):
     return next(iter(votes), None)
 
 
-def rename(arrays, extra_renames=(), transpose=False, family="timm"):
-    """Apply `RENAMES` (and `extra_renames`); transpose every 2-D Linear weight when asked."""
+def rename(arrays, extra_renames=(), transpose=False, family="timm", rules=None, description="the checkpoint",
+           two_names_hint=""):
+    """Apply `rules` (default: `extra_renames` then timm's `RENAMES`); transpose every 2-D Linear
+    weight when asked. Two checkpoint names that map to one of ours are an error, never a silent
+    choice (`two_names_hint` says where such pairs come from)."""
     tensors, origin, unknown = {}, {}, []
-    rules = list(extra_renames) + RENAMES
+    rules = list(extra_renames) + RENAMES if rules is None else list(rules)
     for name, array in arrays.items():
         for pattern, replacement in rules:
             if re.fullmatch(pattern, name):
@@ -82,7 +85,11 @@ def rename(arrays, extra_renames=(), transpose=False, family="timm"):
         else:
             unknown.append(name)
             continue
-        if transpose and name.endswith(".weight") and array.ndim == 2:  # every 2-D weight of a ViT is a Linear
+        if ours in tensors:
+            raise WeightsError(f"{description} holds both {origin[ours][0]} and {name}, two names for one "
+                               f"tensor{two_names_hint}; keep one of them")
+        # every 2-D weight of a ViT is a Linear's (torchvision's in_proj_weight has no dot)
+        if transpose and name.endswith("weight") and array.ndim == 2:
             array = array.T
         tensors[ours] = np.ascontiguousarray(array)
         origin[ours] = (name, arrays[name].shape)

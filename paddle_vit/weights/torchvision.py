@@ -19,12 +19,11 @@ The published weights carry no class names (they are in the weights enum's ``met
 state dict). The ``conv_stem_configs`` variant (a convolution stem instead of the patch
 projection) has no published weights and is not this ViT: it is refused by name.
 """
-import re
 
-import numpy as np
 
 from ..errors import WeightsError
-from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
+from .family import POSITION_EMBEDDING, CheckpointFamily, Implied
+from .timm import rename
 
 _LAYER = r"encoder\.layers\.encoder_layer_(\d+)\."
 RENAMES = [
@@ -55,23 +54,9 @@ def convert_torchvision(arrays, description):
                            f"{next(n for n in arrays if n.startswith('conv_proj.conv_'))}); the paddle-vit ViT "
                            f"embeds patches with one convolution (conv_proj.weight)")
     _check_layout(arrays, description)
-    tensors, origin, unknown = {}, {}, []
-    for name, array in arrays.items():
-        for pattern, replacement in RENAMES:
-            if re.fullmatch(pattern, name):
-                ours = re.sub(pattern, replacement, name)
-                break
-        else:
-            unknown.append(name)
-            continue
-        if ours in tensors:
-            raise WeightsError(f"{description} holds both {origin[ours][0]} and {name}, two names for one tensor "
-                               f"(torchvision's MLP names before and after 0.14); keep one of them")
-        if name.endswith("weight") and array.ndim == 2:  # every 2-D weight of this ViT is a Linear's [out, in]
-            array = array.T
-        tensors[ours] = np.ascontiguousarray(array)
-        origin[ours] = (name, arrays[name].shape)
-    return ConvertedCheckpoint("torchvision", tensors, origin, unknown)
+    # every 2-D weight of this ViT is a Linear's [out, in]
+    return rename(arrays, transpose=True, family="torchvision", rules=RENAMES, description=description,
+                  two_names_hint=" (torchvision's MLP names before and after 0.14)")
 
 
 def _check_layout(arrays, description):
