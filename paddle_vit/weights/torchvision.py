@@ -19,8 +19,6 @@ The published weights carry no class names (they are in the weights enum's ``met
 state dict). The ``conv_stem_configs`` variant (a convolution stem instead of the patch
 projection) has no published weights and is not this ViT: it is refused by name.
 """
-
-
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, Implied
 from .timm import rename
