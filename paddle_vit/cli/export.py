@@ -36,7 +36,8 @@ def build_parser():
     parser.add_argument("--format", action="append", choices=("paddle", "onnx"), metavar="{paddle,onnx}",
                         help="what to write (repeatable; default paddle): the Paddle inference model and/or "
                              "model.onnx through paddle2onnx")
-    parser.add_argument("--opset", type=int, default=13, help="ONNX opset version (default 13)")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17, the first with "
+                                                            "LayerNormalization)")
     add_common_arguments(parser)
     return parser
 
