@@ -80,3 +80,59 @@ def test_the_graph_is_built_for_deployment(export, request):
     assert report["activation_products"] == len(products) - len(on_weights) >= 2 * 2
     assert report["nodes"] == len(ops) == sum(report["node_counts"].values())
     assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+# ---- int8 (paddle_vit.deploy.quantize) -----------------------------------------------------------
+
+def calibration(count=2):
+    return [np.random.default_rng(seed).standard_normal((4, 3, 32, 32)).astype("float32") for seed in range(count)]
+
+
+def test_dynamic_int8_quantizes_the_encoder_products_and_keeps_the_patch_embedding_and_head_fp32(plain, tmp_path):
+    from paddle_vit.deploy.quantize import DEFAULT_KEEP_FP32, compare_logits, quantize_onnx
+
+    model, path, _ = plain
+    report = quantize_onnx(path, tmp_path / "int8.onnx")
+    graph = onnx.load(str(tmp_path / "int8.onnx")).graph
+    assert report["mode"] == "dynamic" and set(report["kept_fp32"]) == set(DEFAULT_KEEP_FP32)
+    # qkv, proj, fc1, fc2 and the attention's two activation products of both layers
+    assert len(report["quantized"]) == 2 * 4 + 2 * 2
+    ops = [node.op_type for node in graph.node]
+    assert ops.count("MatMulInteger") == 2 * 4 + 2 * 2
+    assert ops.count("Conv") == 1 and ops.count("Gemm") + ops.count("MatMul") == 1  # patch embedding, head: fp32
+    gate = compare_logits(path, tmp_path / "int8.onnx", calibration(), labels=[0] * 8)
+    assert gate["images"] == 8 and gate["top1_agreement"] >= 0.75 and 0 < gate["max_logit_difference"] < 0.5
+    assert {"top1_fp32", "top1_int8"} <= set(gate)
+
+
+def test_static_int8_calibrates_and_quantizes_the_attention_products_unless_kept(plain, tmp_path):
+    from paddle_vit.deploy.quantize import quantize_onnx
+
+    _, path, _ = plain
+    kept = quantize_onnx(path, tmp_path / "kept.onnx", mode="static", calibration_batches=calibration(),
+                         keep_fp32=("patch_embedding", "head", "attention_products"))
+    every = quantize_onnx(path, tmp_path / "every.onnx", mode="static", calibration_batches=calibration(),
+                          keep_fp32=())
+    assert len(kept["quantized"]) == 2 * 4 and len(kept["kept_fp32"]["attention_products"]) == 2 * 2
+    assert len(every["quantized"]) == 2 * 4 + 2 * 2 + 1 + 1  # + the attention products, the head, the Conv
+    assert every["node_counts"]["DequantizeLinear"] > kept["node_counts"]["DequantizeLinear"] > 0
+    batch = calibration(1)[0]
+    for name in ("kept.onnx", "every.onnx"):
+        assert np.abs(run_onnx(tmp_path / name, batch) - run_onnx(path, batch)).max() < 0.5
+
+
+def test_static_int8_without_calibration_is_refused(plain, tmp_path):
+    from paddle_vit.deploy.quantize import ExportError, quantize_onnx
+
+    with pytest.raises(ExportError, match="calibration"):
+        quantize_onnx(plain[1], tmp_path / "x.onnx", mode="static")
+    with pytest.raises(ExportError, match="keep_fp32 takes"):
+        quantize_onnx(plain[1], tmp_path / "x.onnx", keep_fp32=("softmax",))
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_reduce_range_follows_the_cpu_int8_instructions():
+    from paddle_vit.deploy.quantize import cpu_has_vnni
+
+    assert cpu_has_vnni({"avx2", "avx512_vnni"}) and cpu_has_vnni({"avx_vnni"}) and cpu_has_vnni({"amx_int8"})
+    assert not cpu_has_vnni({"avx2", "fma"})

@@ -31,6 +31,7 @@ from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
 from ..weights import save_weights
 from .onnx_export import DEFAULT_OPSET, ONNX_FILE, ONNX_INSTALL_HINT, convert_with_paddle2onnx, export_onnx, import_paddle2onnx
+from .quantize import INT8_FILE, compare_logits, quantize_onnx
 from .tracing import INPUT_NAME, inference_network, input_shape, save_traced
 
 logger = logging.getLogger("paddle_vit")
@@ -127,11 +128,29 @@ def _exchange(staging, out_dir):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=DEFAULT_OPSET):
+@dataclasses.dataclass
+class Int8Export:
+    """What `export_classifier` needs to write ``model.int8.onnx`` beside ``model.onnx``.
+
+    mode: "dynamic" or "static" (`paddle_vit.deploy.quantize.quantize_onnx`);
+    calibration_batches: float32 [B, 3, S, S] batches for "static";
+    gate_batches, gate_labels: the images (and their labels, or None) on which the int8 file is
+        compared with the float32 one (`compare_logits`); the report goes to ``preprocess.json``.
+    """
+    mode: str = "dynamic"
+    calibration_batches: object = None
+    gate_batches: object = ()
+    gate_labels: object = None
+
+
+def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=DEFAULT_OPSET,
+                      int8=None):
     """Export `classifier` (a `paddle_vit.deploy.predict.Classifier`) to the folder `out_dir`.
 
     formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
     softmax: put a softmax on the output, so the model returns probabilities.
+    int8: an `Int8Export`: also write ``model.int8.onnx`` (needs "onnx" in formats) and record its
+        quantization and accuracy gate under "int8" in ``preprocess.json``.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
     is written to a staging folder first and put in place at once: a failed or killed export
     leaves the earlier one whole.
@@ -141,6 +160,8 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     unknown = [name for name in formats if name not in FORMATS]
     if unknown or not formats:
         raise ConfigError(f"export formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
+    if int8 is not None and "onnx" not in formats:
+        raise ConfigError("an int8 export quantizes the ONNX model: add --format onnx")
     if "onnx" in formats:
         import_paddle2onnx()  # say what to install before any work is done
     out_dir = os.fspath(out_dir)
@@ -154,6 +175,8 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
                 files["paddle_params"] = os.path.basename(params_file)
             if "onnx" in formats:
                 files["onnx"] = ONNX_FILE
+            if int8 is not None:
+                files["onnx_int8"] = INT8_FILE
             files["weights"] = WEIGHTS_FILE
             metadata = build_metadata(classifier, softmax, files)
             if "onnx" in formats:
@@ -163,6 +186,9 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
                 logger.info("ONNX graph: opset %d, %d nodes (%s), %d initializers", report["opset"], report["nodes"],
                             ", ".join(f"{op} {count}" for op, count in report["node_counts"].items()),
                             report["initializers"])
+            if int8 is not None:
+                metadata["int8"] = _write_int8(os.path.join(staging, ONNX_FILE), os.path.join(staging, INT8_FILE),
+                                               int8)
             save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
             with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
                 json.dump(metadata, stream, indent=2, ensure_ascii=False)
@@ -177,6 +203,18 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     written["metadata"] = os.path.join(out_dir, METADATA_FILE)
     logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))
     return written
+
+
+def _write_int8(fp32_path, int8_path, int8):
+    """Quantize the exported ONNX file and measure it against the float32 one: the "int8" entry
+    of ``preprocess.json`` (the quantization without its node lists, and the accuracy gate)."""
+    report = quantize_onnx(fp32_path, int8_path, mode=int8.mode, calibration_batches=int8.calibration_batches)
+    gate = compare_logits(fp32_path, int8_path, int8.gate_batches, int8.gate_labels) if int8.gate_batches else None
+    summary = {key: value for key, value in report.items() if key not in ("quantized", "kept_fp32")}
+    summary["quantized_nodes"] = len(report["quantized"])
+    summary["kept_fp32"] = {role: len(names) for role, names in report["kept_fp32"].items()}
+    summary["gate"] = gate
+    return summary
 
 
 def _umask():
