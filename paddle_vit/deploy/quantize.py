@@ -201,13 +201,13 @@ def compare_logits(fp32_path, int8_path, batches, labels=None, threads=None):
 
 
 def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_size=64):
-    """(float32 [B, 3, S, S] batches, int64 labels) of the recipe's data as the model sees it at
-    evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
+    """(float32 [B, 3, S, S] batches, int64 labels, number of classes) of the recipe's data as the
+    model sees it at evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
     (split="val") for the accuracy gate, or the first `limit` images of the train split in a fixed
     shuffled order (split="train", never augmented) for calibration."""
     from ..data.datasets import AugmentedDataset, build_datasets
 
-    train, val, _ = build_datasets(data_config, image_size, eval_preprocess=preprocess)
+    train, val, class_names = build_datasets(data_config, image_size, eval_preprocess=preprocess)
     if split == "val":
         dataset, order = val, np.arange(len(val))
     else:
@@ -222,4 +222,13 @@ def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_
         samples = [dataset[int(index)] for index in order[start:start + batch_size]]
         batches.append(np.stack([np.asarray(image, dtype=np.float32) for image, _ in samples]))
         labels.extend(int(label) for _, label in samples)
-    return batches, np.asarray(labels, dtype=np.int64)
+    return batches, np.asarray(labels, dtype=np.int64), len(class_names)
+
+
+def image_batches(inputs, preprocess, limit=None, batch_size=32):
+    """float32 [B, 3, S, S] batches of the image files and folders `inputs` (the first `limit`),
+    read as the model reads them at evaluation (`preprocess`); unreadable files are skipped."""
+    from .predict import iter_batches, list_images
+
+    paths = list_images(inputs)[:limit]
+    return [batch for _, batch in iter_batches(paths, preprocess, batch_size)]
