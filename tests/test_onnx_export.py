@@ -9,7 +9,7 @@ import pytest
 from tiny_models import perturbed_tiny_vit
 
 onnx = pytest.importorskip("onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
-onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+onnxruntime = pytest.importorskip("onnxruntime", reason="running ONNX needs the extra: pip install -e '.[onnx]'")
 pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
 
 from paddle_vit.deploy.onnx_export import export_onnx  # noqa: E402  (after the skips)

@@ -201,7 +201,8 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
         drop_identities(onnx_model.graph)
         _keep_used_domains(onnx_model)
         _name_dimensions(onnx_model)
-        onnx_model.graph.input[0].name == INPUT_NAME or _rename_input(onnx_model, INPUT_NAME)
+        if onnx_model.graph.input[0].name != INPUT_NAME:
+            _rename_input(onnx_model, INPUT_NAME)
         if metadata is not None:
             entry = onnx_model.metadata_props.add()
             entry.key, entry.value = METADATA_KEY, json.dumps(metadata)
