@@ -128,6 +128,8 @@ def test_static_int8_without_calibration_is_refused(plain, tmp_path):
         quantize_onnx(plain[1], tmp_path / "x.onnx", mode="static")
     with pytest.raises(ExportError, match="keep_fp32 takes"):
         quantize_onnx(plain[1], tmp_path / "x.onnx", keep_fp32=("softmax",))
+    with pytest.raises(ExportError, match="cannot write to"):
+        quantize_onnx(plain[1], tmp_path / "missing" / "x.onnx")
     assert not (tmp_path / "x.onnx").exists()
 
 

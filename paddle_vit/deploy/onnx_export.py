@@ -185,7 +185,7 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
                           "model.dynamic_img_size: true")
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=folder) as work:
+    with work_folder(folder, ".onnx-export-") as work:
         was_training = model.training
         model.eval()
         try:
@@ -214,6 +214,15 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
         onnx.save(onnx_model, staged)
         os.replace(staged, path)
     return graph_report(onnx_model)
+
+
+def work_folder(folder, prefix):
+    """A temporary folder inside `folder` (the target's, so that the finished file is renamed into
+    place); a folder that does not exist or cannot be written is an ExportError."""
+    try:
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=folder)
+    except OSError as error:
+        raise ExportError(f"cannot write to {folder}: {error.strerror or error}") from None
 
 
 def _rename_input(model, name):

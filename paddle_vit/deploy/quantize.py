@@ -26,13 +26,12 @@ CPU: off where it has AVX512-VNNI, AVX-VNNI or AMX, on otherwise.
 import contextlib
 import logging
 import os
-import tempfile
 
 import numpy as np
 
 from ..errors import ExportError
 from ..runtime import cpu_vendor_and_flags
-from .onnx_export import ONNX_INSTALL_HINT
+from .onnx_export import ONNX_INSTALL_HINT, work_folder
 
 MODES = ("dynamic", "static")
 ROLES = ("patch_embedding", "head", "attention_products")
@@ -131,7 +130,7 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
     common = dict(per_channel=per_channel, reduce_range=reduce_range, weight_type=quantization.QuantType.QInt8,
                   nodes_to_quantize=quantized, op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options=options)
     folder = os.path.dirname(os.path.abspath(os.fspath(int8_path)))
-    with tempfile.TemporaryDirectory(prefix=".quantize-", dir=folder) as work:
+    with work_folder(folder, ".quantize-") as work:
         staged = os.path.join(work, "model.int8.onnx")
         try:
             with _quiet_root_logger():
