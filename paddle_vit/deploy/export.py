@@ -102,7 +102,10 @@ def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metad
     """Convert the saved Paddle model to ONNX at `path`, the metadata JSON in its properties."""
     import subprocess
 
-    environment = dict(os.environ, GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
+    from ..runtime import environment_without_relaunch
+
+    # started without the allocator a tool's relaunch preloaded: under it paddle2onnx hangs on a lock
+    environment = dict(environment_without_relaunch(), GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
     result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
                             capture_output=True, text=True, env=environment)
     if result.returncode != 0 or not os.path.isfile(path):
