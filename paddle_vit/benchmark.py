@@ -56,8 +56,8 @@ from .variants import use_cpu_fast_paths, use_traceable_variants
 logger = logging.getLogger("paddle_vit")
 
 MODES = ("infer", "train", "data")
-ENGINES = ("dynamic", "to_static", "predictor")
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+ENGINES = ("dynamic", "to_static", "predictor", "onnxruntime")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 DEVICES = ("cpu", "gpu", "auto")
 REFERENCES = ("timm",)
 PROTOCOL_PREFIX = "BENCH_JSON "  # the line prefix of tools/torch_reference.py's answers
@@ -110,18 +110,34 @@ class BenchmarkSettings:
         if self.device == "cpu" and self.dtype == "fp16" and self.mode != "data":
             raise ConfigError("--dtype fp16 needs --device gpu: Paddle's CPU kernels have no fp16 convolution or "
                               "matrix product; on CPU use --dtype fp32, or bf16 with --engine predictor")
-        if self.device == "cpu" and self.dtype == "bf16" and self.mode != "data" and self.engine != "predictor":
+        if self.engine == "onnxruntime" or self.dtype == "int8":
+            self._validate_onnxruntime()
+        elif self.device == "cpu" and self.dtype == "bf16" and self.mode != "data" and self.engine != "predictor":
             raise ConfigError(f"--dtype bf16 on CPU runs on the predictor (--engine predictor: oneDNN's bfloat16 "
                               f"kernels); Paddle's eager CPU kernels have no bf16 convolution for --engine {self.engine}"
                               + (" or training" if self.mode == "train" else ""))
-        if self.profile and (self.engine == "predictor" or self.mode == "data"):
-            raise ConfigError("--profile times the model's ops in eager or to_static mode; not --engine predictor "
-                              "(paddle.inference runs its ops itself) or --mode data")
+        if self.profile and (self.engine in ("predictor", "onnxruntime") or self.mode == "data"):
+            raise ConfigError(f"--profile times the model's ops in eager or to_static mode; not --engine "
+                              f"{self.engine if self.mode != 'data' else 'predictor'} (the runtime runs its ops "
+                              f"itself) or --mode data")
         if self.engine == "predictor" and self.mode != "infer":
             raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
         if self.mode == "data" and self.engine != "dynamic":
             raise ConfigError("--mode data times the input pipeline; it has no engine (leave --engine dynamic)")
         return self
+
+    def _validate_onnxruntime(self):
+        """--engine onnxruntime (fp32, or int8: the export quantized dynamically) runs inference on CPU."""
+        if self.dtype == "int8" and self.engine != "onnxruntime":
+            raise ConfigError(f"--dtype int8 runs on onnxruntime (--engine onnxruntime: the model exported to ONNX "
+                              f"and quantized dynamically), not --engine {self.engine}")
+        if self.mode != "infer":
+            raise ConfigError(f"--engine onnxruntime runs inference only, not mode {self.mode!r}")
+        if self.dtype not in ("fp32", "int8"):
+            raise ConfigError(f"--engine onnxruntime runs --dtype fp32 or int8, not {self.dtype}"
+                              + (" (bf16 is the predictor's: --engine predictor)" if self.dtype == "bf16" else ""))
+        if self.device != "cpu":
+            raise ConfigError(f"--engine onnxruntime is measured on the CPU here: use --device cpu, not {self.device}")
 
     def vit_config(self):
         return get_model_config(self.model, **self.model_overrides).validate()
@@ -211,6 +227,10 @@ class PaddleSubject:
         self.autocast_dtype = None
         if settings.mode == "infer":
             model.eval()
+            if settings.engine == "onnxruntime":  # exported in float32; int8 is the quantizer's, not model.to
+                self._setup_onnxruntime(model)
+                self.step = self._predictor_step
+                return
             cpu_bf16 = not self.gpu and settings.engine == "predictor" and dtype == "bfloat16"
             if dtype != "float32" and not cpu_bf16:  # pure low-precision inference (weights and activations)
                 model.to(dtype=dtype)
@@ -251,6 +271,15 @@ class PaddleSubject:
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
                                    cpu_threads=self.settings.resolved_threads(), precision=precision).validate()
         self.runner = predictor_for_model(model, options, dtype)
+        self.host_images = self.images.numpy()
+
+    def _setup_onnxruntime(self, model):
+        """Run the model as eval and predict run it with engine onnxruntime: exported to ONNX on the
+        fly (quantized dynamically for --dtype int8) and run by an `OnnxSession`."""
+        from .deploy.onnx_runtime import session_for_model
+
+        self.runner = session_for_model(model, self.settings.dtype, self.settings.resolved_threads())
+        self.onnx_report = self.runner.report
         self.host_images = self.images.numpy()
 
     def _setup_data(self):
@@ -453,6 +482,8 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["operators"] = operators
     if settings.engine == "predictor":
         result["onednn"] = settings.onednn
+    if settings.engine == "onnxruntime":
+        result["onnx"] = onnx_summary(subject.onnx_report)
     if settings.mode == "data":
         result["dataset"] = subject.data_config.dataset
         result["num_workers"] = settings.num_workers
@@ -467,6 +498,17 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["ratio"] = ratio
         result["ratio_per_round"] = per_round
     return result
+
+
+def onnx_summary(report):
+    """The parts of the export's and the quantizer's reports worth a JSON line: node counts and
+    what the quantizer left in fp32."""
+    export = report.get("export") or {}
+    summary = {key: export.get(key) for key in ("opset", "nodes", "initializers") if key in export}
+    if report.get("quantize") is not None:
+        summary["quantize"] = {key: value for key, value in report["quantize"].items()
+                               if isinstance(value, (int, float, str, bool, list, dict)) and key != "nodes"}
+    return summary
 
 
 def profile_operators(subject, iterations):

@@ -7,6 +7,7 @@ Examples (docs/benchmarks.md has the method and the measured table):
     paddle-vit benchmark --mode data -c configs/vit_walkthrough_digits_28.yaml --num-workers 1
     paddle-vit benchmark vit_base_patch16_224 --device gpu --dtype bf16 --mode train --peak-tflops 312 --json
     paddle-vit benchmark vit_small_patch16_224 --engine predictor --dtype bf16 --compare timm   # oneDNN bf16 on CPU
+    paddle-vit benchmark vit_small_patch16_224 --engine onnxruntime --dtype int8 --compare timm  # vs PyTorch's int8
     paddle-vit benchmark --mode gemm   # the CPU's fp32 and bf16 matrix-product GFLOP/s
 
 Prints median/min/max images per second, peak memory, achieved TFLOP/s (analytic FLOPs) and
@@ -42,8 +43,11 @@ def build_parser():
                         help="infer: forward pass; train: forward + backward + AdamW step; data: the input pipeline; "
                              "gemm: the CPU's fp32 and bf16 matrix-product GFLOP/s, the limits the others reach for")
     parser.add_argument("--engine", default="dynamic", choices=ENGINES,
-                        help="dynamic (eager), to_static (paddle.jit.to_static) or predictor (paddle.inference)")
-    parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES))
+                        help="dynamic (eager), to_static (paddle.jit.to_static), predictor (paddle.inference) or "
+                             "onnxruntime (the model exported to ONNX on the fly; needs the onnx extra)")
+    parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
+                        help="fp32; bf16 (GPU, or on CPU --engine predictor: oneDNN's bfloat16 kernels); fp16 (GPU); "
+                             "int8 (--engine onnxruntime: the export quantized dynamically, int8 weights per channel)")
     parser.add_argument("--device", default="cpu", choices=DEVICES)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, help="input side (default: the model's)")
