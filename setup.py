@@ -34,8 +34,11 @@ setup(
     entry_points={"console_scripts": ["paddle-vit = paddle_vit.cli:main"]},
     extras_require={
         "cpu": ["paddlepaddle>=3.0"],
-        "onnx": ["paddle2onnx>=2.0", "onnxruntime"],  # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2)
+        # tools/export.py --format onnx (Paddle 3 needs paddle2onnx 2); onnxruntime's quantization
+        # tools (--quantize int8) import ml_dtypes, which onnxruntime does not require itself
+        "onnx": ["paddle2onnx>=2.0", "onnxruntime", "ml_dtypes"],
         # the notebooks are executed by the tests, and the ONNX export is checked against onnxruntime
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime"],
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime",
+                 "ml_dtypes"],
     },
 )

@@ -246,6 +246,36 @@ def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
     assert not (tmp_path / "model.onnx").exists()
 
 
+@pytest.mark.parametrize("calibration", [None, 16])
+def test_export_quantize_int8_writes_the_int8_model_and_its_accuracy_gate(trained, classifier, calibration, capsys):
+    pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+    pytest.importorskip("onnxruntime.quantization", reason="int8 needs the optional extra: pip install -e '.[onnx]'")
+    from paddle_vit.deploy.quantize import recipe_images
+
+    out = trained["root"] / f"int8_{calibration}"
+    argv = ["--weights", trained["checkpoint"], "--out", out, "--quantize", "int8"]
+    code, lines, _ = run_tool(EXPORT, argv + (["--calibration", calibration] if calibration else []), capsys)
+    assert code == 0
+    assert sorted(os.listdir(out)) == ["model.int8.onnx", "model.onnx", "model.safetensors", "preprocess.json"]
+    int8 = json.loads((out / "preprocess.json").read_text())["int8"]
+    assert int8["mode"] == ("static" if calibration else "dynamic") and int8["quantized_nodes"] > 0
+    # the gate ran over the recipe's 8 val images; its fp32 top-1 is the dynamic model's
+    batches, labels = recipe_images(classifier.config.data, classifier.preprocess, 14, "val")
+    top1 = float((np.concatenate([classifier.logits(batch) for batch in batches]).argmax(1) == labels).mean())
+    gate = int8["gate"]
+    assert gate["images"] == len(labels) == 8 and gate["top1_fp32"] == pytest.approx(top1)
+    assert 0 < gate["max_logit_difference"] < 0.5 and 0 <= gate["top1_agreement"] <= 1
+    assert any(line.startswith(f"int8 ({int8['mode']}) vs fp32 on 8 val images") for line in lines)
+
+
+def test_export_calibration_without_quantize_or_below_one_is_refused(trained, capsys):
+    for extra in (["--calibration", "8"], ["--quantize", "int8", "--calibration", "0"]):
+        code, _, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", trained["root"] / "no_int8",
+                                            *extra], capsys)
+        assert code == 2 and len(errors) == 1 and errors[0].startswith("error: --calibration")
+    assert not (trained["root"] / "no_int8").exists()
+
+
 def test_onnx_export_without_paddle2onnx_says_what_to_install(trained, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "paddle2onnx", None)  # import paddle2onnx raises ImportError
     code, lines, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", trained["root"] / "no_onnx",

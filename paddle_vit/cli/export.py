@@ -1,14 +1,21 @@
 """Export trained weights as a Paddle inference model (and ONNX) for deployment.
 
     paddle-vit export --weights PATH -c CONFIG --out DIR [--softmax] [--format paddle|onnx ...]
+                      [--quantize int8 [--calibration N]]
 
 Writes to DIR: inference.json + inference.pdiparams (paddle.jit.save, any batch size),
-model.onnx with --format onnx (needs pip install -e ".[onnx]"), model.safetensors (the weights
-alone, safe to share) and preprocess.json (image size, resize and crop, mean, std,
-interpolation, class names, model name), all that tools/predict.py --inference-model DIR needs.
+model.onnx with --format onnx (opset 17, built for ONNX Runtime; needs pip install -e ".[onnx]"),
+model.int8.onnx with --quantize int8 (dynamic int8, or static QDQ calibrated on N train images
+with --calibration N; its accuracy against fp32 on the recipe's val images is printed and
+recorded in preprocess.json), model.safetensors (the weights alone, safe to share) and
+preprocess.json (image size, resize and crop, mean, std, interpolation, class names, model
+name), all that tools/predict.py --inference-model DIR needs.
 """
 import argparse
+import json
+import logging
 
+from ..errors import ConfigError
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
 
 
@@ -36,7 +43,14 @@ def build_parser():
     parser.add_argument("--format", action="append", choices=("paddle", "onnx"), metavar="{paddle,onnx}",
                         help="what to write (repeatable; default paddle): the Paddle inference model and/or "
                              "model.onnx through paddle2onnx")
-    parser.add_argument("--opset", type=int, default=13, help="ONNX opset version (default 13)")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17, the first with "
+                                                            "LayerNormalization)")
+    parser.add_argument("--quantize", choices=("int8",), help="also write model.int8.onnx (implies --format onnx): "
+                                                             "onnxruntime's int8, dynamic unless --calibration "
+                                                             "is given, with its accuracy gate against fp32 on "
+                                                             "the recipe's val images")
+    parser.add_argument("--calibration", type=int, metavar="N",
+                        help="static int8 (QDQ) calibrated on N images of the recipe's train split")
     add_common_arguments(parser)
     return parser
 
@@ -50,17 +64,64 @@ def export(argv):
     from ..deploy.predict import load_classifier
 
     formats = args.format or ["paddle"]
+    if args.calibration is not None and not args.quantize:
+        raise ConfigError("--calibration N goes with --quantize int8")
+    if args.calibration is not None and args.calibration < 1:
+        raise ConfigError(f"--calibration takes a positive number of images, got {args.calibration}")
+    if args.quantize and "onnx" not in formats:
+        formats = [*(args.format or []), "onnx"]
     if "onnx" in formats:
         import_paddle2onnx()  # say what to install before any work is done
     paddle.set_device("cpu")
     classifier = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
                                  labels=args.labels)
+    int8 = int8_export(classifier, args.calibration) if args.quantize else None
     written = export_classifier(classifier, args.out, softmax=args.softmax, formats=formats,
-                                opset_version=args.opset)
+                                opset_version=args.opset, int8=int8)
     for role, path in written.items():
         print(f"{role}: {path}")
+    if int8 is not None:
+        print(int8_gate_line(written["metadata"]))
     print(f"predict with: python tools/predict.py --inference-model {args.out} IMAGE_OR_FOLDER")
     return 0
+
+
+def int8_export(classifier, calibration):
+    """The int8 part of an export: the recipe's val images for the accuracy gate (none when the
+    recipe's data cannot be read: the gate is then left out) and, for static int8, `calibration`
+    images of its train split."""
+    from ..deploy.export import Int8Export
+    from ..deploy.quantize import recipe_images
+    from ..errors import DataError
+
+    config, size = classifier.config, int(classifier.model.config.image_size)
+    calibration_batches = None
+    if calibration:
+        calibration_batches, _ = recipe_images(config.data, classifier.preprocess, size, "train", limit=calibration)
+    try:
+        gate_batches, gate_labels = recipe_images(config.data, classifier.preprocess, size, "val")
+    except (DataError, ConfigError) as error:
+        logging.getLogger("paddle_vit").warning("no accuracy gate for the int8 model: the recipe's val images "
+                                                "cannot be read (%s)", error)
+        gate_batches, gate_labels = (), None
+    return Int8Export(mode="static" if calibration else "dynamic", calibration_batches=calibration_batches,
+                      gate_batches=gate_batches, gate_labels=gate_labels)
+
+
+def int8_gate_line(metadata_path):
+    """One line saying what the int8 model keeps of the float32 one, from the export's record."""
+    with open(metadata_path, encoding="utf-8") as stream:
+        int8 = json.load(stream)["int8"]
+    gate = int8["gate"]
+    if not gate:
+        return f"int8 ({int8['mode']}): no accuracy gate (no val images)"
+    line = (f"int8 ({int8['mode']}) vs fp32 on {gate['images']} val images: top-1 agreement "
+            f"{gate['top1_agreement']:.4f}, largest logit difference {gate['max_logit_difference']:.4g} "
+            f"({gate['max_relative_difference']:.2%} of the largest logit)")
+    if "top1_fp32" in gate:
+        points = 100 * (gate["top1_int8"] - gate["top1_fp32"])
+        line += f"; val top-1 fp32 {gate['top1_fp32']:.4f}, int8 {gate['top1_int8']:.4f} ({points:+.2f} points)"
+    return line
 
 
 COMMAND = export

@@ -8,7 +8,9 @@ The folder written by `export_classifier`:
   built with ``dynamic_img_size``), output [N, K] logits (or probabilities with ``softmax=True``).
   Paddle 3 writes its PIR program as ``.json``; Paddle 2 and Paddle 3 with
   ``FLAGS_enable_pir_api=0`` wrote a ``.pdmodel`` (`paddle_vit.deploy.inference` reads both);
-- ``model.onnx`` with ``formats`` including "onnx" (through paddle2onnx, an optional extra);
+- ``model.onnx`` with ``formats`` including "onnx": the deployment-grade graph of
+  `paddle_vit.deploy.onnx_export.export_onnx` (opset 17, weights as initializers, constants
+  folded; through paddle2onnx and onnxruntime, the optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
 - ``preprocess.json``: the eval preprocessing (`paddle_vit.deploy.predict.Preprocess`), the class
@@ -27,132 +29,31 @@ import tempfile
 
 from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
-from ..variants import traceable
 from ..weights import save_weights
+from .onnx_export import DEFAULT_OPSET, ONNX_FILE, ONNX_INSTALL_HINT, convert_with_paddle2onnx, export_onnx, import_paddle2onnx
+from .quantize import INT8_FILE, compare_logits, quantize_onnx
+from .tracing import INPUT_NAME, inference_network, input_shape, save_traced
 
 logger = logging.getLogger("paddle_vit")
 
 EXPORT_FORMAT = "paddle_vit.export/1"
 METADATA_FILE = "preprocess.json"
 MODEL_PREFIX = "inference"  # inference.json / inference.pdmodel + inference.pdiparams
-ONNX_FILE = "model.onnx"
 WEIGHTS_FILE = "model.safetensors"
-INPUT_NAME = "image"
 FORMATS = ("paddle", "onnx")
-ONNX_INSTALL_HINT = 'pip install -e ".[onnx]"'
-
-
-def inference_network(model, with_softmax=False):
-    """The layer that is traced: the ViT in eval mode, with a softmax on its logits if asked."""
-    import paddle.nn as nn
-    import paddle.nn.functional as F
-
-    class InferenceNetwork(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, image):
-            logits = self.model(image)  # [N, 3, S, S] -> [N, K]
-            return F.softmax(logits, axis=-1) if with_softmax else logits
-
-    network = InferenceNetwork()
-    network.eval()
-    return network
-
-
-def import_paddle2onnx():
-    """paddle2onnx, or an ExportError saying how to install the extra."""
-    try:
-        import paddle2onnx
-    except ImportError as error:
-        raise ExportError(f"--format onnx needs paddle2onnx and onnxruntime, which are not installed "
-                          f"({error}): {ONNX_INSTALL_HINT}") from None
-    except Exception as error:  # installed, but e.g. built against another onnx/protobuf
-        raise ExportError(f"paddle2onnx is installed but cannot be imported ({type(error).__name__}: {error}); "
-                          f"reinstall it with {ONNX_INSTALL_HINT}") from None
-    return paddle2onnx
-
-
-# paddle2onnx runs in a child process: on an operator it cannot map it aborts the whole process
-# (SIGABRT) instead of raising, which would take the caller down with a C++ traceback
-_ONNX_CHILD = r"""
-import sys
-import paddle2onnx
-model_file, params_file, onnx_file, opset_version = sys.argv[1:5]
-# save_file=None returns the bytes before paddle2onnx's optional optimisation step, which (with
-# polygraphy) would pip-install packages at run time
-onnx_bytes = paddle2onnx.export(model_file, params_file, save_file=None, opset_version=int(opset_version),
-                                auto_upgrade_opset=True, enable_onnx_checker=True)
-if not onnx_bytes:
-    sys.exit("paddle2onnx returned an empty model")
-with open(onnx_file, "wb") as stream:
-    stream.write(onnx_bytes)
-"""
-
-
-def _conversion_messages(output):
-    """paddle2onnx's error lines (or the last lines) of a failed conversion, as one line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower() and "warnings.warn" not in line]
-    return " | ".join((errors or lines)[-3:])[:500]
 
 
 def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metadata):
-    """Convert the saved Paddle model to ONNX at `path`, the metadata JSON in its properties."""
-    import subprocess
+    """paddle2onnx's plain conversion of a saved Paddle model to `path` (in a child process: an
+    abort is an ExportError), the metadata JSON in its properties; no cleaning (export_onnx cleans)."""
+    del paddle2onnx  # imported by the caller to say early what is missing; the child imports its own
+    convert_with_paddle2onnx(model_file, params_file, path, opset_version)
+    import onnx
 
-    from ..runtime import environment_without_relaunch
-
-    # started without the allocator a tool's relaunch preloaded: under it paddle2onnx hangs on a lock
-    environment = dict(environment_without_relaunch(), GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
-    result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
-                            capture_output=True, text=True, env=environment)
-    if result.returncode != 0 or not os.path.isfile(path):
-        how = f"exit code {result.returncode}" if result.returncode >= 0 else f"killed by signal {-result.returncode}"
-        raise ExportError(f"paddle2onnx {getattr(paddle2onnx, '__version__', '?')} could not convert the model "
-                          f"({how}): {_conversion_messages(result.stdout + chr(10) + result.stderr)}")
-    try:
-        import onnx
-    except ImportError:  # onnx comes with paddle2onnx; without it the model just lacks the metadata
-        return
     onnx_model = onnx.load(path)
     entry = onnx_model.metadata_props.add()
     entry.key, entry.value = "paddle_vit", json.dumps(metadata)
     onnx.save(onnx_model, path)
-
-
-def input_shape(config, unknown=-1):
-    """[N, C, S, S] of the traced graph, `unknown` for any batch size; a model built with
-    dynamic_img_size takes any H, W as well."""
-    side = unknown if config.dynamic_img_size else int(config.image_size)
-    return [unknown, int(config.in_channels), side, side]
-
-
-def _saved_model_file(prefix):
-    for extension in (".json", ".pdmodel"):
-        if os.path.isfile(prefix + extension):
-            return prefix + extension
-    raise ExportError(f"paddle.jit.save wrote neither {prefix}.json nor {prefix}.pdmodel")
-
-
-def save_traced(model, prefix, softmax=False, dtype="float32"):
-    """Trace `model` (a ViT) for any batch size and `paddle.jit.save` it at `prefix`; returns
-    (program file, parameters file). The graph computes with the traceable variants
-    (`paddle_vit.variants.traceable`); `model` itself stays eager and keeps its classes."""
-    import paddle
-    from paddle.static import InputSpec
-
-
-    config = model.config
-    was_training = model.training
-    network = inference_network(model, softmax)
-    spec = InputSpec(input_shape(config, unknown=None), dtype, name=INPUT_NAME)  # None: any batch size (and size)
-    with traceable(model):
-        paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
-    if was_training:
-        model.train()
-    return _saved_model_file(prefix), prefix + ".pdiparams"
 
 
 def build_metadata(classifier, softmax, files):
@@ -227,11 +128,29 @@ def _exchange(staging, out_dir):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=13):
+@dataclasses.dataclass
+class Int8Export:
+    """What `export_classifier` needs to write ``model.int8.onnx`` beside ``model.onnx``.
+
+    mode: "dynamic" or "static" (`paddle_vit.deploy.quantize.quantize_onnx`);
+    calibration_batches: float32 [B, 3, S, S] batches for "static";
+    gate_batches, gate_labels: the images (and their labels, or None) on which the int8 file is
+        compared with the float32 one (`compare_logits`); the report goes to ``preprocess.json``.
+    """
+    mode: str = "dynamic"
+    calibration_batches: object = None
+    gate_batches: object = ()
+    gate_labels: object = None
+
+
+def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=DEFAULT_OPSET,
+                      int8=None):
     """Export `classifier` (a `paddle_vit.deploy.predict.Classifier`) to the folder `out_dir`.
 
     formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
     softmax: put a softmax on the output, so the model returns probabilities.
+    int8: an `Int8Export`: also write ``model.int8.onnx`` (needs "onnx" in formats) and record its
+        quantization and accuracy gate under "int8" in ``preprocess.json``.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
     is written to a staging folder first and put in place at once: a failed or killed export
     leaves the earlier one whole.
@@ -241,28 +160,36 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     unknown = [name for name in formats if name not in FORMATS]
     if unknown or not formats:
         raise ConfigError(f"export formats are {', '.join(FORMATS)}; got {', '.join(formats) or 'none'}")
-    paddle2onnx = import_paddle2onnx() if "onnx" in formats else None
+    if int8 is not None and "onnx" not in formats:
+        raise ConfigError("an int8 export quantizes the ONNX model: add --format onnx")
+    if "onnx" in formats:
+        import_paddle2onnx()  # say what to install before any work is done
     out_dir = os.fspath(out_dir)
     with fileio.provisional_folders(out_dir):  # a failed export leaves no folder it made
         staging = _prepare(out_dir)
         try:
-            model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
-
             files = {}
             if "paddle" in formats:
+                model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
                 files["paddle_model"] = os.path.basename(model_file)
                 files["paddle_params"] = os.path.basename(params_file)
             if "onnx" in formats:
                 files["onnx"] = ONNX_FILE
+            if int8 is not None:
+                files["onnx_int8"] = INT8_FILE
             files["weights"] = WEIGHTS_FILE
             metadata = build_metadata(classifier, softmax, files)
-            if paddle2onnx is not None:
-                _write_onnx(paddle2onnx, model_file, params_file, os.path.join(staging, ONNX_FILE), opset_version,
-                            metadata)
+            if "onnx" in formats:
+                report = export_onnx(classifier.model, os.path.join(staging, ONNX_FILE), opset=opset_version,
+                                     softmax=softmax, metadata=metadata)
+                metadata["onnx_graph"] = report
+                logger.info("ONNX graph: opset %d, %d nodes (%s), %d initializers", report["opset"], report["nodes"],
+                            ", ".join(f"{op} {count}" for op, count in report["node_counts"].items()),
+                            report["initializers"])
+            if int8 is not None:
+                metadata["int8"] = _write_int8(os.path.join(staging, ONNX_FILE), os.path.join(staging, INT8_FILE),
+                                               int8)
             save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
-            if "paddle" not in formats:  # traced for the ONNX conversion only: not part of this export
-                os.remove(model_file)
-                os.remove(params_file)
             with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
                 json.dump(metadata, stream, indent=2, ensure_ascii=False)
                 stream.write("\n")
@@ -276,6 +203,18 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     written["metadata"] = os.path.join(out_dir, METADATA_FILE)
     logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))
     return written
+
+
+def _write_int8(fp32_path, int8_path, int8):
+    """Quantize the exported ONNX file and measure it against the float32 one: the "int8" entry
+    of ``preprocess.json`` (the quantization without its node lists, and the accuracy gate)."""
+    report = quantize_onnx(fp32_path, int8_path, mode=int8.mode, calibration_batches=int8.calibration_batches)
+    gate = compare_logits(fp32_path, int8_path, int8.gate_batches, int8.gate_labels) if int8.gate_batches else None
+    summary = {key: value for key, value in report.items() if key not in ("quantized", "kept_fp32")}
+    summary["quantized_nodes"] = len(report["quantized"])
+    summary["kept_fp32"] = {role: len(names) for role, names in report["kept_fp32"].items()}
+    summary["gate"] = gate
+    return summary
 
 
 def _umask():

@@ -186,6 +186,7 @@ class Classifier:
     preprocess: Preprocess
     class_names: Optional[List[str]]
     model_name: str
+    config: object = None  # the full config it was built from (its data section: the recipe's images)
 
     @property
     def num_classes(self):
@@ -256,7 +257,7 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         class_names = list(model.class_names)
     preprocess = eval_preprocess(model, config.data, keys_set("data", config_path, overrides))
     report_preprocess(preprocess, model)
-    return Classifier(model, preprocess, class_names, config.model.name)
+    return Classifier(model, preprocess, class_names, config.model.name, config)
 
 
 def report_preprocess(preprocess, model):

@@ -22,7 +22,8 @@ variant to its module's numbers.
 import contextlib
 
 from .cpu import CPU_FAST_PATHS, AddmmLinear, FastCpuAttention, RecomputedAttention, runs_on_cpu
-from .graph import (TRACEABLE, TraceableHybridEmbedding, TraceablePatchEmbedding, TraceableStdConv2D, TraceableViT,
+from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
+                    TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
 
 
@@ -73,6 +74,17 @@ def traceable(model):
         _undo(changed)
 
 
+@contextlib.contextmanager
+def onnx_traceable(model):
+    """The variants an ONNX export traces with (`traceable`'s, but the attention's q/k/v weights
+    left whole so that each weight is an initializer feeding its MatMul), classes given back after."""
+    changed = _give_classes(model, ONNX_GRAPH)
+    try:
+        yield model
+    finally:
+        _undo(changed)
+
+
 def use_walkthrough_modules(model):
     """Give every layer of `model` its walkthrough module's class again; returns `model`."""
     for layer in [model, *model.sublayers()]:
@@ -80,7 +92,7 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "FastCpuAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "FastCpuAttention", "OnnxAttention", "onnx_traceable", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "mean_over", "runs_on_cpu",
            "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",

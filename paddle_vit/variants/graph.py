@@ -65,6 +65,28 @@ class TracedCpuAttention(Attention):
         return self.dropout(self.proj(out))
 
 
+class OnnxAttention(Attention):
+    """`Attention`'s fused path in a graph traced for ONNX: the packed projection `x @ W_qkv + b`
+    once, then the activations reshaped and split into q, k and v ([B, N, 3 D] -> 3 x [B, H, N, d]).
+    The weights then reach their MatMul as they are stored (an initializer of the ONNX file), which
+    is what ONNX Runtime's quantizer needs to quantize it; slicing the weights at run time, as
+    `TracedCpuAttention` does for oneDNN, hides them from it. Same parameters, same numbers."""
+
+    variant_of = Attention
+
+    def fused_attention(self, x):
+        if paddle.in_dynamic_mode():
+            return super().fused_attention(x)
+        width = self.all_head_dim
+        qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
+        qkv = qkv.transpose([2, 0, 3, 1, 4])  # [3, B, H, N, d]
+        q, k, v = qkv[0], qkv[1], qkv[2]  # 3 x [B, H, N, d]
+        attention = F.softmax(paddle.matmul(q, k, transpose_y=True) * self.scales, axis=-1)  # [B, H, N, N]
+        attention = self.attention_dropout(attention)
+        out = paddle.matmul(attention, v).transpose([0, 2, 1, 3]).reshape([0, 0, width])  # [B, N, H * d]
+        return self.dropout(self.proj(out))
+
+
 class WrittenOutTanhGELU(nn.GELU):
     """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as flax's
     nn.gelu computes it, written out in a traced graph (eagerly: Paddle's gelu(approximate=True))."""
@@ -168,3 +190,6 @@ class TraceableViT(ViT):
 
 TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,
              TraceablePatchEmbedding, TraceableHybridEmbedding)
+
+# the graph an ONNX export traces: the same, with the attention's weights left whole
+ONNX_GRAPH = tuple(OnnxAttention if variant is TracedCpuAttention else variant for variant in TRACEABLE)

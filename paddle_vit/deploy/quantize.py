@@ -1,0 +1,225 @@
+"""int8 ONNX files of a ViT with ONNX Runtime's quantizer, and the accuracy they keep.
+
+`quantize_onnx(fp32_path, int8_path)` quantizes the deployment-grade export of
+`paddle_vit.deploy.onnx_export.export_onnx` (whose every weight product reads an initializer):
+
+- mode "dynamic" (the default): int8 weights, one scale per output channel, activations
+  quantized per batch at run time (`DynamicQuantizeLinear` + `MatMulInteger`); no calibration;
+- mode "static": QDQ (QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses into its
+  int8 kernels), activation ranges calibrated over the given float32 [B, 3, H, W] batches.
+
+Which nodes stay float32 (`keep_fp32`, roles found in the graph, not by name):
+- "patch_embedding": every Conv (the patch projection, a hybrid's ResNet); int8 convolution
+  (ConvInteger) is slower than float32 Conv in ONNX Runtime's CPU kernels, and the first layer
+  sees the raw pixels;
+- "head": the products after the last LayerNorm (pre-logits layer, classifier): the logits
+  themselves, a small share of the work;
+- "attention_products": the two products of activations in each attention (q k^T, attention v);
+  in dynamic mode ONNX Runtime quantizes only products with a constant weight anyway;
+- softmax, LayerNorm, GELU: never quantized (ONNX Runtime has no int8 kernel a ViT gains from).
+What the defaults keep and why is measured in docs/deployment.md.
+
+reduce_range (7-bit weights): x86 CPUs without VNNI multiply uint8 activations by int8 weights
+with VPMADDUBSW, whose 16-bit sums can saturate; 7-bit weights cannot. None chooses it from this
+CPU: off where it has AVX512-VNNI, AVX-VNNI or AMX, on otherwise.
+"""
+import contextlib
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+from ..errors import ExportError
+from ..runtime import cpu_vendor_and_flags
+from .onnx_export import ONNX_INSTALL_HINT
+
+MODES = ("dynamic", "static")
+ROLES = ("patch_embedding", "head", "attention_products")
+DEFAULT_KEEP_FP32 = ("patch_embedding", "head")
+INT8_FILE = "model.int8.onnx"
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def _import_quantization():
+    try:
+        import onnx
+        from onnxruntime import quantization
+    except ImportError as error:
+        raise ExportError(f"int8 quantization needs onnxruntime's quantization tools, which cannot be imported "
+                          f"({error}): {ONNX_INSTALL_HINT}") from None
+    return onnx, quantization
+
+
+def cpu_has_vnni(flags=None):
+    """Whether this CPU has an int8 dot-product instruction (VNNI or AMX), from /proc/cpuinfo."""
+    if flags is None:
+        _, flags = cpu_vendor_and_flags()
+    return any(flag in flags for flag in VNNI_FLAGS)
+
+
+def node_roles(graph):
+    """{role: [node names]} of an onnx GraphProto, for the roles of `ROLES`, and "weight_products":
+    the MatMul/Gemm nodes whose second input is an initializer (the ones int8 can speed up)."""
+    initializers = {tensor.name for tensor in graph.initializer}
+    layer_norms = [index for index, node in enumerate(graph.node) if node.op_type == "LayerNormalization"]
+    last_norm = layer_norms[-1] if layer_norms else -1  # nodes are stored in topological order
+    roles = {role: [] for role in (*ROLES, "weight_products")}
+    for index, node in enumerate(graph.node):
+        if node.op_type == "Conv":
+            roles["patch_embedding"].append(node.name)
+        elif node.op_type in ("MatMul", "Gemm"):
+            if node.input[1] not in initializers:
+                roles["attention_products"].append(node.name)
+            elif index > last_norm:
+                roles["head"].append(node.name)
+            else:
+                roles["weight_products"].append(node.name)
+    return roles
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    """onnxruntime's quantizer logs a line per tensor it leaves alone through the root logger
+    (`logging.info`): keep them out of the tool's output while it runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))  # and its advice to pre-process: the export is already clean
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+class _BatchReader:
+    """onnxruntime's CalibrationDataReader over float32 [B, 3, H, W] batches."""
+
+    def __init__(self, input_name, batches):
+        self.input_name = input_name
+        self.batches = iter(batches)
+
+    def get_next(self):
+        batch = next(self.batches, None)
+        return None if batch is None else {self.input_name: np.ascontiguousarray(batch, dtype=np.float32)}
+
+
+def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=None, keep_fp32=DEFAULT_KEEP_FP32,
+                  reduce_range=None, per_channel=True):
+    """Write the int8 version of the float32 ONNX file `fp32_path` to `int8_path`; returns a report
+    {"mode", "per_channel", "reduce_range", "quantized": [node names], "kept_fp32": {role: [node
+    names]}, "node_counts": {op_type: n} of the int8 graph}.
+
+    mode: "dynamic" (weights int8 per channel, activations quantized at run time) or "static"
+        (QDQ, activation ranges from `calibration_batches`, an iterable of float32 [B, 3, H, W]).
+    keep_fp32: the roles left in float32 (see the module's doc), any of ROLES.
+    """
+    onnx, quantization = _import_quantization()
+    if mode not in MODES:
+        raise ExportError(f"quantization mode must be one of {', '.join(MODES)}, got {mode!r}")
+    unknown = [role for role in keep_fp32 if role not in ROLES]
+    if unknown:
+        raise ExportError(f"keep_fp32 takes {', '.join(ROLES)}; got {', '.join(unknown)}")
+    if mode == "static" and calibration_batches is None:
+        raise ExportError("static quantization needs calibration batches (--calibration N images)")
+    reduce_range = (not cpu_has_vnni()) if reduce_range is None else bool(reduce_range)
+
+    model = onnx.load(os.fspath(fp32_path))
+    roles = node_roles(model.graph)
+    quantized = list(roles["weight_products"])
+    quantized += [name for role in ROLES if role not in keep_fp32 for name in roles[role]]
+    options = {"MatMulConstBOnly": "attention_products" in keep_fp32}
+    common = dict(per_channel=per_channel, reduce_range=reduce_range, weight_type=quantization.QuantType.QInt8,
+                  nodes_to_quantize=quantized, op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options=options)
+    folder = os.path.dirname(os.path.abspath(os.fspath(int8_path)))
+    with tempfile.TemporaryDirectory(prefix=".quantize-", dir=folder) as work:
+        staged = os.path.join(work, "model.int8.onnx")
+        try:
+            with _quiet_root_logger():
+                _run_quantizer(quantization, mode, fp32_path, staged, model, calibration_batches, common)
+        except ExportError:
+            raise
+        except Exception as error:  # onnxruntime's own failures: one line
+            raise ExportError(f"onnxruntime could not quantize {fp32_path} ({mode}): "
+                              f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from None
+        int8_model = onnx.load(staged)
+        os.replace(staged, os.fspath(int8_path))
+    counts = {}
+    for node in int8_model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return {
+        "mode": mode,
+        "per_channel": per_channel,
+        "reduce_range": reduce_range,
+        "quantized": quantized,
+        "kept_fp32": {role: roles[role] for role in ROLES if role in keep_fp32},
+        "nodes": len(int8_model.graph.node),
+        "node_counts": dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
+    }
+
+
+def _run_quantizer(quantization, mode, fp32_path, target, model, calibration_batches, common):
+    if mode == "dynamic":
+        quantization.quantize_dynamic(os.fspath(fp32_path), target, **common)
+        return
+    reader = _BatchReader(model.graph.input[0].name, calibration_batches)
+    quantization.quantize_static(os.fspath(fp32_path), target, reader, quant_format=quantization.QuantFormat.QDQ,
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 calibrate_method=quantization.CalibrationMethod.MinMax, **common)
+
+
+def compare_logits(fp32_path, int8_path, batches, labels=None, threads=None):
+    """The accuracy gate of an int8 file: run both files over `batches` (float32 [B, 3, H, W]) and
+    return {"images", "top1_agreement", "max_logit_difference", "max_relative_difference" (to the
+    largest fp32 logit of the image), and with `labels` (one int per image) "top1_fp32",
+    "top1_int8"}; fractions in [0, 1]."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    sessions = [onnxruntime.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+                for path in (fp32_path, int8_path)]
+    name = sessions[0].get_inputs()[0].name
+    fp32, int8 = [], []
+    for batch in batches:
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        fp32.append(sessions[0].run(None, {name: batch})[0])
+        int8.append(sessions[1].run(None, {name: batch})[0])
+    fp32, int8 = np.concatenate(fp32), np.concatenate(int8)  # [N, K]
+    difference = np.abs(fp32 - int8).max(axis=1)  # [N]
+    report = {
+        "images": int(len(fp32)),
+        "top1_agreement": float((fp32.argmax(1) == int8.argmax(1)).mean()),
+        "max_logit_difference": float(difference.max()),
+        "max_relative_difference": float((difference / np.maximum(np.abs(fp32).max(axis=1), 1e-12)).max()),
+    }
+    if labels is not None:
+        labels = np.asarray(labels).reshape(-1)[:len(fp32)]
+        report["top1_fp32"] = float((fp32.argmax(1) == labels).mean())
+        report["top1_int8"] = float((int8.argmax(1) == labels).mean())
+    return report
+
+
+def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_size=64):
+    """(float32 [B, 3, S, S] batches, int64 labels) of the recipe's data as the model sees it at
+    evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
+    (split="val") for the accuracy gate, or the first `limit` images of the train split in a fixed
+    shuffled order (split="train", never augmented) for calibration."""
+    from ..data.datasets import AugmentedDataset, build_datasets
+
+    train, val, _ = build_datasets(data_config, image_size, eval_preprocess=preprocess)
+    if split == "val":
+        dataset, order = val, np.arange(len(val))
+    else:
+        source = train.source
+        if hasattr(source, "decode") and hasattr(val.source, "decode"):
+            source.decode = val.source.decode  # files: decoded by the eval pipeline too
+        dataset = AugmentedDataset(source, val.transform, image_size)
+        order = np.random.default_rng(0).permutation(len(dataset))
+    order = order[:limit] if limit is not None else order
+    batches, labels = [], []
+    for start in range(0, len(order), batch_size):
+        samples = [dataset[int(index)] for index in order[start:start + batch_size]]
+        batches.append(np.stack([np.asarray(image, dtype=np.float32) for image, _ in samples]))
+        labels.extend(int(label) for _, label in samples)
+    return batches, np.asarray(labels, dtype=np.int64)

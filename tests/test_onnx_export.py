@@ -1,0 +1,138 @@
+"""The deployment-grade ONNX export (paddle_vit.deploy.onnx_export) and its int8 quantization
+(paddle_vit.deploy.quantize): the graph is what ONNX Runtime's quantizer can work on (opset 17,
+one LayerNormalization per LayerNorm, every weight product fed by an initializer, no Identity)
+and computes what the eager model computes."""
+import numpy as np
+import paddle
+import pytest
+
+from tiny_models import perturbed_tiny_vit
+
+onnx = pytest.importorskip("onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+
+from paddle_vit.deploy.onnx_export import export_onnx  # noqa: E402  (after the skips)
+
+TOLERANCE = 1e-4
+# mean pooling with a pre-logits layer, any input size: the paths the plain model does not take
+DYNAMIC = dict(pool="mean", representation_size=24, dynamic_img_size=True, gelu="tanh", qkv_bias=False)
+
+
+def run_onnx(path, batch):
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: batch})[0]
+
+
+def eager(model, batch):
+    with paddle.no_grad():
+        return model(paddle.to_tensor(batch)).numpy()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    model = perturbed_tiny_vit()
+    path = tmp_path_factory.mktemp("onnx") / "plain.onnx"
+    return model, path, export_onnx(model, path)
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory):
+    model = perturbed_tiny_vit(**DYNAMIC)
+    path = tmp_path_factory.mktemp("onnx") / "dynamic.onnx"
+    return model, path, export_onnx(model, path)
+
+
+def test_the_export_computes_the_eager_logits_for_any_batch(plain):
+    model, path, _ = plain
+    for batch_size in (1, 3):
+        batch = np.random.default_rng(batch_size).standard_normal((batch_size, 3, 32, 32)).astype("float32")
+        np.testing.assert_allclose(run_onnx(path, batch), eager(model, batch), atol=TOLERANCE, rtol=0)
+
+
+def test_a_dynamic_size_export_with_mean_pool_and_pre_logits_computes_the_eager_logits_at_any_size(dynamic):
+    model, path, report = dynamic
+    assert report["input_shape"] == ["batch", 3, "height", "width"]
+    for side in (32, 48):
+        batch = np.random.default_rng(side).standard_normal((2, 3, side, side)).astype("float32")
+        np.testing.assert_allclose(run_onnx(path, batch), eager(model, batch), atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("export", ["plain", "dynamic"])
+def test_the_graph_is_built_for_deployment(export, request):
+    model, path, report = request.getfixturevalue(export)
+    graph_model = onnx.load(str(path))
+    onnx.checker.check_model(graph_model, full_check=True)
+    graph = graph_model.graph
+    initializers = {tensor.name for tensor in graph.initializer}
+    ops = [node.op_type for node in graph.node]
+    assert report["opset"] == 17 and {entry.domain for entry in graph_model.opset_import} <= {"", "ai.onnx"}
+    assert "Identity" not in ops and "Constant" not in ops
+    layer_norms = [layer for layer in model.sublayers() if isinstance(layer, paddle.nn.LayerNorm)]
+    assert ops.count("LayerNormalization") == len(layer_norms) == 2 * 2 + 1
+    # each Linear of the encoder and the head: a MatMul/Gemm whose weight is an initializer
+    linears = [layer for layer in model.sublayers() if isinstance(layer, paddle.nn.Linear)]
+    products = [node for node in graph.node if node.op_type in ("MatMul", "Gemm")]
+    assert {linear.weight.name for linear in linears} <= {node.input[1] for node in products} & initializers
+    on_weights = [node for node in products if node.input[1] in initializers]
+    assert report["weight_products"] == len(on_weights) >= len(linears) >= 2 * 4 + 1  # qkv, proj, fc1, fc2; head
+    # the attention's two products of activations per layer (and the dynamic size's resampling)
+    assert report["activation_products"] == len(products) - len(on_weights) >= 2 * 2
+    assert report["nodes"] == len(ops) == sum(report["node_counts"].values())
+    assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+# ---- int8 (paddle_vit.deploy.quantize) -----------------------------------------------------------
+
+def calibration(count=2):
+    return [np.random.default_rng(seed).standard_normal((4, 3, 32, 32)).astype("float32") for seed in range(count)]
+
+
+def test_dynamic_int8_quantizes_the_encoder_products_and_keeps_the_patch_embedding_and_head_fp32(plain, tmp_path):
+    from paddle_vit.deploy.quantize import DEFAULT_KEEP_FP32, compare_logits, quantize_onnx
+
+    model, path, _ = plain
+    report = quantize_onnx(path, tmp_path / "int8.onnx")
+    graph = onnx.load(str(tmp_path / "int8.onnx")).graph
+    assert report["mode"] == "dynamic" and set(report["kept_fp32"]) == set(DEFAULT_KEEP_FP32)
+    # qkv, proj, fc1, fc2 and the attention's two activation products of both layers
+    assert len(report["quantized"]) == 2 * 4 + 2 * 2
+    ops = [node.op_type for node in graph.node]
+    assert ops.count("MatMulInteger") == 2 * 4 + 2 * 2
+    assert ops.count("Conv") == 1 and ops.count("Gemm") + ops.count("MatMul") == 1  # patch embedding, head: fp32
+    gate = compare_logits(path, tmp_path / "int8.onnx", calibration(), labels=[0] * 8)
+    assert gate["images"] == 8 and gate["top1_agreement"] >= 0.75 and 0 < gate["max_logit_difference"] < 0.5
+    assert {"top1_fp32", "top1_int8"} <= set(gate)
+
+
+def test_static_int8_calibrates_and_quantizes_the_attention_products_unless_kept(plain, tmp_path):
+    from paddle_vit.deploy.quantize import quantize_onnx
+
+    _, path, _ = plain
+    kept = quantize_onnx(path, tmp_path / "kept.onnx", mode="static", calibration_batches=calibration(),
+                         keep_fp32=("patch_embedding", "head", "attention_products"))
+    every = quantize_onnx(path, tmp_path / "every.onnx", mode="static", calibration_batches=calibration(),
+                          keep_fp32=())
+    assert len(kept["quantized"]) == 2 * 4 and len(kept["kept_fp32"]["attention_products"]) == 2 * 2
+    assert len(every["quantized"]) == 2 * 4 + 2 * 2 + 1 + 1  # + the attention products, the head, the Conv
+    assert every["node_counts"]["DequantizeLinear"] > kept["node_counts"]["DequantizeLinear"] > 0
+    batch = calibration(1)[0]
+    for name in ("kept.onnx", "every.onnx"):
+        assert np.abs(run_onnx(tmp_path / name, batch) - run_onnx(path, batch)).max() < 0.5
+
+
+def test_static_int8_without_calibration_is_refused(plain, tmp_path):
+    from paddle_vit.deploy.quantize import ExportError, quantize_onnx
+
+    with pytest.raises(ExportError, match="calibration"):
+        quantize_onnx(plain[1], tmp_path / "x.onnx", mode="static")
+    with pytest.raises(ExportError, match="keep_fp32 takes"):
+        quantize_onnx(plain[1], tmp_path / "x.onnx", keep_fp32=("softmax",))
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_reduce_range_follows_the_cpu_int8_instructions():
+    from paddle_vit.deploy.quantize import cpu_has_vnni
+
+    assert cpu_has_vnni({"avx2", "avx512_vnni"}) and cpu_has_vnni({"avx_vnni"}) and cpu_has_vnni({"amx_int8"})
+    assert not cpu_has_vnni({"avx2", "fma"})
