@@ -260,19 +260,30 @@ def test_export_quantize_int8_writes_the_int8_model_and_its_accuracy_gate(traine
     int8 = json.loads((out / "preprocess.json").read_text())["int8"]
     assert int8["mode"] == ("static" if calibration else "dynamic") and int8["quantized_nodes"] > 0
     # the gate ran over the recipe's 8 val images; its fp32 top-1 is the dynamic model's
-    batches, labels = recipe_images(classifier.config.data, classifier.preprocess, 14, "val")
+    batches, labels, _ = recipe_images(classifier.config.data, classifier.preprocess, 14, "val")
     top1 = float((np.concatenate([classifier.logits(batch) for batch in batches]).argmax(1) == labels).mean())
     gate = int8["gate"]
     assert gate["images"] == len(labels) == 8 and gate["top1_fp32"] == pytest.approx(top1)
     assert 0 < gate["max_logit_difference"] < 0.5 and 0 <= gate["top1_agreement"] <= 1
-    assert any(line.startswith(f"int8 ({int8['mode']}) vs fp32 on 8 val images") for line in lines)
+    assert any(line.startswith(f"int8 ({int8['mode']}) vs fp32 on 8 images") for line in lines)
 
 
-def test_export_calibration_without_quantize_or_below_one_is_refused(trained, capsys):
-    for extra in (["--calibration", "8"], ["--quantize", "int8", "--calibration", "0"]):
+def test_export_int8_gate_on_given_images_compares_without_labels(trained, images, capsys):
+    pytest.importorskip("onnxruntime.quantization", reason="int8 needs the optional extra: pip install -e '.[onnx]'")
+    out = trained["root"] / "int8_images"
+    code, lines, _ = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", out, "--quantize", "int8",
+                                       "--calibration", "2", "--gate-images", images], capsys)
+    assert code == 0
+    gate = json.loads((out / "preprocess.json").read_text())["int8"]["gate"]
+    assert gate["images"] == 2 and "top1_fp32" not in gate  # alpha.png and gray.jpg; the corrupt one skipped
+    assert any(line.startswith("int8 (static) vs fp32 on 2 images") for line in lines)
+
+
+def test_export_int8_options_without_quantize_or_a_calibration_below_one_are_refused(trained, capsys):
+    for extra in (["--calibration", "8"], ["--quantize", "int8", "--calibration", "0"], ["--gate-images", "x"]):
         code, _, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", trained["root"] / "no_int8",
                                             *extra], capsys)
-        assert code == 2 and len(errors) == 1 and errors[0].startswith("error: --calibration")
+        assert code == 2 and len(errors) == 1 and errors[0].startswith(f"error: {extra[-2]} ")
     assert not (trained["root"] / "no_int8").exists()
 
 

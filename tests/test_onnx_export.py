@@ -9,7 +9,7 @@ import pytest
 from tiny_models import perturbed_tiny_vit
 
 onnx = pytest.importorskip("onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
-onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+onnxruntime = pytest.importorskip("onnxruntime", reason="running ONNX needs the extra: pip install -e '.[onnx]'")
 pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
 
 from paddle_vit.deploy.onnx_export import export_onnx  # noqa: E402  (after the skips)
@@ -128,6 +128,8 @@ def test_static_int8_without_calibration_is_refused(plain, tmp_path):
         quantize_onnx(plain[1], tmp_path / "x.onnx", mode="static")
     with pytest.raises(ExportError, match="keep_fp32 takes"):
         quantize_onnx(plain[1], tmp_path / "x.onnx", keep_fp32=("softmax",))
+    with pytest.raises(ExportError, match="cannot write to"):
+        quantize_onnx(plain[1], tmp_path / "missing" / "x.onnx")
     assert not (tmp_path / "x.onnx").exists()
 
 
@@ -136,3 +138,27 @@ def test_reduce_range_follows_the_cpu_int8_instructions():
 
     assert cpu_has_vnni({"avx2", "avx512_vnni"}) and cpu_has_vnni({"avx_vnni"}) and cpu_has_vnni({"amx_int8"})
     assert not cpu_has_vnni({"avx2", "fma"})
+
+
+def test_identity_nodes_are_removed_and_an_output_keeps_its_name():
+    from onnx import TensorProto, helper
+
+    from paddle_vit.deploy.onnx_export import drop_identities
+
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Identity", ["b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    drop_identities(graph)
+    assert [(node.op_type, list(node.input), list(node.output)) for node in graph.node] == [("Relu", ["x"], ["y"])]
+    session = onnxruntime.InferenceSession(helper.make_model(graph).SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": np.array([-1.0, 2.0], "float32")})[0].tolist() == [0.0, 2.0]
+
+
+def test_a_dynamic_size_export_of_a_fixed_size_model_is_refused(plain, tmp_path):
+    from paddle_vit.errors import ExportError
+
+    with pytest.raises(ExportError, match="dynamic_img_size"):
+        export_onnx(plain[0], tmp_path / "x.onnx", dynamic_size=True)
+    assert not (tmp_path / "x.onnx").exists()

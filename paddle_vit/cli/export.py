@@ -50,7 +50,12 @@ def build_parser():
                                                              "is given, with its accuracy gate against fp32 on "
                                                              "the recipe's val images")
     parser.add_argument("--calibration", type=int, metavar="N",
-                        help="static int8 (QDQ) calibrated on N images of the recipe's train split")
+                        help="static int8 (QDQ) calibrated on N images of the recipe's train split (or of "
+                             "--gate-images)")
+    parser.add_argument("--gate-images", nargs="+", metavar="PATH",
+                        help="image files or folders for the int8 accuracy gate (top-1 agreement and logit "
+                             "difference against fp32) instead of the recipe's val split, e.g. real photos for "
+                             "converted ImageNet weights")
     add_common_arguments(parser)
     return parser
 
@@ -66,6 +71,8 @@ def export(argv):
     formats = args.format or ["paddle"]
     if args.calibration is not None and not args.quantize:
         raise ConfigError("--calibration N goes with --quantize int8")
+    if args.gate_images and not args.quantize:
+        raise ConfigError("--gate-images goes with --quantize int8")
     if args.calibration is not None and args.calibration < 1:
         raise ConfigError(f"--calibration takes a positive number of images, got {args.calibration}")
     if args.quantize and "onnx" not in formats:
@@ -75,7 +82,7 @@ def export(argv):
     paddle.set_device("cpu")
     classifier = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
                                  labels=args.labels)
-    int8 = int8_export(classifier, args.calibration) if args.quantize else None
+    int8 = int8_export(classifier, args.calibration, args.gate_images) if args.quantize else None
     written = export_classifier(classifier, args.out, softmax=args.softmax, formats=formats,
                                 opset_version=args.opset, int8=int8)
     for role, path in written.items():
@@ -86,24 +93,32 @@ def export(argv):
     return 0
 
 
-def int8_export(classifier, calibration):
-    """The int8 part of an export: the recipe's val images for the accuracy gate (none when the
+def int8_export(classifier, calibration, gate_images=None):
+    """The int8 part of an export: the images of the accuracy gate (`gate_images`, unlabelled, or
+    else the recipe's val split, labelled when its classes are the model's; none when the
     recipe's data cannot be read: the gate is then left out) and, for static int8, `calibration`
-    images of its train split."""
+    images (of `gate_images`, or else of the recipe's train split)."""
     from ..deploy.export import Int8Export
-    from ..deploy.quantize import recipe_images
+    from ..deploy.quantize import image_batches, recipe_images
     from ..errors import DataError
 
     config, size = classifier.config, int(classifier.model.config.image_size)
     calibration_batches = None
-    if calibration:
-        calibration_batches, _ = recipe_images(config.data, classifier.preprocess, size, "train", limit=calibration)
-    try:
-        gate_batches, gate_labels = recipe_images(config.data, classifier.preprocess, size, "val")
-    except (DataError, ConfigError) as error:
-        logging.getLogger("paddle_vit").warning("no accuracy gate for the int8 model: the recipe's val images "
-                                                "cannot be read (%s)", error)
-        gate_batches, gate_labels = (), None
+    if calibration and gate_images:
+        calibration_batches = image_batches(gate_images, classifier.preprocess, limit=calibration)
+    elif calibration:
+        calibration_batches, _, _ = recipe_images(config.data, classifier.preprocess, size, "train",
+                                                  limit=calibration)
+    gate_batches, gate_labels = (), None
+    if gate_images:
+        gate_batches = image_batches(gate_images, classifier.preprocess)
+    else:
+        try:
+            gate_batches, labels, classes = recipe_images(config.data, classifier.preprocess, size, "val")
+            gate_labels = labels if classes == classifier.num_classes else None  # another label set: no top-1
+        except (DataError, ConfigError) as error:
+            logging.getLogger("paddle_vit").warning("no accuracy gate for the int8 model: the recipe's val images "
+                                                    "cannot be read (%s); give --gate-images", error)
     return Int8Export(mode="static" if calibration else "dynamic", calibration_batches=calibration_batches,
                       gate_batches=gate_batches, gate_labels=gate_labels)
 
@@ -114,8 +129,8 @@ def int8_gate_line(metadata_path):
         int8 = json.load(stream)["int8"]
     gate = int8["gate"]
     if not gate:
-        return f"int8 ({int8['mode']}): no accuracy gate (no val images)"
-    line = (f"int8 ({int8['mode']}) vs fp32 on {gate['images']} val images: top-1 agreement "
+        return f"int8 ({int8['mode']}): no accuracy gate (no images)"
+    line = (f"int8 ({int8['mode']}) vs fp32 on {gate['images']} images: top-1 agreement "
             f"{gate['top1_agreement']:.4f}, largest logit difference {gate['max_logit_difference']:.4g} "
             f"({gate['max_relative_difference']:.2%} of the largest logit)")
     if "top1_fp32" in gate:

@@ -24,15 +24,16 @@ import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 
 from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
 from ..weights import save_weights
-from .onnx_export import DEFAULT_OPSET, ONNX_FILE, ONNX_INSTALL_HINT, convert_with_paddle2onnx, export_onnx, import_paddle2onnx
+# ONNX_INSTALL_HINT, import_paddle2onnx and input_shape are imported from here by other modules too
+from .onnx_export import (DEFAULT_OPSET, ONNX_FILE, ONNX_INSTALL_HINT, convert_with_paddle2onnx,  # noqa: F401
+                          export_onnx, import_paddle2onnx)  # noqa: F401
 from .quantize import INT8_FILE, compare_logits, quantize_onnx
-from .tracing import INPUT_NAME, inference_network, input_shape, save_traced
+from .tracing import INPUT_NAME, input_shape, save_traced  # noqa: F401
 
 logger = logging.getLogger("paddle_vit")
 

@@ -188,7 +188,7 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
                           "model.dynamic_img_size: true")
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.TemporaryDirectory(prefix=".onnx-export-", dir=folder) as work:
+    with work_folder(folder, ".onnx-export-") as work:
         was_training = model.training
         model.eval()
         try:
@@ -204,7 +204,8 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
         drop_identities(onnx_model.graph)
         _keep_used_domains(onnx_model)
         _name_dimensions(onnx_model)
-        onnx_model.graph.input[0].name == INPUT_NAME or _rename_input(onnx_model, INPUT_NAME)
+        if onnx_model.graph.input[0].name != INPUT_NAME:
+            _rename_input(onnx_model, INPUT_NAME)
         if metadata is not None:
             entry = onnx_model.metadata_props.add()
             entry.key, entry.value = METADATA_KEY, json.dumps(metadata)
@@ -216,6 +217,15 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
         onnx.save(onnx_model, staged)
         os.replace(staged, path)
     return graph_report(onnx_model)
+
+
+def work_folder(folder, prefix):
+    """A temporary folder inside `folder` (the target's, so that the finished file is renamed into
+    place); a folder that does not exist or cannot be written is an ExportError."""
+    try:
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=folder)
+    except OSError as error:
+        raise ExportError(f"cannot write to {folder}: {error.strerror or error}") from None
 
 
 def _rename_input(model, name):

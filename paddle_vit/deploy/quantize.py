@@ -26,13 +26,12 @@ CPU: off where it has AVX512-VNNI, AVX-VNNI or AMX, on otherwise.
 import contextlib
 import logging
 import os
-import tempfile
 
 import numpy as np
 
 from ..errors import ExportError
 from ..runtime import cpu_vendor_and_flags
-from .onnx_export import ONNX_INSTALL_HINT
+from .onnx_export import ONNX_INSTALL_HINT, work_folder
 
 MODES = ("dynamic", "static")
 ROLES = ("patch_embedding", "head", "attention_products")
@@ -131,7 +130,7 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
     common = dict(per_channel=per_channel, reduce_range=reduce_range, weight_type=quantization.QuantType.QInt8,
                   nodes_to_quantize=quantized, op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options=options)
     folder = os.path.dirname(os.path.abspath(os.fspath(int8_path)))
-    with tempfile.TemporaryDirectory(prefix=".quantize-", dir=folder) as work:
+    with work_folder(folder, ".quantize-") as work:
         staged = os.path.join(work, "model.int8.onnx")
         try:
             with _quiet_root_logger():
@@ -201,13 +200,13 @@ def compare_logits(fp32_path, int8_path, batches, labels=None, threads=None):
 
 
 def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_size=64):
-    """(float32 [B, 3, S, S] batches, int64 labels) of the recipe's data as the model sees it at
-    evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
+    """(float32 [B, 3, S, S] batches, int64 labels, number of classes) of the recipe's data as the
+    model sees it at evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
     (split="val") for the accuracy gate, or the first `limit` images of the train split in a fixed
     shuffled order (split="train", never augmented) for calibration."""
     from ..data.datasets import AugmentedDataset, build_datasets
 
-    train, val, _ = build_datasets(data_config, image_size, eval_preprocess=preprocess)
+    train, val, class_names = build_datasets(data_config, image_size, eval_preprocess=preprocess)
     if split == "val":
         dataset, order = val, np.arange(len(val))
     else:
@@ -222,4 +221,13 @@ def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_
         samples = [dataset[int(index)] for index in order[start:start + batch_size]]
         batches.append(np.stack([np.asarray(image, dtype=np.float32) for image, _ in samples]))
         labels.extend(int(label) for _, label in samples)
-    return batches, np.asarray(labels, dtype=np.int64)
+    return batches, np.asarray(labels, dtype=np.int64), len(class_names)
+
+
+def image_batches(inputs, preprocess, limit=None, batch_size=32):
+    """float32 [B, 3, S, S] batches of the image files and folders `inputs` (the first `limit`),
+    read as the model reads them at evaluation (`preprocess`); unreadable files are skipped."""
+    from .predict import iter_batches, list_images
+
+    paths = list_images(inputs)[:limit]
+    return [batch for _, batch in iter_batches(paths, preprocess, batch_size)]

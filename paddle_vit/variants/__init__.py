@@ -92,8 +92,8 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "FastCpuAttention", "OnnxAttention", "onnx_traceable", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "FastCpuAttention", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
-           "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "mean_over", "runs_on_cpu",
-           "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
+           "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "mean_over", "onnx_traceable",
+           "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
            "walkthrough_class"]

@@ -80,7 +80,7 @@ class OnnxAttention(Attention):
         width = self.all_head_dim
         qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
         qkv = qkv.transpose([2, 0, 3, 1, 4])  # [3, B, H, N, d]
-        q, k, v = qkv[0], qkv[1], qkv[2]  # 3 x [B, H, N, d]
+        q, k, v = qkv.unbind(axis=0)  # 3 x [B, H, N, d]
         attention = F.softmax(paddle.matmul(q, k, transpose_y=True) * self.scales, axis=-1)  # [B, H, N, N]
         attention = self.attention_dropout(attention)
         out = paddle.matmul(attention, v).transpose([0, 2, 1, 3]).reshape([0, 0, width])  # [B, N, H * d]
