@@ -41,10 +41,16 @@ def weights(tmp_path_factory):
     return {"path": path, "model": model}
 
 
+_EVALUATED = {}  # each onnxruntime evaluation exports the model: the same one is run once per session
+
+
 def evaluate(capsys, weights, *overrides):
-    code, lines, errors = run_tool(EVAL, ["--weights", weights["path"], *MODEL_FLAGS, *DATA_FLAGS, *overrides], capsys)
-    assert code == 0, errors
-    return json.loads(lines[-1])
+    if overrides not in _EVALUATED:
+        code, lines, errors = run_tool(EVAL, ["--weights", weights["path"], *MODEL_FLAGS, *DATA_FLAGS, *overrides],
+                                       capsys)
+        assert code == 0, errors
+        _EVALUATED[overrides] = json.loads(lines[-1])
+    return _EVALUATED[overrides]
 
 
 def test_eval_with_onnxruntime_gives_the_predictors_top1_and_loss(capsys, weights):
@@ -70,9 +76,7 @@ def test_int8_session_quantizes_the_encoders_products_and_keeps_the_logits_close
     weights["model"].eval()
     with paddle.no_grad():
         eager = weights["model"](images).numpy()
-    fp32 = onnx_runtime_model(weights["model"], "fp32")
-    int8 = onnx_runtime_model(weights["model"], "int8")
-    np.testing.assert_allclose(fp32(images).numpy(), eager, rtol=1e-4, atol=1e-4)
+    int8 = onnx_runtime_model(weights["model"], "int8")  # fp32 equals eager: the eval and predict tests
     quantized = int8(images).numpy()
     assert np.abs(quantized - eager).max() < 0.1 * np.abs(eager).max()
     report = int8.runner.report["quantize"]
