@@ -21,7 +21,7 @@ from paddle_vit.deploy.inference import onnx_runtime_model  # noqa: E402
 from repo_paths import TOOLS, load_tool  # noqa: E402
 from test_deploy import kept_logger, run_tool  # noqa: E402
 
-EVAL, PREDICT, BENCHMARK = load_tool("eval"), load_tool("predict"), load_tool("benchmark")
+EVAL, PREDICT, BENCHMARK, EXPORT = (load_tool(name) for name in ("eval", "predict", "benchmark", "export"))
 TINY = {"image_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_heads": 2, "num_classes": 4}
 MODEL_FLAGS = ["--model", "vit_tiny_patch16_224"] + [arg for key, value in TINY.items()
                                                      for arg in ("-o", f"model.{key}={value}")]
@@ -114,6 +114,28 @@ def test_predict_weights_with_onnxruntime_equals_the_paddle_model(capsys, weight
     for name in eager:
         for index, probability in eager[name].items():
             assert int8[name][index] == pytest.approx(probability, abs=0.05)
+
+
+def test_predict_int8_of_an_export_runs_its_int8_file_as_weights_quantized_on_the_fly(capsys, weights, images,
+                                                                                     tmp_path):
+    out = tmp_path / "export"
+    code, _, errors = run_tool(EXPORT, ["--weights", weights["path"], *MODEL_FLAGS, "--out", out, "--quantize", "int8",
+                                        "--gate-images", images], capsys)
+    assert code == 0, errors
+    code, lines, errors = run_tool(PREDICT, ["--inference-model", out, "--json", "--topk", "4", "--precision", "int8",
+                                             images], capsys)
+    assert code == 0, errors
+    exported = {os.path.basename(record["file"]): {p["index"]: p["probability"] for p in record["predictions"]}
+                for record in map(json.loads, lines)}
+    on_the_fly = predictions(capsys, weights, images, "--precision", "int8")  # the same graph, quantized the same way
+    assert exported.keys() == on_the_fly.keys()
+    for name in exported:
+        for index, probability in on_the_fly[name].items():
+            assert exported[name][index] == pytest.approx(probability, abs=1e-6)
+    (out / "model.int8.onnx").unlink()
+    code, _, errors = run_tool(PREDICT, ["--inference-model", out, "--precision", "int8", images], capsys)
+    assert code == 2 and len(errors) == 1
+    assert errors[0].startswith(f"error: {out} holds no model.int8.onnx: precision int8 runs the quantized ONNX model")
 
 
 def test_benchmark_onnxruntime_int8_runs_and_reports_the_quantized_graph(capsys):
