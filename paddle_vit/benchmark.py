@@ -509,7 +509,8 @@ def onnx_summary(report):
     if quantize is not None:
         summary["quantize"] = {"mode": quantize.get("mode"), "nodes": quantize.get("nodes"),
                                "quantized": len(quantize.get("quantized") or ()),
-                               "kept_fp32": {role: len(names) for role, names in (quantize.get("kept_fp32") or {}).items()}}
+                               "kept_fp32": {role: len(names)
+                                             for role, names in (quantize.get("kept_fp32") or {}).items()}}
     return summary
 
 

@@ -154,7 +154,8 @@ def test_benchmark_onnxruntime_int8_runs_and_reports_the_quantized_graph(capsys)
 
 def test_the_int8_gemm_graph_computes_the_integer_product_and_the_limits_are_measured():
     import onnxruntime
-    session = onnxruntime.InferenceSession(bench._matrix_product_graph(64, int8=True), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(bench._matrix_product_graph(64, int8=True),
+                                           providers=["CPUExecutionProvider"])
     x = np.random.default_rng(2).integers(0, 256, (64, 64), dtype=np.uint8)
     weight = np.random.default_rng(0).integers(-64, 64, (64, 64), dtype=np.int8)  # as the graph draws it
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], x.astype(np.int32) @ weight.astype(np.int32))

@@ -28,7 +28,7 @@ from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError
 from ..runtime import check_thread_count, cpu_vendor_and_flags
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, save_traced
-from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, usable_cores
+from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model, usable_cores
 from .predict import Preprocess, check_class_names, softmax
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
@@ -196,8 +196,9 @@ def predictor_for_model(model, options=None, dtype="float32"):
 
 
 class PredictorModel:
-    """A `PaddleRunner` (or an `OnnxSession`) with the calling convention of a model in eval mode: images [B, 3, S, S]
-    (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for the model."""
+    """A `PaddleRunner` (or an `OnnxSession`) with the calling convention of a model in eval mode:
+    images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for
+    the model."""
 
     def __init__(self, runner, config=None):
         self.runner = runner
@@ -227,8 +228,6 @@ def predictor_model(model, precision="fp32"):
 def onnx_runtime_model(model, precision="fp32", threads=None):
     """`model` exported to ONNX on the fly (quantized for int8) and run by onnxruntime on the CPU,
     called like the model."""
-    from .onnx_runtime import session_for_model
-
     return PredictorModel(session_for_model(model, precision, threads), getattr(model, "config", None))
 
 
