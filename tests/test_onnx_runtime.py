@@ -168,9 +168,9 @@ def test_the_int8_gemm_graph_computes_the_integer_product_and_the_limits_are_mea
 
 @pytest.mark.parametrize("tool, argv, message", [
     (EVAL, ["-o", "eval.engine=predictor", "-o", "eval.precision=int8"],
-     "error: eval.precision=int8 runs on eval.engine=onnxruntime, not eval.engine=predictor"),
+     "error: eval.precision=int8 runs on onnxruntime (eval.engine=onnxruntime), not eval.engine=predictor"),
     (EVAL, ["-o", "eval.engine=onnxruntime", "-o", "eval.precision=bf16"],
-     "error: eval.precision=bf16 runs on eval.engine=predictor, not eval.engine=onnxruntime"),
+     "error: eval.precision=bf16 runs on the predictor (eval.engine=predictor), not eval.engine=onnxruntime"),
     (PREDICT, ["--backend", "onnxruntime", "--precision", "bf16"],
      "error: --precision bf16 is paddle.inference's oneDNN path; with --backend onnxruntime use fp32 or int8"),
     (BENCHMARK, ["--engine", "predictor", "--dtype", "int8"],

@@ -94,16 +94,16 @@ def save_confusion_matrix_png(confusion, class_names, path):
 
 
 # the engine each low precision runs on: oneDNN's bf16 kernels, onnxruntime's int8 quantized graph
-PRECISION_ENGINES = {"bf16": "predictor", "int8": "onnxruntime"}
+PRECISION_ENGINES = {"bf16": ("predictor", "the predictor"), "int8": ("onnxruntime", "onnxruntime")}
 
 
 def model_for_engine(model, engine, precision="fp32"):
     """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, a predictor (in
     `precision`: fp32, or bf16 through oneDNN on a CPU that has it) or an onnxruntime session
     over the model exported on the fly (fp32, or int8: the export quantized dynamically)."""
-    wanted = PRECISION_ENGINES.get(precision)
+    wanted, name = PRECISION_ENGINES.get(precision, (None, None))
     if wanted is not None and engine != wanted:
-        raise ConfigError(f"eval.precision={precision} runs on eval.engine={wanted}, not eval.engine={engine}"
+        raise ConfigError(f"eval.precision={precision} runs on {name} (eval.engine={wanted}), not eval.engine={engine}"
                           + (f": Paddle's eager CPU kernels have no {precision} convolution"
                              if engine in ("dynamic", "to_static") else ""))
     if engine == "to_static":
