@@ -226,3 +226,27 @@ def test_side_by_side_times_every_cpu_path_against_timm_fp32():
     assert int8["limit_gflops"] == 2.0 and int8["fraction_of_limit"] == pytest.approx(int8["gflops"] / 2.0)
     assert all(path["iterations"] == 2 and path["images_per_sec"]["median"] > 0 for path in result["paths"])
     assert "timm int8" in bench.format_side_by_side(result)
+
+
+def test_paddle2onnx_child_starts_without_the_allocator_a_tools_relaunch_preloaded(monkeypatch, tmp_path):
+    """Under the tcmalloc a tool's relaunch preloads, paddle2onnx's child hung on a lock (the
+    benchmark's on-the-fly export never returned); the user's own LD_PRELOAD is passed on."""
+    from paddle_vit.deploy import onnx_export
+    from paddle_vit.errors import ExportError
+
+    seen = []
+
+    def fake_run(command, **options):
+        seen.append(options["env"])
+        return type("Result", (), {"returncode": 1, "stdout": "", "stderr": "stopped here"})()
+
+    monkeypatch.setattr(onnx_export.subprocess, "run", fake_run)
+    for preload, relaunched in (("libtcmalloc_minimal.so.4", True), ("libmine.so", False)):
+        monkeypatch.setenv("LD_PRELOAD", preload)
+        if relaunched:
+            monkeypatch.setenv("PADDLE_VIT_PRELOADED", preload)
+        else:
+            monkeypatch.delenv("PADDLE_VIT_PRELOADED", raising=False)
+        with pytest.raises(ExportError, match="stopped here"):
+            onnx_export.convert_with_paddle2onnx("m.json", "m.pdiparams", str(tmp_path / "m.onnx"), 17)
+    assert "LD_PRELOAD" not in seen[0] and seen[1]["LD_PRELOAD"] == "libmine.so"
