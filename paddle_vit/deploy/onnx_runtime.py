@@ -15,7 +15,8 @@ import shutil
 import tempfile
 
 from ..errors import ConfigError, ExportError
-from .export import ONNX_INSTALL_HINT
+from .onnx_export import ONNX_INSTALL_HINT, export_onnx
+from .quantize import quantize_onnx
 
 ONNX_PRECISIONS = ("fp32", "int8")
 FP32_FILE = "model.onnx"
@@ -80,9 +81,6 @@ class OnnxSession:
 def export_model(model, folder, precision="fp32", calibration_batches=None):
     """Write `model` (a `ViT`) to `folder` as the deployment-grade ONNX graph (and, for int8, its
     quantized copy); returns (path to run, {"export": report, "quantize": report or None})."""
-    from .onnx_export import export_onnx
-    from .quantize import quantize_onnx
-
     was_training = model.training
     model.eval()
     try:
