@@ -692,6 +692,14 @@ def format_report(result):
         lines.append(f"analytic {result['flops_per_image'] / 1e9:.2f} GFLOP per image per iteration")
     if result["mode"] == "data":
         lines[0] += f" dataset={result['dataset']} workers={result['num_workers']}"
+    if result.get("onnx"):
+        onnx = result["onnx"]
+        text = f"onnx graph: opset {onnx.get('opset')}, {onnx.get('nodes')} nodes"
+        if onnx.get("quantize"):
+            kept = ", ".join(f"{role} {count}" for role, count in onnx["quantize"]["kept_fp32"].items())
+            text += (f"; int8 ({onnx['quantize']['mode']}): {onnx['quantize']['quantized']} products quantized"
+                     + (f", kept fp32: {kept}" if kept else ""))
+        lines.append(text)
     lines.append(line("paddle", result["paddle"]))
     if result["mode"] == "data":
         text = f"        {result['paddle']['images_per_sec']['overall']:.1f} images/s sustained (all images / all time)"

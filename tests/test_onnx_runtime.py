@@ -150,6 +150,7 @@ def test_benchmark_onnxruntime_int8_runs_and_reports_the_quantized_graph(capsys)
     assert result["paddle"]["images_per_sec"]["median"] > 0 and result["paddle"]["iterations"] == 2
     assert result["onnx"]["opset"] == 17 and result["onnx"]["quantize"]["quantized"] >= 8
     assert result["flops_per_image"] == 2 * ViT(**TINY).config.count_macs()
+    assert "int8 (dynamic): " in bench.format_report(result)
 
 
 def test_the_int8_gemm_graph_computes_the_integer_product_and_the_limits_are_measured():
