@@ -56,8 +56,8 @@ from .variants import use_cpu_fast_paths, use_traceable_variants
 logger = logging.getLogger("paddle_vit")
 
 MODES = ("infer", "train", "data")
-ENGINES = ("dynamic", "to_static", "predictor")
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+ENGINES = ("dynamic", "to_static", "predictor", "onnxruntime")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 DEVICES = ("cpu", "gpu", "auto")
 REFERENCES = ("timm",)
 PROTOCOL_PREFIX = "BENCH_JSON "  # the line prefix of tools/torch_reference.py's answers
@@ -110,18 +110,34 @@ class BenchmarkSettings:
         if self.device == "cpu" and self.dtype == "fp16" and self.mode != "data":
             raise ConfigError("--dtype fp16 needs --device gpu: Paddle's CPU kernels have no fp16 convolution or "
                               "matrix product; on CPU use --dtype fp32, or bf16 with --engine predictor")
-        if self.device == "cpu" and self.dtype == "bf16" and self.mode != "data" and self.engine != "predictor":
+        if self.engine == "onnxruntime" or self.dtype == "int8":
+            self._validate_onnxruntime()
+        elif self.device == "cpu" and self.dtype == "bf16" and self.mode != "data" and self.engine != "predictor":
             raise ConfigError(f"--dtype bf16 on CPU runs on the predictor (--engine predictor: oneDNN's bfloat16 "
                               f"kernels); Paddle's eager CPU kernels have no bf16 convolution for --engine {self.engine}"
                               + (" or training" if self.mode == "train" else ""))
-        if self.profile and (self.engine == "predictor" or self.mode == "data"):
-            raise ConfigError("--profile times the model's ops in eager or to_static mode; not --engine predictor "
-                              "(paddle.inference runs its ops itself) or --mode data")
+        if self.profile and (self.engine in ("predictor", "onnxruntime") or self.mode == "data"):
+            raise ConfigError(f"--profile times the model's ops in eager or to_static mode; not --engine "
+                              f"{self.engine if self.mode != 'data' else 'predictor'} (the runtime runs its ops "
+                              f"itself) or --mode data")
         if self.engine == "predictor" and self.mode != "infer":
             raise ConfigError(f"--engine predictor runs inference only, not mode {self.mode!r}")
         if self.mode == "data" and self.engine != "dynamic":
             raise ConfigError("--mode data times the input pipeline; it has no engine (leave --engine dynamic)")
         return self
+
+    def _validate_onnxruntime(self):
+        """--engine onnxruntime (fp32, or int8: the export quantized dynamically) runs inference on CPU."""
+        if self.dtype == "int8" and self.engine != "onnxruntime":
+            raise ConfigError(f"--dtype int8 runs on onnxruntime (--engine onnxruntime: the model exported to ONNX "
+                              f"and quantized dynamically), not --engine {self.engine}")
+        if self.mode != "infer":
+            raise ConfigError(f"--engine onnxruntime runs inference only, not mode {self.mode!r}")
+        if self.dtype not in ("fp32", "int8"):
+            raise ConfigError(f"--engine onnxruntime runs --dtype fp32 or int8, not {self.dtype}"
+                              + (" (bf16 is the predictor's: --engine predictor)" if self.dtype == "bf16" else ""))
+        if self.device != "cpu":
+            raise ConfigError(f"--engine onnxruntime is measured on the CPU here: use --device cpu, not {self.device}")
 
     def vit_config(self):
         return get_model_config(self.model, **self.model_overrides).validate()
@@ -211,6 +227,10 @@ class PaddleSubject:
         self.autocast_dtype = None
         if settings.mode == "infer":
             model.eval()
+            if settings.engine == "onnxruntime":  # exported in float32; int8 is the quantizer's, not model.to
+                self._setup_onnxruntime(model)
+                self.step = self._predictor_step
+                return
             cpu_bf16 = not self.gpu and settings.engine == "predictor" and dtype == "bfloat16"
             if dtype != "float32" and not cpu_bf16:  # pure low-precision inference (weights and activations)
                 model.to(dtype=dtype)
@@ -251,6 +271,15 @@ class PaddleSubject:
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
                                    cpu_threads=self.settings.resolved_threads(), precision=precision).validate()
         self.runner = predictor_for_model(model, options, dtype)
+        self.host_images = self.images.numpy()
+
+    def _setup_onnxruntime(self, model):
+        """Run the model as eval and predict run it with engine onnxruntime: exported to ONNX on the
+        fly (quantized dynamically for --dtype int8) and run by an `OnnxSession`."""
+        from .deploy.onnx_runtime import session_for_model
+
+        self.runner = session_for_model(model, self.settings.dtype, self.settings.resolved_threads())
+        self.onnx_report = self.runner.report
         self.host_images = self.images.numpy()
 
     def _setup_data(self):
@@ -453,6 +482,8 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["operators"] = operators
     if settings.engine == "predictor":
         result["onednn"] = settings.onednn
+    if settings.engine == "onnxruntime":
+        result["onnx"] = onnx_summary(subject.onnx_report)
     if settings.mode == "data":
         result["dataset"] = subject.data_config.dataset
         result["num_workers"] = settings.num_workers
@@ -467,6 +498,20 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=None)
         result["ratio"] = ratio
         result["ratio_per_round"] = per_round
     return result
+
+
+def onnx_summary(report):
+    """The parts of the export's and the quantizer's reports worth a JSON line: node counts and
+    what the quantizer left in fp32."""
+    export = report.get("export") or {}
+    summary = {key: export.get(key) for key in ("opset", "nodes", "initializers") if key in export}
+    quantize = report.get("quantize")
+    if quantize is not None:
+        summary["quantize"] = {"mode": quantize.get("mode"), "nodes": quantize.get("nodes"),
+                               "quantized": len(quantize.get("quantized") or ()),
+                               "kept_fp32": {role: len(names)
+                                             for role, names in (quantize.get("kept_fp32") or {}).items()}}
+    return summary
 
 
 def profile_operators(subject, iterations):
@@ -544,6 +589,51 @@ def gemm_limits(size=2048, iterations=10, threads=None):
                                   InferenceOptions(precision=precision, cpu_threads=threads).validate())
             results[key] = flops / _median_seconds(lambda: runner(host), iterations) / 1e9
     results["bf16_cpu"] = what
+    results.update(onnxruntime_gemm_limits(size, iterations, threads))
+    return results
+
+
+def _matrix_product_graph(size, int8):
+    """An ONNX graph of x [size, size] @ w [size, size] with w an initializer: float32 MatMul, or
+    for int8 MatMulInteger of uint8 activations and int8 weights (int32 out), the kernel that
+    onnxruntime's dynamically quantized MatMuls run."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    if int8:
+        weight = numpy_helper.from_array(rng.integers(-64, 64, (size, size), dtype=np.int8), "w")
+        node = helper.make_node("MatMulInteger", ["x", "w"], ["y"])
+        kinds = (TensorProto.UINT8, TensorProto.INT32)
+    else:
+        weight = numpy_helper.from_array(rng.standard_normal((size, size), dtype=np.float32), "w")
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        kinds = (TensorProto.FLOAT, TensorProto.FLOAT)
+    graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", kinds[0], [size, size])],
+                              [helper.make_tensor_value_info("y", kinds[1], [size, size])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def onnxruntime_gemm_limits(size, iterations, threads):
+    """onnxruntime's fp32 GFLOP/s and int8 GOP/s (MatMulInteger, uint8 x int8) on one [size, size]
+    square product with the weight an initializer, as a quantized model's products run; None
+    (with the reason) where onnxruntime is not installed."""
+    try:
+        import onnxruntime
+    except ImportError as error:
+        return {"fp32_onnxruntime_gflops": None, "int8_onnxruntime_gops": None, "onnxruntime_missing": str(error)}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    operations = 2.0 * size ** 3
+    results = {}
+    rng = np.random.default_rng(1)
+    for int8, key in ((False, "fp32_onnxruntime_gflops"), (True, "int8_onnxruntime_gops")):
+        session = onnxruntime.InferenceSession(_matrix_product_graph(size, int8), options,
+                                               providers=["CPUExecutionProvider"])
+        x = (rng.integers(0, 256, (size, size), dtype=np.uint8) if int8
+             else rng.standard_normal((size, size), dtype=np.float32))
+        results[key] = operations / _median_seconds(lambda: session.run(None, {"x": x}), iterations) / 1e9
     return results
 
 
@@ -551,11 +641,15 @@ def format_gemm(result):
     """Lines for `gemm_limits`'s result."""
     lines = [f"matrix product {result['size']}x{result['size']}x{result['size']}, {result['threads']} threads, "
              f"median of {result['iterations']}"]
-    for key, name in (("fp32_eager_gflops", "fp32 eager (MKL)"), ("fp32_predictor_gflops", "fp32 predictor (oneDNN)"),
-                      ("bf16_predictor_gflops", "bf16 predictor (oneDNN)")):
+    for key, name, missing in (("fp32_eager_gflops", "fp32 eager (MKL)", None),
+                               ("fp32_predictor_gflops", "fp32 predictor (oneDNN)", None),
+                               ("bf16_predictor_gflops", "bf16 predictor (oneDNN)", "bf16_missing"),
+                               ("fp32_onnxruntime_gflops", "fp32 onnxruntime", "onnxruntime_missing"),
+                               ("int8_onnxruntime_gops", "int8 onnxruntime (u8 x s8)", "onnxruntime_missing")):
         value = result.get(key)
-        lines.append(f"{name:<24} " + (f"{value:8.1f} GFLOP/s" if value is not None
-                                        else f"not available: {result.get('bf16_missing')}"))
+        unit = "GOP/s" if key.startswith("int8") else "GFLOP/s"
+        lines.append(f"{name:<27} " + (f"{value:8.1f} {unit}" if value is not None
+                                        else f"not available: {result.get(missing)}"))
     return "\n".join(lines)
 
 
@@ -598,6 +692,14 @@ def format_report(result):
         lines.append(f"analytic {result['flops_per_image'] / 1e9:.2f} GFLOP per image per iteration")
     if result["mode"] == "data":
         lines[0] += f" dataset={result['dataset']} workers={result['num_workers']}"
+    if result.get("onnx"):
+        onnx = result["onnx"]
+        text = f"onnx graph: opset {onnx.get('opset')}, {onnx.get('nodes')} nodes"
+        if onnx.get("quantize"):
+            kept = ", ".join(f"{role} {count}" for role, count in onnx["quantize"]["kept_fp32"].items())
+            text += (f"; int8 ({onnx['quantize']['mode']}): {onnx['quantize']['quantized']} products quantized"
+                     + (f", kept fp32: {kept}" if kept else ""))
+        lines.append(text)
     lines.append(line("paddle", result["paddle"]))
     if result["mode"] == "data":
         text = f"        {result['paddle']['images_per_sec']['overall']:.1f} images/s sustained (all images / all time)"
@@ -614,4 +716,102 @@ def format_report(result):
         for row in result["operators"][:12]:
             lines.append(f"  {row['name']:<28} {row['calls']:5d} calls {row['ms_per_step']:8.1f} ms "
                          f"{100 * row['share']:5.1f}%")
+    return "\n".join(lines)
+
+
+# ---- every CPU inference path side by side -------------------------------------------------------
+
+# (row name, framework, engine, dtype) in the order of the table; bf16 only where the CPU has it
+SIDE_BY_SIDE_PATHS = (
+    ("timm fp32", "timm", "eager", "fp32"),
+    ("timm int8", "timm", "eager", "int8"),
+    ("paddle eager fp32", "paddle", "dynamic", "fp32"),
+    ("predictor fp32", "paddle", "predictor", "fp32"),
+    ("predictor bf16", "paddle", "predictor", "bf16"),
+    ("onnxruntime fp32", "paddle", "onnxruntime", "fp32"),
+    ("onnxruntime int8", "paddle", "onnxruntime", "int8"),
+)
+LIMIT_KEYS = {"fp32": ("fp32_eager_gflops", "fp32_predictor_gflops", "fp32_onnxruntime_gflops"),
+              "bf16": ("bf16_predictor_gflops",), "int8": ("int8_onnxruntime_gops",)}
+
+
+def machine_limit(limits, dtype):
+    """The machine's best measured GFLOP/s (GOP/s for int8) for `dtype` in `gemm_limits`' result."""
+    values = [limits.get(key) for key in LIMIT_KEYS[dtype] if limits.get(key)]
+    return max(values) if values else None
+
+
+def run_side_by_side(settings, torch_python, worker_script, limits=None):
+    """Every CPU inference path of `settings`' model timed in turns, round by round (timm fp32 and
+    int8 in their own PyTorch processes, paddle eager, the predictor in fp32 and bf16 where the
+    CPU has it, onnxruntime fp32 and int8), each row with its GFLOP/s against the machine's limit
+    for its dtype (`gemm_limits`, measured first unless given) and its paired ratio to timm fp32.
+    A JSON-ready dict."""
+    settings = dataclasses.replace(settings, mode="infer", engine="dynamic", dtype="fp32").validate()
+    if settings.device != "cpu":
+        raise ConfigError("--side-by-side compares the CPU inference paths: use --device cpu")
+    threads = settings.resolved_threads()
+    set_threads(threads)
+    if limits is None:
+        limits = gemm_limits(threads=threads, iterations=2 * settings.iters)
+    bf16_supported, _ = cpu_bf16_support()
+    vit_config = settings.vit_config()
+    flops = analytic_flops_per_image(vit_config, "infer")
+    load_before = os.getloadavg()[0]
+    paths, subjects = [], []
+    try:
+        for name, framework, engine, dtype in SIDE_BY_SIDE_PATHS:
+            if dtype == "bf16" and not bf16_supported:
+                continue
+            path_settings = dataclasses.replace(settings, engine=engine if framework == "paddle" else "dynamic",
+                                                dtype=dtype)
+            if framework == "timm":
+                subject = ReferenceProcess(path_settings, vit_config, torch_python, worker_script)
+            else:
+                subject = PaddleSubject(path_settings)
+                subject.timed(settings.warmup)
+            paths.append({"name": name, "framework": framework, "engine": engine, "dtype": dtype})
+            subjects.append(subject)
+        rounds = [[] for _ in subjects]
+        for _ in range(settings.rounds):
+            for index, subject in enumerate(subjects):
+                rounds[index].append(subject.timed(settings.iters))
+    finally:
+        for subject in subjects:
+            subject.close()
+    reference = rounds[0]  # timm fp32
+    for path, subject, own in zip(paths, subjects, rounds):
+        path.update(summarise([s for r in own for s in r], settings.batch_size, flops))
+        path["gflops"] = path.pop("tflops") * 1000.0
+        path.pop("mfu", None)
+        limit = machine_limit(limits, path["dtype"])
+        path["limit_gflops"] = limit
+        path["fraction_of_limit"] = path["gflops"] / limit if limit else None
+        path["vs_timm_fp32"], path["vs_timm_fp32_per_round"] = paired_ratio(own, reference)
+        if path["engine"] == "onnxruntime":
+            path["onnx"] = onnx_summary(subject.onnx_report)
+    return {"model": settings.model, "mode": "infer", "side_by_side": True, "device": "cpu",
+            "batch_size": settings.batch_size, "image_size": vit_config.image_size, "threads": threads,
+            "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
+            "flops_per_image": flops, "vit_config": dataclasses.asdict(vit_config), "limits": limits,
+            "paths": paths, "versions": subjects[0].versions, "environment": environment_report(),
+            "load_average_1min": [load_before, os.getloadavg()[0]]}
+
+
+def format_side_by_side(result):
+    """The side-by-side table: one row per path."""
+    lines = [f"{result['model']} infer, batch {result['batch_size']}, image {result['image_size']}, "
+             f"{result['threads']} threads ({result['rounds']} rounds x {result['iters']} iters, in turns); "
+             f"{result['flops_per_image'] / 1e9:.2f} GFLOP per image",
+             f"{'path':<18} {'images/s':>9} {'vs timm fp32':>13} {'GFLOP/s':>8} {'of limit':>9}"]
+    for path in result["paths"]:
+        share = f"{100 * path['fraction_of_limit']:.0f}%" if path["fraction_of_limit"] is not None else "-"
+        lines.append(f"{path['name']:<18} {path['images_per_sec']['median']:9.1f} {path['vs_timm_fp32']:12.2f}x "
+                     f"{path['gflops']:8.1f} {share:>9}")
+    limits = result["limits"]
+    lines.append("limits (GFLOP/s, {0}x{0} product): fp32 {1}, bf16 {2}, int8 {3} GOP/s".format(
+        limits["size"], *(f"{value:.1f}" if value else "n/a"
+                          for value in (machine_limit(limits, "fp32"), machine_limit(limits, "bf16"),
+                                        machine_limit(limits, "int8")))))
+    lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
     return "\n".join(lines)

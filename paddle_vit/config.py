@@ -251,8 +251,8 @@ class TrainConfig:
 
 SHARDING_LEVELS = ("os", "os_g", "p_g_os")
 OPTIMIZERS = ("adamw", "sgd")
-EVAL_ENGINES = ("predictor", "dynamic", "to_static")
-EVAL_PRECISIONS = ("fp32", "bf16")
+EVAL_ENGINES = ("predictor", "dynamic", "to_static", "onnxruntime")
+EVAL_PRECISIONS = ("fp32", "bf16", "int8")
 
 
 @dataclasses.dataclass
@@ -264,10 +264,13 @@ class EvalConfig:
     validation image to VisualDL's image tab (0: never);
     engine: how tools/eval.py runs the model: ``predictor`` (the model traced once and run by
     paddle.inference, with oneDNN on CPU: the fastest on CPU, docs/benchmarks.md), ``dynamic``
-    (eager, as during training) or ``to_static`` (a paddle.jit.to_static graph). The evaluation
-    during training always runs the training model eagerly;
-    precision: ``fp32``, or ``bf16`` (the predictor's oneDNN bfloat16 kernels, on a CPU with
-    AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md);
+    (eager, as during training), ``to_static`` (a paddle.jit.to_static graph) or ``onnxruntime``
+    (the model exported to ONNX on the fly and run by ONNX Runtime; needs the onnx extra). The
+    evaluation during training always runs the training model eagerly;
+    precision: ``fp32``, ``bf16`` (the predictor's oneDNN bfloat16 kernels, on a CPU with
+    AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md)
+    or ``int8`` (engine onnxruntime: the export quantized dynamically, int8 weights per channel,
+    on any x86-64 CPU; docs/deployment.md);
     fewshot_interval: every this many epochs (and after the last), the few-shot linear accuracy of the frozen
     representation (the paper's second metric, paddle_vit/fewshot.py): the training split
     (without augmentation) is the pool, the validation split the test; logged as

@@ -98,7 +98,10 @@ class _TimmSubject:
         torch.manual_seed(settings["seed"])
         torch.set_num_threads(settings["threads"])
         self.device = torch.device("cuda" if settings["device"].startswith("gpu") else "cpu")
-        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[settings["dtype"]]
+        # int8 is PyTorch's dynamic quantization of the Linears (float32 activations between them)
+        self.int8 = settings["dtype"] == "int8"
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                      "int8": torch.float32}[settings["dtype"]]
         self.mode = settings["mode"]
         vit = settings["vit"]
         model = _build_timm_model(timm, vit).to(self.device)
@@ -109,9 +112,13 @@ class _TimmSubject:
         # low precision on CPU is torch.autocast (bf16 matrix products, float32 weights), as the
         # Paddle side's oneDNN bf16 predictor; on GPU pure low-precision weights, as the Paddle side
         self.autocast = self.dtype != torch.float32 and self.device.type == "cpu"
+        if self.int8 and (self.mode != "infer" or self.device.type != "cpu"):
+            raise ValueError("int8 (dynamic quantization of the Linears) is CPU inference only")
         if self.mode == "infer":
             model.eval()
-            if self.dtype != torch.float32 and not self.autocast:
+            if self.int8:  # the int8 a PyTorch user has on CPU: int8 weights, activations quantized per batch
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+            elif self.dtype != torch.float32 and not self.autocast:
                 model = model.to(self.dtype)
                 self.images = self.images.to(self.dtype)
         else:

@@ -7,7 +7,9 @@ Examples (docs/benchmarks.md has the method and the measured table):
     paddle-vit benchmark --mode data -c configs/vit_walkthrough_digits_28.yaml --num-workers 1
     paddle-vit benchmark vit_base_patch16_224 --device gpu --dtype bf16 --mode train --peak-tflops 312 --json
     paddle-vit benchmark vit_small_patch16_224 --engine predictor --dtype bf16 --compare timm   # oneDNN bf16 on CPU
-    paddle-vit benchmark --mode gemm   # the CPU's fp32 and bf16 matrix-product GFLOP/s
+    paddle-vit benchmark vit_small_patch16_224 --engine onnxruntime --dtype int8 --compare timm  # vs PyTorch's int8
+    paddle-vit benchmark --mode gemm   # the CPU's fp32, bf16 and int8 matrix-product limits
+    paddle-vit benchmark vit_small_patch16_224 --compare timm --side-by-side   # every CPU path, in turns
 
 Prints median/min/max images per second, peak memory, achieved TFLOP/s (analytic FLOPs) and
 MFU against --peak-tflops; with --compare timm also timm's numbers, measured in turns with
@@ -42,8 +44,11 @@ def build_parser():
                         help="infer: forward pass; train: forward + backward + AdamW step; data: the input pipeline; "
                              "gemm: the CPU's fp32 and bf16 matrix-product GFLOP/s, the limits the others reach for")
     parser.add_argument("--engine", default="dynamic", choices=ENGINES,
-                        help="dynamic (eager), to_static (paddle.jit.to_static) or predictor (paddle.inference)")
-    parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES))
+                        help="dynamic (eager), to_static (paddle.jit.to_static), predictor (paddle.inference) or "
+                             "onnxruntime (the model exported to ONNX on the fly; needs the onnx extra)")
+    parser.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
+                        help="fp32; bf16 (GPU, or on CPU --engine predictor: oneDNN's bfloat16 kernels); fp16 (GPU); "
+                             "int8 (--engine onnxruntime: the export quantized dynamically, int8 weights per channel)")
     parser.add_argument("--device", default="cpu", choices=DEVICES)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--image-size", type=int, help="input side (default: the model's)")
@@ -58,6 +63,10 @@ def build_parser():
                         help="engine predictor on CPU: Paddle Inference's oneDNN kernels (default on, as in "
                              "tools/predict.py; --no-onednn for its plain CPU kernels)")
     parser.add_argument("--compare", choices=REFERENCES, help="also time timm's model of the same configuration")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="with --compare timm, mode infer on CPU: every inference path in turns (timm fp32 and "
+                             "int8, eager, predictor fp32 (bf16 where the CPU has it), onnxruntime fp32 and int8), "
+                             "each with its GFLOP/s against the machine's fp32/int8 matrix-product limit")
     parser.add_argument("--torch-python", default=os.environ.get("PADDLE_VIT_TORCH_PYTHON", sys.executable),
                         help="a Python with torch and timm, for --compare (default: $PADDLE_VIT_TORCH_PYTHON, "
                              "else this Python)")
@@ -105,6 +114,18 @@ def benchmark(argv):
         return 0
 
     settings = settings_from_arguments(args)
+    if args.side_by_side:
+        from ..benchmark import format_side_by_side, run_side_by_side
+        if args.compare != "timm" or args.mode != "infer":
+            raise ConfigError("--side-by-side compares every inference path with timm: give --compare timm "
+                              "(and --mode infer)")
+        given = [option for option, value in (("--engine", args.engine != "dynamic"), ("--dtype", args.dtype != "fp32"))
+                 if value]
+        if given:
+            raise ConfigError(f"--side-by-side times every engine and dtype; leave out {', '.join(given)}")
+        result = run_side_by_side(settings, args.torch_python, TORCH_WORKER)
+        print(json.dumps(result) if args.json else format_side_by_side(result))
+        return 0
     result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python,
                            worker_script=TORCH_WORKER)
     print(json.dumps(result) if args.json else format_report(result))

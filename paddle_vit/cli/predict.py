@@ -64,17 +64,21 @@ def build_parser():
                         help="auto: a GPU when Paddle has CUDA and one is visible, else the CPU")
     deploy = parser.add_argument_group("--inference-model options (GPU and TensorRT not measured on this "
                                        "project's machines)")
-    deploy.add_argument("--backend", choices=("auto", "paddle", "onnxruntime"), default="auto",
-                        help="paddle.inference on the Paddle model, or onnxruntime on model.onnx "
-                             "(auto: the Paddle model when the export has one)")
+    parser.add_argument("--backend", choices=("auto", "paddle", "onnxruntime"), default="auto",
+                        help="--inference-model: paddle.inference on the Paddle model, or onnxruntime on model.onnx "
+                             "(auto: the Paddle model when the export has one; model.int8.onnx with --precision "
+                             "int8); --weights: onnxruntime runs the model exported to ONNX on the fly (auto: eager, "
+                             "onnxruntime for --precision int8)")
     deploy.add_argument("--no-mkldnn", action="store_true", help="switch oneDNN (MKLDNN) off on CPU")
     deploy.add_argument("--cpu-threads", type=int,
                         help="threads of the CPU math library (default: all cores this process may use)")
     deploy.add_argument("--tensorrt", action="store_true", help="TensorRT subgraphs on GPU (needs --device gpu)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default="fp32",
                         help="fp32 (default); bf16: oneDNN's bfloat16 kernels through paddle.inference on a CPU "
-                             "with AVX512-BF16 or AMX (exported models and --weights); fp16, int8: TensorRT "
-                             "on GPU (--inference-model with --tensorrt)")
+                             "with AVX512-BF16 or AMX (exported models and --weights); int8 on CPU: onnxruntime on "
+                             "the dynamically quantized ONNX model (an export's model.int8.onnx, or --weights "
+                             "quantized on the fly), any x86-64 CPU; fp16, int8 on GPU: TensorRT "
+                             "(--inference-model with --tensorrt)")
     add_common_arguments(parser)
     return parser
 
@@ -92,13 +96,16 @@ def check_arguments(args):
                               f"preprocessing in preprocess.json")
     else:
         given = [flag for flag, value in (("--no-mkldnn", args.no_mkldnn), ("--cpu-threads", args.cpu_threads),
-                                          ("--tensorrt", args.tensorrt), ("--backend", args.backend != "auto"))
+                                          ("--tensorrt", args.tensorrt), ("--backend paddle", args.backend == "paddle"))
                  if value]
         if given:
             raise ConfigError(f"{', '.join(given)} only apply to --inference-model")
-        if args.precision in ("fp16", "int8"):
-            raise ConfigError(f"--precision {args.precision} is TensorRT's (--inference-model with --tensorrt on a "
-                              f"GPU); with --weights use fp32 or bf16")
+        if args.precision == "fp16":
+            raise ConfigError("--precision fp16 is TensorRT's (--inference-model with --tensorrt on a GPU); "
+                              "with --weights use fp32, bf16 or int8")
+        if args.precision == "bf16" and args.backend == "onnxruntime":
+            raise ConfigError("--precision bf16 is paddle.inference's oneDNN path; with --backend onnxruntime "
+                              "use fp32 or int8")
 
 
 def predict(argv):
@@ -118,6 +125,9 @@ def predict(argv):
         if args.precision == "bf16":  # the model traced and run by paddle.inference with oneDNN bf16
             from ..deploy.inference import predictor_model
             predictor.model = predictor_model(predictor.model, "bf16")
+        elif args.backend == "onnxruntime" or args.precision == "int8":  # exported (and quantized) on the fly
+            from ..deploy.inference import onnx_runtime_model
+            predictor.model = onnx_runtime_model(predictor.model, args.precision)
         transform, class_names = predictor.preprocess, predictor.class_names  # files decoded as its pipeline does
     else:
         from ..deploy.inference import InferenceModel, InferenceOptions

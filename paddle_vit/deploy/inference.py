@@ -10,8 +10,10 @@ Backends:
   CPU oneDNN (MKLDNN) is on unless ``mkldnn=False``; ``cpu_threads`` sets the math library's
   threads. ``device="gpu"`` and ``tensorrt=True`` switch on the GPU and the TensorRT engine;
   both need a CUDA build of Paddle (and TensorRT) and have not been measured or tested here.
-- "onnxruntime": the ``model.onnx`` of an export with ``--format onnx`` (needs onnxruntime).
-``backend="auto"`` takes the Paddle model when the export has one, else the ONNX one.
+- "onnxruntime": the ``model.onnx`` of an export with ``--format onnx`` (needs onnxruntime), or
+  with precision int8 its ``model.int8.onnx`` (``--quantize int8``), run by `OnnxSession`.
+``backend="auto"`` takes the Paddle model when the export has one, else the ONNX one; precision
+int8 on CPU is onnxruntime's.
 """
 import dataclasses
 import json
@@ -25,13 +27,14 @@ import numpy as np
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError
 from ..runtime import check_thread_count, cpu_vendor_and_flags
-from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, ONNX_INSTALL_HINT, save_traced
+from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, save_traced
+from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model, usable_cores
 from .predict import Preprocess, check_class_names, softmax
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
-CPU_PRECISIONS = ("fp32", "bf16")  # fp16 and int8 are TensorRT's, on a GPU
+CPU_PRECISIONS = ("fp32", "bf16", "int8")  # bf16: oneDNN's (paddle); int8: onnxruntime's; fp16: TensorRT's
 
 
 def cpu_bf16_support():
@@ -80,7 +83,7 @@ class InferenceOptions:
             raise ConfigError("TensorRT runs on a GPU: use --device gpu with --tensorrt")
         if self.device == "cpu" and self.precision not in CPU_PRECISIONS:
             raise ConfigError(f"precision {self.precision} is TensorRT's, on a GPU (--device gpu --tensorrt); "
-                              f"on CPU use fp32 or bf16")
+                              f"on CPU use fp32, bf16 (paddle.inference) or int8 (onnxruntime)")
         if self.device == "gpu" and self.precision == "bf16":
             raise ConfigError("precision bf16 is the CPU's oneDNN path; on a GPU use fp16 with --tensorrt")
         if self.precision == "bf16" and not self.mkldnn:
@@ -128,13 +131,6 @@ def find_paddle_model(directory, files=None):
     return None
 
 
-def _usable_cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 class PaddleRunner:
     """A paddle.inference predictor for an exported program, configured by `InferenceOptions`;
     call it with a float32 [B, 3, S, S] batch (numpy) for the [B, K] output."""
@@ -164,7 +160,7 @@ class PaddleRunner:
                 if not supported:
                     raise ConfigError(f"precision bf16 needs a CPU with AVX512-BF16 or AMX: {what}; use fp32")
                 config.enable_mkldnn_bfloat16()  # every op oneDNN has a bfloat16 kernel for
-            config.set_cpu_math_library_num_threads(int(options.cpu_threads or _usable_cores()))
+            config.set_cpu_math_library_num_threads(int(options.cpu_threads or usable_cores()))
         config.switch_ir_optim(bool(options.ir_optim))
         config.disable_glog_info()  # the optimisation passes log a screenful per model
         try:
@@ -200,8 +196,9 @@ def predictor_for_model(model, options=None, dtype="float32"):
 
 
 class PredictorModel:
-    """A `PaddleRunner` with the calling convention of a model in eval mode: images [B, 3, S, S]
-    (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for the model."""
+    """A `PaddleRunner` (or an `OnnxSession`) with the calling convention of a model in eval mode:
+    images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for
+    the model."""
 
     def __init__(self, runner, config=None):
         self.runner = runner
@@ -228,25 +225,10 @@ def predictor_model(model, precision="fp32"):
     return PredictorModel(predictor_for_model(model, options), getattr(model, "config", None))
 
 
-class _OnnxRunner:
-    def __init__(self, onnx_file, options):
-        try:
-            import onnxruntime
-        except ImportError as error:
-            raise ExportError(f"running {onnx_file} needs onnxruntime, which is not installed ({error}): "
-                              f"{ONNX_INSTALL_HINT}") from None
-        session_options = onnxruntime.SessionOptions()
-        session_options.log_severity_level = 3  # errors only: not its notes on unused initialisers
-        if options.cpu_threads:
-            session_options.intra_op_num_threads = int(options.cpu_threads)
-        providers = ["CPUExecutionProvider"]
-        if options.device == "gpu":  # not measured here
-            providers.insert(0, "CUDAExecutionProvider")
-        self.session = onnxruntime.InferenceSession(onnx_file, session_options, providers=providers)
-        self.input_name = self.session.get_inputs()[0].name
-
-    def __call__(self, batch):
-        return self.session.run(None, {self.input_name: batch})[0]
+def onnx_runtime_model(model, precision="fp32", threads=None):
+    """`model` exported to ONNX on the fly (quantized for int8) and run by onnxruntime on the CPU,
+    called like the model."""
+    return PredictorModel(session_for_model(model, precision, threads), getattr(model, "config", None))
 
 
 class InferenceModel:
@@ -271,14 +253,25 @@ class InferenceModel:
         self.outputs_probabilities = self.metadata.get("output") == "probabilities"
         files = self.metadata.get("files") or {}
 
-        paddle_model = find_paddle_model(self.directory, files) if backend in ("auto", "paddle") else None
-        onnx_file = os.path.join(self.directory, files.get("onnx", "model.onnx"))
+        int8 = self.options.device == "cpu" and self.options.precision == "int8"
+        if int8 and backend == "paddle":
+            raise ConfigError("precision int8 on CPU runs the export's model.int8.onnx through onnxruntime: "
+                              "use --backend onnxruntime (or auto)")
+        if backend == "onnxruntime" and self.options.precision == "bf16":
+            raise ConfigError("precision bf16 is paddle.inference's oneDNN path: use --backend paddle (or auto)")
+        paddle_model = (find_paddle_model(self.directory, files)
+                        if backend in ("auto", "paddle") and not int8 else None)
+        onnx_file = os.path.join(self.directory, files.get("onnx_int8", INT8_FILE) if int8
+                                 else files.get("onnx", FP32_FILE))
         if paddle_model is not None:
             self.backend = "paddle"
             self._run = PaddleRunner(*paddle_model, self.options)
         elif backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
             self.backend = "onnxruntime"
-            self._run = _OnnxRunner(onnx_file, self.options)
+            self._run = OnnxSession(onnx_file, self.options.cpu_threads, self.options.device)
+        elif int8:
+            raise ExportError(f"{self.directory} holds no {os.path.basename(onnx_file)}: precision int8 runs the "
+                              f"quantized ONNX model that tools/export.py --format onnx --quantize int8 writes")
         else:
             wanted = {"paddle": f"a Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
                       "onnxruntime": f"an ONNX model ({os.path.basename(onnx_file)})"}.get(

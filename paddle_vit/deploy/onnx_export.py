@@ -84,7 +84,10 @@ def convert_with_paddle2onnx(model_file, params_file, path, opset_version):
     """paddle2onnx's conversion of a saved Paddle model to `path`, in a child process; a failure
     (or an abort) is an ExportError with paddle2onnx's own message."""
     paddle2onnx = import_paddle2onnx()
-    environment = dict(os.environ, GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
+    from ..runtime import environment_without_relaunch
+
+    # started without the allocator a tool's relaunch preloaded: under it paddle2onnx hangs on a lock
+    environment = dict(environment_without_relaunch(), GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
     result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
                             capture_output=True, text=True, env=environment)
     if result.returncode != 0 or not os.path.isfile(path):

@@ -12,7 +12,7 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 
 from ..data import build_dataloader, build_datasets
-from ..deploy.inference import predictor_model
+from ..deploy.inference import onnx_runtime_model, predictor_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
 from ..hub import check_fits_data, eval_preprocess, model_for_evaluation
@@ -93,17 +93,25 @@ def save_confusion_matrix_png(confusion, class_names, path):
     save_figure(confusion_matrix_figure(confusion, class_names), path, dpi=120)
 
 
+# the engine each low precision runs on: oneDNN's bf16 kernels, onnxruntime's int8 quantized graph
+PRECISION_ENGINES = {"bf16": ("predictor", "the predictor"), "int8": ("onnxruntime", "onnxruntime")}
+
+
 def model_for_engine(model, engine, precision="fp32"):
-    """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, or a predictor (in
-    `precision`: fp32, or bf16 through oneDNN on a CPU that has it; the predictor only)."""
-    if precision != "fp32" and engine != "predictor":
-        raise ConfigError(f"eval.precision={precision} runs on the predictor (eval.engine=predictor), "
-                          f"not eval.engine={engine}: Paddle's eager CPU kernels have no {precision} convolution")
+    """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, a predictor (in
+    `precision`: fp32, or bf16 through oneDNN on a CPU that has it) or an onnxruntime session
+    over the model exported on the fly (fp32, or int8: the export quantized dynamically)."""
+    wanted, name = PRECISION_ENGINES.get(precision, (None, None))
+    if wanted is not None and engine != wanted:
+        raise ConfigError(f"eval.precision={precision} runs on {name} (eval.engine={wanted}), not eval.engine={engine}"
+                          + (f": Paddle's eager CPU kernels have no {precision} convolution"
+                             if engine in ("dynamic", "to_static") else ""))
     if engine == "to_static":
         return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
     if engine == "predictor":
-
         return predictor_model(model, precision)
+    if engine == "onnxruntime":
+        return onnx_runtime_model(model, precision)
     return model
 
 
