@@ -246,6 +246,7 @@ def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
     assert not (tmp_path / "model.onnx").exists()
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 @pytest.mark.parametrize("calibration", [None, 16])
 def test_export_quantize_int8_writes_the_int8_model_and_its_accuracy_gate(trained, classifier, calibration, capsys):
     pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
@@ -268,6 +269,7 @@ def test_export_quantize_int8_writes_the_int8_model_and_its_accuracy_gate(traine
     assert any(line.startswith(f"int8 ({int8['mode']}) vs fp32 on 8 images") for line in lines)
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_export_int8_gate_on_given_images_compares_without_labels(trained, images, capsys):
     pytest.importorskip("onnxruntime.quantization", reason="int8 needs the optional extra: pip install -e '.[onnx]'")
     out = trained["root"] / "int8_images"

@@ -53,6 +53,7 @@ def evaluate(capsys, weights, *overrides):
     return _EVALUATED[overrides]
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_eval_with_onnxruntime_gives_the_predictors_top1_and_loss(capsys, weights):
     predictor = evaluate(capsys, weights, "-o", "eval.engine=predictor")
     onnx = evaluate(capsys, weights, "-o", "eval.engine=onnxruntime")
@@ -62,6 +63,7 @@ def test_eval_with_onnxruntime_gives_the_predictors_top1_and_loss(capsys, weight
     assert onnx["precision"] == "fp32"
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_eval_int8_runs_through_onnxruntime_and_stays_close(capsys, weights):
     fp32 = evaluate(capsys, weights, "-o", "eval.engine=onnxruntime")
     int8 = evaluate(capsys, weights, "-o", "eval.engine=onnxruntime", "-o", "eval.precision=int8")
@@ -102,6 +104,7 @@ def images(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_predict_weights_with_onnxruntime_equals_the_paddle_model(capsys, weights, images):
     eager = predictions(capsys, weights, images)
     onnx = predictions(capsys, weights, images, "--backend", "onnxruntime")
@@ -116,6 +119,7 @@ def test_predict_weights_with_onnxruntime_equals_the_paddle_model(capsys, weight
             assert int8[name][index] == pytest.approx(probability, abs=0.05)
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_predict_int8_of_an_export_runs_its_int8_file_as_weights_quantized_on_the_fly(capsys, weights, images,
                                                                                      tmp_path):
     out = tmp_path / "export"
@@ -138,6 +142,7 @@ def test_predict_int8_of_an_export_runs_its_int8_file_as_weights_quantized_on_th
     assert errors[0].startswith(f"error: {out} holds no model.int8.onnx: precision int8 runs the quantized ONNX model")
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process
 def test_benchmark_onnxruntime_int8_runs_and_reports_the_quantized_graph(capsys):
     capsys.readouterr()
     with kept_logger():
