@@ -505,6 +505,7 @@ def onnx_summary(report):
     what the quantizer left in fp32."""
     export = report.get("export") or {}
     summary = {key: export.get(key) for key in ("opset", "nodes", "initializers") if key in export}
+    summary["fused_attention"] = report.get("fused_attention", 0)
     quantize = report.get("quantize")
     if quantize is not None:
         summary["quantize"] = {"mode": quantize.get("mode"), "nodes": quantize.get("nodes"),
@@ -695,8 +696,10 @@ def format_report(result):
     if result.get("onnx"):
         onnx = result["onnx"]
         text = f"onnx graph: opset {onnx.get('opset')}, {onnx.get('nodes')} nodes"
+        if onnx.get("fused_attention"):
+            text += f", {onnx['fused_attention']} attentions run fused"
         if onnx.get("quantize"):
-            kept = ", ".join(f"{role} {count}" for role, count in onnx["quantize"]["kept_fp32"].items())
+            kept = ", ".join(f"{role} {count}" for role, count in onnx["quantize"]["kept_fp32"].items() if count)
             text += (f"; int8 ({onnx['quantize']['mode']}): {onnx['quantize']['quantized']} products quantized"
                      + (f", kept fp32: {kept}" if kept else ""))
         lines.append(text)

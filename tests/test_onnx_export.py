@@ -88,21 +88,99 @@ def calibration(count=2):
     return [np.random.default_rng(seed).standard_normal((4, 3, 32, 32)).astype("float32") for seed in range(count)]
 
 
-def test_dynamic_int8_quantizes_the_encoder_products_and_keeps_the_patch_embedding_and_head_fp32(plain, tmp_path):
+def test_dynamic_int8_fuses_each_attention_quantizes_its_projections_and_keeps_the_embedding_and_head_fp32(
+        plain, tmp_path):
     from paddle_vit.deploy.quantize import DEFAULT_KEEP_FP32, compare_logits, quantize_onnx
 
     model, path, _ = plain
     report = quantize_onnx(path, tmp_path / "int8.onnx")
     graph = onnx.load(str(tmp_path / "int8.onnx")).graph
     assert report["mode"] == "dynamic" and set(report["kept_fp32"]) == set(DEFAULT_KEEP_FP32)
-    # qkv, proj, fc1, fc2 and the attention's two activation products of both layers
-    assert len(report["quantized"]) == 2 * 4 + 2 * 2
+    assert report["fused_attention"] == 2
+    # per layer: the fused attention (its qkv projection), proj, fc1, fc2
+    assert len(report["quantized"]) == 2 * 4
     ops = [node.op_type for node in graph.node]
-    assert ops.count("MatMulInteger") == 2 * 4 + 2 * 2
+    assert ops.count("QAttention") == 2 and ops.count("MatMulInteger") == 2 * 3
+    assert "Softmax" not in ops and "Split" not in ops  # inside QAttention, in float32
     assert ops.count("Conv") == 1 and ops.count("Gemm") + ops.count("MatMul") == 1  # patch embedding, head: fp32
     gate = compare_logits(path, tmp_path / "int8.onnx", calibration(), labels=[0] * 8)
     assert gate["images"] == 8 and gate["top1_agreement"] >= 0.75 and 0 < gate["max_logit_difference"] < 0.5
     assert {"top1_fp32", "top1_int8"} <= set(gate)
+
+
+def test_dynamic_int8_of_the_attention_products_leaves_the_attention_unfused(plain, tmp_path):
+    from paddle_vit.deploy.quantize import quantize_onnx
+
+    _, path, _ = plain
+    report = quantize_onnx(path, tmp_path / "int8.onnx", keep_fp32=("patch_embedding", "head"))
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "int8.onnx")).graph.node]
+    assert report["fused_attention"] == 0 and "QAttention" not in ops
+    # qkv, proj, fc1, fc2 and the attention's two activation products of both layers
+    assert len(report["quantized"]) == ops.count("MatMulInteger") == 2 * 4 + 2 * 2
+    batch = calibration(1)[0]
+    assert np.abs(run_onnx(tmp_path / "int8.onnx", batch) - run_onnx(path, batch)).max() < 0.5
+
+
+# ---- the fused attention (paddle_vit.deploy.onnx_fusion) ------------------------------------------
+
+def fused_copy(path, tmp_path):
+    from paddle_vit.deploy.onnx_fusion import fuse_attention
+
+    model = onnx.load(str(path))
+    count = fuse_attention(model)
+    onnx.save(model, str(tmp_path / "fused.onnx"))
+    return count, model, tmp_path / "fused.onnx"
+
+
+@pytest.mark.parametrize("export", ["plain", "dynamic"])  # dynamic: no qkv bias, any size
+def test_the_fused_attention_computes_the_eager_logits(export, request, tmp_path):
+    model, path, _ = request.getfixturevalue(export)
+    count, fused, fused_path = fused_copy(path, tmp_path)
+    assert count == 2
+    attentions = [node for node in fused.graph.node if node.op_type == "Attention"]
+    heads = model.config.num_heads
+    scale = (model.config.embed_dim // heads) ** -0.5
+    for node in attentions:
+        attributes = {attribute.name: onnx.helper.get_attribute_value(attribute) for attribute in node.attribute}
+        assert attributes["num_heads"] == heads and attributes["scale"] == pytest.approx(scale)
+    ops = [node.op_type for node in fused.graph.node]
+    unfused = [node.op_type for node in onnx.load(str(path)).graph.node]
+    assert "Softmax" not in ops and "Split" not in ops and ops.count("Attention") == 2
+    # per layer the qkv projection and the two products of activations went into the Attention node
+    products = [ops.count("MatMul") + ops.count("Gemm"), unfused.count("MatMul") + unfused.count("Gemm")]
+    assert products[1] - products[0] == 2 * 3
+    sides = (32, 48) if export == "dynamic" else (32,)
+    for side in sides:
+        batch = np.random.default_rng(side).standard_normal((3, 3, side, side)).astype("float32")
+        np.testing.assert_allclose(run_onnx(fused_path, batch), eager(model, batch), atol=TOLERANCE, rtol=0)
+        np.testing.assert_allclose(run_onnx(fused_path, batch), run_onnx(path, batch), atol=1e-5, rtol=0)
+
+
+def test_an_attention_that_differs_from_the_pattern_is_left_alone(plain, tmp_path):
+    from paddle_vit.deploy.onnx_fusion import fuse_attention
+
+    _, path, _ = plain
+    model = onnx.load(str(path))
+    # the first layer's k no longer transposed: q k would not be the attention's scores
+    transposes = [node for node in model.graph.node if node.op_type == "Transpose"
+                  and list(onnx.helper.get_attribute_value(node.attribute[0])) == [0, 2, 3, 1]]
+    assert len(transposes) == 2
+    transposes[0].attribute[0].ints[:] = [0, 2, 1, 3]
+    before = [node.op_type for node in model.graph.node]
+    assert fuse_attention(model) == 1  # the second layer only
+    after = [node.op_type for node in model.graph.node]
+    assert after.count("Softmax") == before.count("Softmax") - 1 == 1
+
+
+def test_the_onnxruntime_session_runs_a_float32_file_fused(plain):
+    from paddle_vit.deploy.onnx_runtime import OnnxSession
+
+    model, path, _ = plain
+    fused, unfused = OnnxSession(path, threads=1), OnnxSession(path, threads=1, fuse=False)
+    assert (fused.fused_attention, unfused.fused_attention) == (2, 0)
+    batch = calibration(1)[0]
+    np.testing.assert_allclose(fused(batch), unfused(batch), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(fused(batch), eager(model, batch), atol=TOLERANCE, rtol=0)
 
 
 def test_static_int8_calibrates_and_quantizes_the_attention_products_unless_kept(plain, tmp_path):

@@ -14,8 +14,12 @@ Which nodes stay float32 (`keep_fp32`, roles found in the graph, not by name):
   sees the raw pixels;
 - "head": the products after the last LayerNorm (pre-logits layer, classifier): the logits
   themselves, a small share of the work;
-- "attention_products": the two products of activations in each attention (q k^T, attention v);
-  in dynamic mode ONNX Runtime quantizes only products with a constant weight anyway;
+- "attention_products": the two products of activations in each attention (q k^T, attention v).
+  Kept in float32 in dynamic mode, each attention is first fused into ONNX Runtime's Attention
+  kernel (`onnx_fusion.fuse_attention`), which the quantizer turns into QAttention: the q/k/v
+  projection in int8 (always 7-bit weights per channel: ONNX Runtime's choice for that kernel),
+  the products and the softmax in float32, no split copies or transposes. Static QDQ has no
+  fused form: there the products are simply left unquantized;
 - softmax, LayerNorm, GELU: never quantized (ONNX Runtime has no int8 kernel a ViT gains from).
 What the defaults keep and why is measured in docs/deployment.md.
 
@@ -32,10 +36,11 @@ import numpy as np
 from ..errors import ExportError
 from ..runtime import cpu_vendor_and_flags
 from .onnx_export import ONNX_INSTALL_HINT, work_folder
+from .onnx_fusion import fuse_attention
 
 MODES = ("dynamic", "static")
 ROLES = ("patch_embedding", "head", "attention_products")
-DEFAULT_KEEP_FP32 = ("patch_embedding", "head")
+DEFAULT_KEEP_FP32 = ("patch_embedding", "head", "attention_products")
 INT8_FILE = "model.int8.onnx"
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
@@ -59,13 +64,16 @@ def cpu_has_vnni(flags=None):
 
 def node_roles(graph):
     """{role: [node names]} of an onnx GraphProto, for the roles of `ROLES`, and "weight_products":
-    the MatMul/Gemm nodes whose second input is an initializer (the ones int8 can speed up)."""
+    the MatMul/Gemm nodes whose second input is an initializer and the fused Attention nodes
+    (whose q/k/v projection int8 speeds up)."""
     initializers = {tensor.name for tensor in graph.initializer}
     layer_norms = [index for index, node in enumerate(graph.node) if node.op_type == "LayerNormalization"]
     last_norm = layer_norms[-1] if layer_norms else -1  # nodes are stored in topological order
     roles = {role: [] for role in (*ROLES, "weight_products")}
     for index, node in enumerate(graph.node):
-        if node.op_type == "Conv":
+        if node.op_type == "Attention":
+            roles["weight_products"].append(node.name)
+        elif node.op_type == "Conv":
             roles["patch_embedding"].append(node.name)
         elif node.op_type in ("MatMul", "Gemm"):
             if node.input[1] not in initializers:
@@ -105,8 +113,10 @@ class _BatchReader:
 def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=None, keep_fp32=DEFAULT_KEEP_FP32,
                   reduce_range=None, per_channel=True):
     """Write the int8 version of the float32 ONNX file `fp32_path` to `int8_path`; returns a report
-    {"mode", "per_channel", "reduce_range", "quantized": [node names], "kept_fp32": {role: [node
-    names]}, "node_counts": {op_type: n} of the int8 graph}.
+    {"mode", "per_channel", "reduce_range", "quantized": [node names], "fused_attention": the
+    attentions fused before quantizing, "kept_fp32": {role: [node names]}, "nodes", "node_counts":
+    {op_type: n} of the int8 graph}. With the attention fused, "attention_products" lists no
+    nodes: its products are inside the QAttention nodes, in float32.
 
     mode: "dynamic" (weights int8 per channel, activations quantized at run time) or "static"
         (QDQ, activation ranges from `calibration_batches`, an iterable of float32 [B, 3, H, W]).
@@ -123,18 +133,25 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
     reduce_range = (not cpu_has_vnni()) if reduce_range is None else bool(reduce_range)
 
     model = onnx.load(os.fspath(fp32_path))
+    fused = fuse_attention(model) if mode == "dynamic" and "attention_products" in keep_fp32 else 0
     roles = node_roles(model.graph)
     quantized = list(roles["weight_products"])
     quantized += [name for role in ROLES if role not in keep_fp32 for name in roles[role]]
-    options = {"MatMulConstBOnly": "attention_products" in keep_fp32}
+    options = {"MatMulConstBOnly": "attention_products" in keep_fp32,
+               "DefaultTensorType": onnx.TensorProto.FLOAT}  # the Attention node's output type
     common = dict(per_channel=per_channel, reduce_range=reduce_range, weight_type=quantization.QuantType.QInt8,
-                  nodes_to_quantize=quantized, op_types_to_quantize=["MatMul", "Gemm", "Conv"], extra_options=options)
+                  nodes_to_quantize=quantized, op_types_to_quantize=["MatMul", "Gemm", "Conv", "Attention"],
+                  extra_options=options)
     folder = os.path.dirname(os.path.abspath(os.fspath(int8_path)))
     with work_folder(folder, ".quantize-") as work:
         staged = os.path.join(work, "model.int8.onnx")
+        source = os.fspath(fp32_path)
+        if fused:
+            source = os.path.join(work, "fused.onnx")
+            onnx.save(model, source)
         try:
             with _quiet_root_logger():
-                _run_quantizer(quantization, mode, fp32_path, staged, model, calibration_batches, common)
+                _run_quantizer(quantization, mode, source, staged, model, calibration_batches, common)
         except ExportError:
             raise
         except Exception as error:  # onnxruntime's own failures: one line
@@ -150,6 +167,7 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
         "per_channel": per_channel,
         "reduce_range": reduce_range,
         "quantized": quantized,
+        "fused_attention": fused,
         "kept_fp32": {role: roles[role] for role in ROLES if role in keep_fp32},
         "nodes": len(int8_model.graph.node),
         "node_counts": dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
