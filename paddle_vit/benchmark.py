@@ -335,6 +335,10 @@ class PaddleSubject:
             paddle.device.synchronize()
 
     def timed(self, iterations):
+        if not self.gpu and self.settings.engine in ("dynamic", "to_static"):
+            # a paddle.inference predictor run in this process (side by side, the limits) leaves
+            # the math library on its own thread count: eager then ran 0.6x (2026-12-02)
+            set_threads(self.settings.resolved_threads())
         seconds = []
         for _ in range(iterations):
             start = time.perf_counter()

@@ -107,6 +107,21 @@ def test_the_timed_train_step_reads_nothing_back_and_makes_an_update(monkeypatch
     assert all(parameter.grad is None for parameter in subject.model.parameters())
 
 
+def test_an_eager_cpu_subject_takes_its_thread_count_back_before_each_timing(monkeypatch):
+    """A paddle.inference predictor run in the same process (the side-by-side table, the GEMM
+    limits) leaves Paddle's math library on the predictor's threads: eager measured 0.6x of
+    itself after one predictor run until the count was set again."""
+    settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", batch_size=2, threads=1,
+                                       model_overrides=dict(image_size=32, patch_size=8, depth=1, embed_dim=48,
+                                                            num_heads=3, num_classes=10))
+    subject = bench.PaddleSubject(settings)
+    calls = []
+    monkeypatch.setattr(bench, "set_threads", calls.append)
+    subject.timed(1)
+    subject.timed(1)
+    assert calls == [1, 1]
+
+
 def test_data_mode_times_the_input_pipeline(capsys):
     result = run_tool(capsys, *TINY, "--mode", "data", "--dataset", "synthetic")
     check_result(result, "data", "dynamic")
