@@ -228,6 +228,7 @@ def test_side_by_side_times_every_cpu_path_against_timm_fp32():
     assert names[-2:] == ["onnxruntime fp32", "onnxruntime int8"]
     first = result["paths"][0]
     assert first["vs_timm_fp32"] == 1.0 and first["limit_gflops"] == 1.0
+    assert result["paths"][1]["vs_timm_int8"] == 1.0  # each row also against the int8 a PyTorch user has
     int8 = result["paths"][-1]
     assert int8["limit_gflops"] == 2.0 and int8["fraction_of_limit"] == pytest.approx(int8["gflops"] / 2.0)
     assert all(path["iterations"] == 2 and path["images_per_sec"]["median"] > 0 for path in result["paths"])
