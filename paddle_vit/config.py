@@ -251,7 +251,7 @@ class TrainConfig:
 
 SHARDING_LEVELS = ("os", "os_g", "p_g_os")
 OPTIMIZERS = ("adamw", "sgd")
-EVAL_ENGINES = ("predictor", "dynamic", "to_static", "onnxruntime")
+EVAL_ENGINES = ("auto", "predictor", "dynamic", "to_static", "onnxruntime")
 EVAL_PRECISIONS = ("fp32", "bf16", "int8")
 
 
@@ -262,11 +262,13 @@ class EvalConfig:
     the weights belong to (else train.output_dir's recipe folder);
     attention_map_interval: every this many epochs, log the attention rollout of the first
     validation image to VisualDL's image tab (0: never);
-    engine: how tools/eval.py runs the model: ``predictor`` (the model traced once and run by
-    paddle.inference, with oneDNN on CPU: the fastest on CPU, docs/benchmarks.md), ``dynamic``
+    engine: how tools/eval.py runs the model: ``auto`` (the engine measured fastest on this
+    device and kind of CPU, paddle_vit/deploy/engine_choice.py: onnxruntime on AVX2 CPUs when
+    the onnx extra is installed, else the predictor; eval says which it took), ``predictor``
+    (the model traced once and run by paddle.inference, with oneDNN on CPU), ``dynamic``
     (eager, as during training), ``to_static`` (a paddle.jit.to_static graph) or ``onnxruntime``
-    (the model exported to ONNX on the fly and run by ONNX Runtime; needs the onnx extra). The
-    evaluation during training always runs the training model eagerly;
+    (the model exported to ONNX on the fly and run by ONNX Runtime with its fused attention;
+    needs the onnx extra). The evaluation during training always runs the training model eagerly;
     precision: ``fp32``, ``bf16`` (the predictor's oneDNN bfloat16 kernels, on a CPU with
     AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md)
     or ``int8`` (engine onnxruntime: the export quantized dynamically, int8 weights per channel,
@@ -282,7 +284,7 @@ class EvalConfig:
     interval: int = 1
     confusion_matrix: bool = False
     attention_map_interval: int = 0
-    engine: str = "predictor"
+    engine: str = "auto"
     precision: str = "fp32"
     fewshot_interval: int = 0
     fewshot_shots: List[int] = dataclasses.field(default_factory=lambda: [1, 5, 10, 25])

@@ -116,8 +116,9 @@ def report(args, config, figure):
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
         print(f"class {name}: accuracy {accuracy:.4f}")
-    summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision")}
-    print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine})")
+    summary = {key: metrics[key] for key in ("top1", "top5", "loss", "num_samples", "precision", "engine")}
+    chosen = "" if config.eval.engine == metrics["engine"] else f": {metrics['engine']}, {metrics['engine_choice']}"
+    print(f"precision: {metrics['precision']} (eval.engine={config.eval.engine}{chosen})")
     summary["per_class_accuracy"] = dict(zip(unique_class_keys(names), metrics["per_class_accuracy"]))
     if figure and rank() == 0:  # after the numbers are out: a full disk costs the figure only
         save_confusion_matrix_png(metrics["confusion_matrix"], names, figure)

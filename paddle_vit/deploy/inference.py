@@ -12,8 +12,10 @@ Backends:
   both need a CUDA build of Paddle (and TensorRT) and have not been measured or tested here.
 - "onnxruntime": the ``model.onnx`` of an export with ``--format onnx`` (needs onnxruntime), or
   with precision int8 its ``model.int8.onnx`` (``--quantize int8``), run by `OnnxSession`.
-``backend="auto"`` takes the Paddle model when the export has one, else the ONNX one; precision
-int8 on CPU is onnxruntime's.
+``backend="auto"`` takes the export's ``model.onnx`` where ONNX Runtime is the engine measured
+fastest on this kind of CPU (`engine_choice.default_engine`: AVX2 CPUs, onnxruntime installed,
+oneDNN and TensorRT options left as they are), else the Paddle model when the export has one,
+else the ONNX one; precision int8 on CPU is onnxruntime's.
 """
 import dataclasses
 import json
@@ -27,6 +29,7 @@ import numpy as np
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError
 from ..runtime import check_thread_count, cpu_vendor_and_flags
+from .engine_choice import default_engine
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, save_traced
 from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model, usable_cores
 from .predict import Preprocess, check_class_names, softmax
@@ -259,10 +262,13 @@ class InferenceModel:
                               "use --backend onnxruntime (or auto)")
         if backend == "onnxruntime" and self.options.precision == "bf16":
             raise ConfigError("precision bf16 is paddle.inference's oneDNN path: use --backend paddle (or auto)")
-        paddle_model = (find_paddle_model(self.directory, files)
-                        if backend in ("auto", "paddle") and not int8 else None)
         onnx_file = os.path.join(self.directory, files.get("onnx_int8", INT8_FILE) if int8
                                  else files.get("onnx", FP32_FILE))
+        if backend == "auto" and os.path.isfile(onnx_file) and self.options.mkldnn and not self.options.tensorrt:
+            preferred, _ = default_engine(self.options.device, self.options.precision, needs_export=False)
+            backend = "onnxruntime" if preferred == "onnxruntime" else backend  # the fastest on this CPU
+        paddle_model = (find_paddle_model(self.directory, files)
+                        if backend in ("auto", "paddle") and not int8 else None)
         if paddle_model is not None:
             self.backend = "paddle"
             self._run = PaddleRunner(*paddle_model, self.options)

@@ -12,6 +12,7 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 
 from ..data import build_dataloader, build_datasets
+from ..deploy.engine_choice import default_engine
 from ..deploy.inference import onnx_runtime_model, predictor_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
@@ -97,6 +98,14 @@ def save_confusion_matrix_png(confusion, class_names, path):
 PRECISION_ENGINES = {"bf16": ("predictor", "the predictor"), "int8": ("onnxruntime", "onnxruntime")}
 
 
+def resolve_engine(engine, precision="fp32", place="cpu"):
+    """(the engine to run, why) for `eval.engine` `engine`: itself, or for "auto" the engine
+    measured fastest on this device and kind of CPU (`paddle_vit.deploy.engine_choice`)."""
+    if engine != "auto":
+        return engine, "as configured"
+    return default_engine("cpu" if place == "cpu" else "gpu", precision)
+
+
 def model_for_engine(model, engine, precision="fp32"):
     """`model` as `eval.engine` runs it: itself (dynamic), a to_static graph, a predictor (in
     `precision`: fp32, or bf16 through oneDNN on a CPU that has it) or an onnxruntime session
@@ -124,7 +133,7 @@ def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
     `chosen_data_keys` ({key: where the user set it}) replacing its value; else by the
     recipe's eval transform."""
 
-    select_device(config.train.device)
+    place = select_device(config.train.device)
     init_distributed()
     model = model_for_evaluation(config, weights, use_ema)
     preprocess = eval_preprocess(model, config.data, chosen_data_keys)
@@ -136,7 +145,9 @@ def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
     model = use_cpu_fast_paths(model)
-    metrics = evaluate(model_for_engine(model, config.eval.engine, config.eval.precision), loader, len(class_names))
+    engine, why = resolve_engine(config.eval.engine, config.eval.precision, place)
+    metrics = evaluate(model_for_engine(model, engine, config.eval.precision), loader, len(class_names))
     metrics["class_names"] = list(class_names)
+    metrics["engine"], metrics["engine_choice"] = engine, why
     metrics["precision"] = config.eval.precision
     return metrics
