@@ -25,7 +25,7 @@ from paddle_vit.data.imagefolder import decode_image
 from paddle_vit.data.transforms import build_transforms
 from paddle_vit.engine.trainer import Trainer
 from paddle_vit.deploy.export import export_classifier
-from paddle_vit.deploy.inference import InferenceModel, find_paddle_model
+from paddle_vit.deploy.inference import InferenceModel, InferenceOptions, find_paddle_model
 from paddle_vit.deploy.predict import load_classifier, softmax
 
 from repo_paths import REPO, TOOLS, load_tool
@@ -200,7 +200,7 @@ def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
 
 
 @pytest.mark.slow
-def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
+def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, monkeypatch):
     """A model with the options other codes compute with (Hugging Face's epsilon, the JAX tanh
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
     logits, which differ from the same weights computed with the defaults."""
@@ -229,6 +229,12 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path):
     for backend in ("paddle", "onnxruntime")[:len(formats)]:
         outputs = InferenceModel(tmp_path / "export", backend=backend).outputs(batch)
         np.testing.assert_allclose(outputs, eager, atol=1e-4, rtol=0, err_msg=backend)
+    if len(formats) == 2:  # auto: the export's model.onnx where onnxruntime is the fastest on this CPU
+        from paddle_vit.deploy import inference
+        for preferred, backend in (("onnxruntime", "onnxruntime"), ("predictor", "paddle")):
+            monkeypatch.setattr(inference, "default_engine", lambda *args, _engine=preferred, **kwargs: (_engine, ""))
+            assert InferenceModel(tmp_path / "export").backend == backend
+        assert InferenceModel(tmp_path / "export", InferenceOptions(mkldnn=False)).backend == "paddle"
 
 
 @pytest.mark.slow
