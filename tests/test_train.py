@@ -276,6 +276,11 @@ def test_eval_tool_reproduces_training_accuracy(tmp_path, capsys):
         assert summary["loss"] == pytest.approx(last["val_loss"], abs=1e-5)
         assert set(summary["per_class_accuracy"]) == {"0", "1", "2", "3"}
     assert (tmp_path / "confusion.png").stat().st_size > 1000
+    capsys.readouterr()  # a .pdckpt alone: evaluated with the recipe it stores
+    checkpoint = str(tmp_path / "run" / "checkpoints" / "last.pdckpt")
+    assert load_tool("eval").main(["--weights", checkpoint, "-o", "eval.engine=dynamic"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["num_samples"] == 40 and summary["top1"] == pytest.approx(last["val_top1"], abs=1e-6)
 
 
 @pytest.mark.slow
