@@ -108,6 +108,27 @@ def test_dynamic_int8_fuses_each_attention_quantizes_its_projections_and_keeps_t
     assert {"top1_fp32", "top1_int8"} <= set(gate)
 
 
+def test_int8_of_a_dynamic_size_export_keeps_the_position_embedding_resampling_fp32_and_runs_at_any_size(
+        dynamic, tmp_path):
+    """The resampling products (a 3-D constant grid, and products of activations outside any
+    attention) are in no role: per-channel quantization of the grid made onnxruntime refuse to run."""
+    from paddle_vit.deploy.quantize import node_roles, quantize_onnx
+
+    model, path, _ = dynamic
+    roles = node_roles(onnx.load(str(path)).graph)
+    assert len(roles["attention_products"]) == 2 * 2 and len(roles["weight_products"]) == 2 * 4
+    assert len(roles["head"]) == 2  # pre-logits and classifier
+    unfused = quantize_onnx(path, tmp_path / "unfused.onnx", keep_fp32=("patch_embedding", "head"))
+    assert len(unfused["quantized"]) == 2 * 4 + 2 * 2  # not the resampling
+    report = quantize_onnx(path, tmp_path / "int8.onnx")
+    assert report["fused_attention"] == 2
+    for side in (32, 48):
+        batch = np.random.default_rng(side).standard_normal((2, 3, side, side)).astype("float32")
+        reference = eager(model, batch)
+        for name in ("int8.onnx", "unfused.onnx"):
+            assert np.abs(run_onnx(tmp_path / name, batch) - reference).max() < 0.1 * np.abs(reference).max()
+
+
 def test_dynamic_int8_of_the_attention_products_leaves_the_attention_unfused(plain, tmp_path):
     from paddle_vit.deploy.quantize import quantize_onnx
 

@@ -96,8 +96,8 @@ def _fused_graph(path):
     try:
         import onnx
 
-        if os.path.getsize(path) > FUSE_SIZE_LIMIT:
-            return path, 0
+        if not os.path.isfile(path) or os.path.getsize(path) > FUSE_SIZE_LIMIT:
+            return path, 0  # not a regular file (onnxruntime says what it is), or too large to hold twice
         model = onnx.load(path)
     except Exception:  # onnx missing or the file unreadable: onnxruntime reports the latter itself
         return path, 0

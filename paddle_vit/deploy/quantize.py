@@ -64,9 +64,15 @@ def cpu_has_vnni(flags=None):
 
 def node_roles(graph):
     """{role: [node names]} of an onnx GraphProto, for the roles of `ROLES`, and "weight_products":
-    the MatMul/Gemm nodes whose second input is an initializer and the fused Attention nodes
-    (whose q/k/v projection int8 speeds up)."""
-    initializers = {tensor.name for tensor in graph.initializer}
+    the MatMul/Gemm nodes whose second input is a 2-D initializer (a Linear's weight) and the
+    fused Attention nodes (whose q/k/v projection int8 speeds up). Products in no role (a
+    dynamic-size model's position-embedding resampling) are never quantized."""
+    initializers = {tensor.name: len(tensor.dims) for tensor in graph.initializer}
+    producer = {output: node for node in graph.node for output in node.output}
+    readers = {}  # tensor name -> the nodes that read it
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
     layer_norms = [index for index, node in enumerate(graph.node) if node.op_type == "LayerNormalization"]
     last_norm = layer_norms[-1] if layer_norms else -1  # nodes are stored in topological order
     roles = {role: [] for role in (*ROLES, "weight_products")}
@@ -76,13 +82,26 @@ def node_roles(graph):
         elif node.op_type == "Conv":
             roles["patch_embedding"].append(node.name)
         elif node.op_type in ("MatMul", "Gemm"):
-            if node.input[1] not in initializers:
+            if initializers.get(node.input[1]) == 2:
+                roles["head" if index > last_norm else "weight_products"].append(node.name)
+            elif node.input[1] not in initializers and _in_attention(node, producer, readers):
                 roles["attention_products"].append(node.name)
-            elif index > last_norm:
-                roles["head"].append(node.name)
-            else:
-                roles["weight_products"].append(node.name)
     return roles
+
+
+def _in_attention(product, producer, readers):
+    """Whether the product of two activations is one of an attention's: softmax(q k^T * scale) v."""
+    def only_reader(name):
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 else None
+
+    source = producer.get(product.input[0])
+    if source is not None and source.op_type == "Softmax":
+        return True  # attention-weighted v
+    after = only_reader(product.output[0])
+    if after is not None and after.op_type in ("Mul", "Div"):  # the scale, then the softmax: q k^T
+        after = only_reader(after.output[0])
+    return after is not None and after.op_type == "Softmax"
 
 
 @contextlib.contextmanager
