@@ -200,6 +200,14 @@ def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
 
 
 @pytest.mark.slow
+def test_bf16_of_an_export_without_a_paddle_model_is_refused_not_run_in_fp32(onnx_export):
+    from paddle_vit.errors import ExportError
+
+    with pytest.raises(ExportError, match=r"holds no Paddle inference model .*precision bf16 runs it on oneDNN"):
+        InferenceModel(os.path.dirname(onnx_export["onnx"]), InferenceOptions(precision="bf16"))
+
+
+@pytest.mark.slow
 def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, monkeypatch):
     """A model with the options other codes compute with (Hugging Face's epsilon, the JAX tanh
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its

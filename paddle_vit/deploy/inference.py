@@ -269,6 +269,9 @@ class InferenceModel:
             backend = "onnxruntime" if preferred == "onnxruntime" else backend  # the fastest on this CPU
         paddle_model = (find_paddle_model(self.directory, files)
                         if backend in ("auto", "paddle") and not int8 else None)
+        if paddle_model is None and self.options.precision == "bf16":
+            raise ExportError(f"{self.directory} holds no Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + "
+                              f".pdiparams): precision bf16 runs it on oneDNN (export with --format paddle)")
         if paddle_model is not None:
             self.backend = "paddle"
             self._run = PaddleRunner(*paddle_model, self.options)
@@ -279,9 +282,9 @@ class InferenceModel:
             raise ExportError(f"{self.directory} holds no {os.path.basename(onnx_file)}: precision int8 runs the "
                               f"quantized ONNX model that tools/export.py --format onnx --quantize int8 writes")
         else:
-            wanted = {"paddle": f"a Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
-                      "onnxruntime": f"an ONNX model ({os.path.basename(onnx_file)})"}.get(
-                backend, f"a Paddle inference model or {os.path.basename(onnx_file)}")
+            wanted = {"paddle": f"Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
+                      "onnxruntime": f"ONNX model ({os.path.basename(onnx_file)})"}.get(
+                backend, f"Paddle inference model or {os.path.basename(onnx_file)}")
             raise ExportError(f"{self.directory} holds no {wanted}")
 
     def outputs(self, batch):
