@@ -391,7 +391,7 @@ def test_predict_with_model_name_uses_the_default_eval_transform(trained, export
     assert {p["label"] for p in json_predictions(lines)["alpha.png"]} == {"0", "1", "2", "3"}  # no names: indices
 
 
-@pytest.mark.parametrize("backend", ["paddle", "onnxruntime"])
+@pytest.mark.parametrize("backend", ["paddle", pytest.param("onnxruntime", marks=pytest.mark.slow)])  # slow: paddle2onnx
 def test_predict_inference_model_equals_predict_weights(trained, exported, images, capsys, backend, request):
     folder = os.path.dirname(exported["softmax"]["metadata"])  # softmax in the graph
     if backend == "onnxruntime":

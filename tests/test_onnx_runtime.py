@@ -73,6 +73,7 @@ def test_eval_int8_runs_through_onnxruntime_and_stays_close(capsys, weights):
     assert int8["loss"] != fp32["loss"]  # it did run quantized
 
 
+@pytest.mark.slow  # exports through paddle2onnx in a child process (quantize_onnx itself: test_onnx_export)
 def test_int8_session_quantizes_the_encoders_products_and_keeps_the_logits_close(weights):
     images = paddle.to_tensor(np.random.default_rng(0).standard_normal((6, 3, 16, 16)).astype("float32"))
     weights["model"].eval()
