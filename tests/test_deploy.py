@@ -243,6 +243,12 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, mon
             monkeypatch.setattr(inference, "default_engine", lambda *args, _engine=preferred, **kwargs: (_engine, ""))
             assert InferenceModel(tmp_path / "export").backend == backend
         assert InferenceModel(tmp_path / "export", InferenceOptions(mkldnn=False)).backend == "paddle"
+        onnx_file = tmp_path / "export" / "model.onnx"  # a damaged model.onnx auto took: the way out is named
+        onnx_file.write_bytes(onnx_file.read_bytes()[:1000])
+        monkeypatch.setattr(inference, "default_engine", lambda *args, **kwargs: ("onnxruntime", ""))
+        from paddle_vit.errors import ExportError
+        with pytest.raises(ExportError, match="cannot load .*; --backend paddle runs the export's Paddle model"):
+            InferenceModel(tmp_path / "export")
 
 
 @pytest.mark.slow

@@ -264,9 +264,12 @@ class InferenceModel:
             raise ConfigError("precision bf16 is paddle.inference's oneDNN path: use --backend paddle (or auto)")
         onnx_file = os.path.join(self.directory, files.get("onnx_int8", INT8_FILE) if int8
                                  else files.get("onnx", FP32_FILE))
+        fallback = None  # the Paddle model, when auto took model.onnx over it
         if backend == "auto" and os.path.isfile(onnx_file) and self.options.mkldnn and not self.options.tensorrt:
             preferred, _ = default_engine(self.options.device, self.options.precision, needs_export=False)
-            backend = "onnxruntime" if preferred == "onnxruntime" else backend  # the fastest on this CPU
+            if preferred == "onnxruntime":  # the fastest on this CPU
+                backend = "onnxruntime"
+                fallback = find_paddle_model(self.directory, files)  # named if model.onnx will not load
         paddle_model = (find_paddle_model(self.directory, files)
                         if backend in ("auto", "paddle") and not int8 else None)
         if paddle_model is None and self.options.precision == "bf16":
@@ -277,7 +280,12 @@ class InferenceModel:
             self._run = PaddleRunner(*paddle_model, self.options)
         elif backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
             self.backend = "onnxruntime"
-            self._run = OnnxSession(onnx_file, self.options.cpu_threads, self.options.device)
+            try:
+                self._run = OnnxSession(onnx_file, self.options.cpu_threads, self.options.device)
+            except ExportError as error:
+                if fallback is None:
+                    raise
+                raise ExportError(f"{error}; --backend paddle runs the export's Paddle model instead") from None
         elif int8:
             raise ExportError(f"{self.directory} holds no {os.path.basename(onnx_file)}: precision int8 runs the "
                               f"quantized ONNX model that tools/export.py --format onnx --quantize int8 writes")
