@@ -754,7 +754,8 @@ def run_side_by_side(settings, torch_python, worker_script, limits=None):
     """Every CPU inference path of `settings`' model timed in turns, round by round (timm fp32 and
     int8 in their own PyTorch processes, paddle eager, the predictor in fp32 and bf16 where the
     CPU has it, onnxruntime fp32 and int8), each row with its GFLOP/s against the machine's limit
-    for its dtype (`gemm_limits`, measured first unless given) and its paired ratio to timm fp32.
+    for its dtype (`gemm_limits`, measured first unless given) and its paired ratios to timm fp32
+    and to timm int8.
     A JSON-ready dict."""
     settings = dataclasses.replace(settings, mode="infer", engine="dynamic", dtype="fp32").validate()
     if settings.device != "cpu":
