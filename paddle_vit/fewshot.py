@@ -69,31 +69,27 @@ def _checked_labels(name, labels, num_rows, features_name):
 def _checked_shots(shots):
     if isinstance(shots, numbers.Integral) and not isinstance(shots, bool):
         shots = (shots,)
-    try:
-        shots = tuple(shots)
-    except TypeError:
-        raise ConfigError(f"shots must be a list of positive integers, got {shots!r}") from None
-    if not shots or any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0 for k in shots):
-        raise ConfigError(f"shots must be a non-empty list of positive integers, got {list(shots)!r}")
-    shots = tuple(int(k) for k in shots)
-    if len(set(shots)) != len(shots):
-        raise ConfigError(f"shots must not repeat a value, got {list(shots)!r}")
-    return shots
+    return _distinct_integers(shots, "shots", "a list of positive integers", "positive", smallest=1)
 
 
 def _checked_seeds(seeds):
     if isinstance(seeds, numbers.Integral):
         raise ConfigError(f"seeds must be a list of integer seeds such as range({seeds}), got the integer {seeds}")
+    return _distinct_integers(seeds, "seeds", "a list of integer seeds", "non-negative", smallest=0)
+
+
+def _distinct_integers(values, name, expected, kind, smallest):
+    """`values` as a tuple of distinct ints >= `smallest`, or one ConfigError naming `name`."""
     try:
-        seeds = tuple(seeds)
+        values = tuple(values)
     except TypeError:
-        raise ConfigError(f"seeds must be a list of integer seeds, got {seeds!r}") from None
-    if not seeds or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
-        raise ConfigError(f"seeds must be a non-empty list of non-negative integers, got {list(seeds)!r}")
-    seeds = tuple(int(s) for s in seeds)
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds must not repeat a value, got {list(seeds)!r}")
-    return seeds
+        raise ConfigError(f"{name} must be {expected}, got {values!r}") from None
+    if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < smallest for v in values):
+        raise ConfigError(f"{name} must be a non-empty list of {kind} integers, got {list(values)!r}")
+    values = tuple(int(v) for v in values)
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{name} must not repeat a value, got {list(values)!r}")
+    return values
 
 
 def _checked_l2_reg(l2_reg):
