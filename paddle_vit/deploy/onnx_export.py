@@ -17,6 +17,7 @@ paddle2onnx runs in a child process: on an operator it cannot map it aborts the 
 (SIGABRT) instead of raising, which would take the caller down with a C++ traceback.
 """
 import collections
+import importlib
 import json
 import os
 import subprocess
@@ -47,15 +48,19 @@ def import_paddle2onnx():
     return paddle2onnx
 
 
+def import_onnx_extra(what, *modules):
+    """The named modules of the onnx extra, or an ExportError saying that `what` needs them and
+    how to install the extra."""
+    try:
+        return tuple(importlib.import_module(module) for module in modules)
+    except ImportError as error:
+        raise ExportError(f"{what} needs {' and '.join(modules)}, which cannot be imported ({error}): "
+                          f"{ONNX_INSTALL_HINT}") from None
+
+
 def _import_onnx_tools():
     """(onnx, onnxruntime), or an ExportError saying how to install the extra."""
-    try:
-        import onnx
-        import onnxruntime
-    except ImportError as error:
-        raise ExportError(f"--format onnx needs onnx and onnxruntime, which are not installed ({error}): "
-                          f"{ONNX_INSTALL_HINT}") from None
-    return onnx, onnxruntime
+    return import_onnx_extra("--format onnx", "onnx", "onnxruntime")
 
 
 _ONNX_CHILD = r"""

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ExportError
 from ..runtime import cpu_vendor_and_flags
-from .onnx_export import ONNX_INSTALL_HINT, work_folder
+from .onnx_export import import_onnx_extra, work_folder
 from .onnx_fusion import fuse_attention
 
 MODES = ("dynamic", "static")
@@ -46,13 +46,8 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
 def _import_quantization():
-    try:
-        import onnx
-        from onnxruntime import quantization
-    except ImportError as error:
-        raise ExportError(f"int8 quantization needs onnxruntime's quantization tools, which cannot be imported "
-                          f"({error}): {ONNX_INSTALL_HINT}") from None
-    return onnx, quantization
+    """(onnx, onnxruntime.quantization), or an ExportError saying how to install the extra."""
+    return import_onnx_extra("int8 quantization", "onnx", "onnxruntime.quantization")
 
 
 def cpu_has_vnni(flags=None):
