@@ -116,10 +116,9 @@ def _match(graph, softmax):
     scale_node = graph.producer_of(softmax.input[0], "Mul")
     if scale_node is None:
         return None
-    scores_name, scale = next(((value, graph.constant(other)) for value, other in
-                               (scale_node.input, reversed(scale_node.input))
-                               if graph.constant(other) is not None), (None, None))
-    scores = graph.producer_of(scores_name, "MatMul") if scores_name else None
+    first, second = scale_node.input
+    scores_name, scale = (first, graph.constant(second)) if second in graph.initializers else (second, graph.constant(first))
+    scores = graph.producer_of(scores_name, "MatMul")
     if scores is None or scale is None or scale.size != 1:
         return None
     weighted = graph.only_consumer(softmax.output[0], "MatMul")
