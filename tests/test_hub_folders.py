@@ -118,18 +118,29 @@ def test_a_name_of_another_resolution_fine_tunes_at_its_size():
 
 
 @pytest.mark.parametrize("changes, expected", [
-    (dict(model_args={"reg_tokens": 4}), "model_args.reg_tokens = 4 asks for register tokens"),
-    (dict(model_args={"init_values": 1e-5}), "model_args.init_values = 1e-05 asks for layer scale"),
-    (dict(model_args={"pre_norm": True}), "model_args.pre_norm = True asks for a LayerNorm before the blocks"),
+    (dict(model_args={"qk_norm": True}), "model_args.qk_norm = True asks for q/k normalisation"),
+    (dict(model_args={"final_norm": False}), "model_args.final_norm = False asks for no final LayerNorm"),
+    (dict(model_args={"act_layer": "relu"}), "model_args.act_layer = 'relu': this ViT computes GELU"),
     (dict(model_args={"img_size": [32, 48]}), "model_args.img_size [32, 48] is not square"),
     (dict(model_args={"block_fn": "ParallelScalingBlock"}), "model_args.block_fn is a timm argument this ViT "
                                                             "does not build"),
-    (dict(global_pool="map"), "global_pool 'map' is not a pooling this ViT computes"),
+    (dict(global_pool="avgmax"), "global_pool 'avgmax' is not a pooling this ViT computes"),
 ])
 def test_what_the_folder_asks_for_that_this_vit_does_not_build_is_refused_in_one_line(tmp_path, changes, expected):
     with pytest.raises(WeightsError) as error:
         create_model(pretrained=edited_folder(tmp_path, **changes))
     assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("model_args, missing", [
+    ({"reg_tokens": 4}, r"pos_embed has 17 rows, which is not 5 prefix token\(s\) \+ a square grid"),
+    ({"init_values": 1e-5}, r"encoder\.layers\.0\.ls1\.gamma"), ({"pre_norm": True}, r"encoder\.norm_pre\.weight"),
+])
+def test_todays_options_in_model_args_are_built_and_then_the_tensors_must_be_there(tmp_path, model_args, missing):
+    """reg_tokens, init_values, pre_norm are read (no longer refused): the model is built with
+    them, and a folder whose weights lack their tensors is refused naming the tensor."""
+    with pytest.raises(WeightsError, match=missing):
+        create_model(pretrained=edited_folder(tmp_path, model_args=model_args))
 
 
 def test_an_unregistered_architecture_needs_a_name_and_then_the_tensors_decide(tmp_path):

@@ -1,28 +1,44 @@
 """The Transformer encoder (paper Eq. 2-4): Mlp, pre-norm EncoderLayer, the Encoder stack."""
 import paddle
 import paddle.nn as nn
+import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
 from .attention import Attention
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
 # "exact": GELU with the Gaussian CDF (timm, PyTorch, Paddle, Hugging Face "gelu"); "tanh": its tanh
-# approximation, flax's nn.gelu default, which the original JAX checkpoints were trained with
-GELUS = ("exact", "tanh")
+# approximation, flax's nn.gelu default, which the original JAX checkpoints (and SigLIP) were trained
+# with; "quick": OpenAI CLIP's x * sigmoid(1.702 x), which its released weights need
+GELUS = ("exact", "tanh", "quick")
+# "standard": Linear, GELU, Linear (the paper); "swiglu": DINOv2 giant's gated MLP
+MLPS = ("standard", "swiglu")
+
+
+class QuickGELU(nn.Layer):
+    """OpenAI CLIP's GELU approximation, x * sigmoid(1.702 x) (timm's act_layer="quick_gelu")."""
+
+    def forward(self, x):
+        return x * F.sigmoid(1.702 * x)
+
+
+def gelu_layer(gelu):
+    """The activation layer of `gelu` ("exact", "tanh" or "quick")."""
+    return QuickGELU() if gelu == "quick" else nn.GELU(approximate=gelu == "tanh")
 
 
 class Mlp(nn.Layer):
     """Two Linear layers with a GELU between (paper Eq. 3), [B, N, D] -> [B, N, D].
 
     Args:
-        gelu: "exact" or "tanh" (the approximation of the original JAX code, see `GELUS`).
+        gelu: "exact", "tanh" (the original JAX code's) or "quick" (OpenAI CLIP's), see `GELUS`.
     """
 
     def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0, gelu="exact"):
         super().__init__()
         hidden_dim = int(embed_dim * mlp_ratio)
         self.fc1 = nn.Linear(embed_dim, hidden_dim)
-        self.act = nn.GELU(approximate=gelu == "tanh")
+        self.act = gelu_layer(gelu)
         self.fc2 = nn.Linear(hidden_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
 
@@ -33,6 +49,40 @@ class Mlp(nn.Layer):
         x = self.fc2(x)  # [B, N, mlp_ratio * D] -> [B, N, D]
         x = self.dropout(x)
         return x
+
+
+class SwiGLUMlp(nn.Layer):
+    """DINOv2 giant's gated MLP, [B, N, D] -> [B, N, D]: one Linear to 2 h, halved into a gate and
+    a value, SiLU(gate) * value, a Linear back (timm's SwiGLUPacked; transformers' SwiGLUFFN has
+    the same layout: `weights_in`, `weights_out`). h = int(D * mlp_ratio) / 2, as timm counts it."""
+
+    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0):
+        super().__init__()
+        hidden_dim = int(embed_dim * mlp_ratio)
+        self.fc1 = nn.Linear(embed_dim, hidden_dim)
+        self.act = nn.Silu()
+        self.fc2 = nn.Linear(hidden_dim // 2, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        gate, value = self.fc1(x).chunk(2, axis=-1)  # [B, N, D] -> 2 x [B, N, h]
+        x = self.act(gate) * value  # [B, N, h]
+        x = self.dropout(x)
+        x = self.fc2(x)  # [B, N, h] -> [B, N, D]
+        return self.dropout(x)
+
+
+class LayerScale(nn.Layer):
+    """A learned per-channel factor on a residual branch, [B, N, D] -> [B, N, D] (CaiT; DeiT III and
+    DINOv2 train with it): `gamma`, D numbers starting at `init_value` (timm's init_values)."""
+
+    def __init__(self, embed_dim, init_value=1e-5):
+        super().__init__()
+        self.gamma = self.create_parameter(shape=[embed_dim],
+                                           default_initializer=nn.initializer.Constant(init_value))
+
+    def forward(self, x):
+        return x * self.gamma
 
 
 class DropPath(nn.Layer):
@@ -63,8 +113,9 @@ class EncoderLayer(nn.Layer):
     x = x + attn(norm1(x)); x = x + mlp(norm2(x)) (paper Eq. 2 and 3).
 
     Args:
-        config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio,
-            gelu, layer_norm_epsilon, dropout, attention_dropout, fused_attention are read).
+        config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio, mlp,
+            gelu, layer_norm_epsilon, layer_scale, dropout, attention_dropout, fused_attention are read).
+            Layer scale that is off (None, the paper) is an Identity, as in timm's Block.
         drop_path: this layer's stochastic-depth rate (the Encoder spreads config.drop_path).
     """
 
@@ -75,17 +126,22 @@ class EncoderLayer(nn.Layer):
         self.attn = Attention(embed_dim, config.num_heads, qkv_bias=config.qkv_bias, dropout=config.dropout,
                               attention_dropout=config.attention_dropout, fused=config.fused_attention,
                               qk_scale=config.qk_scale)
+        self.ls1 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
-        self.mlp = Mlp(embed_dim, config.mlp_ratio, config.dropout, gelu=config.gelu)
+        if config.mlp == "swiglu":
+            self.mlp = SwiGLUMlp(embed_dim, config.mlp_ratio, config.dropout)
+        else:
+            self.mlp = Mlp(embed_dim, config.mlp_ratio, config.dropout, gelu=config.gelu)
+        self.ls2 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()
 
     def forward(self, x, return_attention=False):
         """x: [B, N, D]. Returns [B, N, D], and the attention weights [B, H, N, N] when asked."""
         attended = self.attn(self.norm1(x), return_attention=return_attention)
         if return_attention:
             attended, weights = attended
-        x = x + self.drop_path(attended)  # [B, N, D]
-        x = x + self.drop_path(self.mlp(self.norm2(x)))  # [B, N, D]
+        x = x + self.drop_path(self.ls1(attended))  # [B, N, D]
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # [B, N, D]
         return (x, weights) if return_attention else x
 
 
@@ -94,7 +150,8 @@ class Encoder(nn.Layer):
 
     Args:
         config: the model's `ViTConfig`. Its drop_path is the stochastic-depth rate of the last
-            layer; the rate rises linearly from 0 at the first.
+            layer; the rate rises linearly from 0 at the first. With `pre_norm` (CLIP's `ln_pre`)
+            a LayerNorm runs before the first layer; otherwise `norm_pre` is an Identity.
         final_norm: False when the head normalises after pooling instead (timm's `fc_norm`
             for average pooling), so that those checkpoints load one to one.
     """
@@ -103,6 +160,8 @@ class Encoder(nn.Layer):
         super().__init__()
         depth = config.depth
         drop_path_rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
+        self.norm_pre = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.pre_norm
+                         else nn.Identity())
         self.layers = nn.LayerList([EncoderLayer(config, rate) for rate in drop_path_rates])
         self.recompute = config.recompute
         self.norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if final_norm
@@ -112,6 +171,7 @@ class Encoder(nn.Layer):
         """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked."""
         attentions = []
         recompute_every = self.recompute if self.training and paddle.is_grad_enabled() else 0
+        x = self.norm_pre(x)
         for index, layer in enumerate(self.layers):
             if return_attention:
                 x, weights = layer(x, return_attention=True)

@@ -2,8 +2,8 @@
 `VisionTransformer.forward_intermediates` and `prune_intermediate_layers`, `feature_take_indices`).
 
 A segmentation or detection head reads the tokens after several encoder layers as feature maps:
-the patch tokens [B, N, D] of layer k reshaped to [B, D, H/P, W/P] ("NCHW"), the class token
-split off. `ViT.forward_intermediates` and `ViT.prune_intermediate_layers` call these.
+the patch tokens [B, N, D] of layer k reshaped to [B, D, H/P, W/P] ("NCHW"), the prefix tokens
+(class token, and distillation or register tokens where the model has them) split off. `ViT.forward_intermediates` and `ViT.prune_intermediate_layers` call these.
 """
 import dataclasses
 
@@ -12,7 +12,6 @@ import paddle.nn as nn
 from ..errors import ConfigError
 
 OUTPUT_FORMATS = ("NCHW", "NLC")
-NUM_PREFIX_TOKENS = 1  # the class token
 
 
 def feature_take_indices(count, indices=None):
@@ -55,7 +54,7 @@ def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW",
     taken, last = feature_take_indices(len(layers), indices)
     batch, height, width = x.shape[0], x.shape[2], x.shape[3]
 
-    tokens = model.patch_embed(x)  # [B, 1 + N, D]
+    tokens = model.encoder.norm_pre(model.patch_embed(x))  # [B, T + N, D]
     intermediates = []
     for index, layer in enumerate(layers):
         if stop_early and index > last:
@@ -64,8 +63,9 @@ def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW",
         if index in taken:  # in layer order, once each, whatever order `indices` has (as timm)
             intermediates.append(model.encoder.norm(tokens) if norm else tokens)
 
-    prefixes = [y[:, :NUM_PREFIX_TOKENS] for y in intermediates]  # [B, 1, D] each
-    intermediates = [y[:, NUM_PREFIX_TOKENS:] for y in intermediates]  # [B, N, D] each
+    prefix = model.patch_embed.num_prefix_tokens
+    prefixes = [y[:, :prefix] for y in intermediates]  # [B, T, D] each
+    intermediates = [y[:, prefix:] for y in intermediates]  # [B, N, D] each
     if output_fmt == "NCHW":
         rows, cols = model.patch_embed.token_grid_for(height, width)
         # [B, N, D] -> [B, h, w, D] -> [B, D, h, w]: token n is row n // w, column n % w
@@ -105,5 +105,7 @@ def prune_intermediate_layers(model, indices=1, prune_norm=False, prune_head=Tru
         config = dataclasses.replace(config, num_classes=0, representation_size=None)
         model.num_classes, model.num_features = 0, model.embed_dim
         model.head = nn.Identity()
+        if hasattr(model, "head_dist"):
+            model.head_dist = nn.Identity()
     model.config = config
     return taken

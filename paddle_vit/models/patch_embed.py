@@ -5,6 +5,12 @@ kernel cuts the image into non-overlapping P x P patches and projects each to D 
 the same as flattening every patch and applying one shared Linear. A learnable class token is
 prepended and a position embedding added.
 
+Today's ViTs prepend other tokens too (`prepend_prefix_tokens`, all off by default): DeiT's distillation
+token after the class token, DINOv2's register tokens after those, or no class token at all
+(SigLIP). With ``no_embed_class`` (DeiT III, DINOv2 with registers) the position embedding covers
+the patches only and is added before the prefix is prepended, as timm does; otherwise it covers
+the prefix tokens too.
+
 Position embedding kinds (paper Appendix D.4, Table 8):
 - ``learned``: one learnable vector per token, class token included (the paper's default, 1-D).
 - ``learned_2d``: a learnable row embedding and column embedding of D/2 each, concatenated per
@@ -71,10 +77,17 @@ class PatchEmbedding(nn.Layer):
             (None: timm's bicubic with antialias); False: only `image_size`.
         dynamic_pad: with `dynamic_size`, pad the right and bottom with zeros to a multiple of
             the patch (timm's dynamic_img_pad) instead of refusing such a size.
+        class_token, distillation_token, register_tokens: the prefix tokens, in timm's order: the
+            class token (the paper's), DeiT's distillation token, DINOv2's register tokens; each
+            is built only when asked for.
+        no_embed_class: the position embedding covers the patches only (timm's no_embed_class).
+        patch_bias: whether the Conv2D has a bias (CLIP's has none).
     """
 
     def __init__(self, image_size=224, patch_size=16, in_channels=3, embed_dim=768, dropout=0.0,
-                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None):
+                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None,
+                 class_token=True, distillation_token=False, register_tokens=0, no_embed_class=False,
+                 patch_bias=True):
         super().__init__()
         if position_embedding not in POSITION_EMBEDDINGS:
             raise ConfigError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
@@ -91,18 +104,36 @@ class PatchEmbedding(nn.Layer):
         self.patch_embedding = nn.Conv2D(in_channels=in_channels,
                                          out_channels=embed_dim,
                                          kernel_size=patch_size,
-                                         stride=patch_size)
+                                         stride=patch_size,
+                                         bias_attr=None if patch_bias else False)
         self.dropout = nn.Dropout(dropout)
-        self.class_token = self.create_parameter(
-            shape=[1, 1, embed_dim], default_initializer=nn.initializer.Constant(0.0))
+        zeros = nn.initializer.Constant(0.0)
+        self.class_token = self.create_parameter(shape=[1, 1, embed_dim], default_initializer=zeros) if class_token else None
+        self.distillation_token = (self.create_parameter(shape=[1, 1, embed_dim], default_initializer=zeros)
+                                   if distillation_token else None)
+        self.register_tokens = (self.create_parameter(shape=[1, register_tokens, embed_dim], default_initializer=zeros)
+                                if register_tokens else None)
+        self.num_prefix_tokens = int(class_token) + int(distillation_token) + register_tokens
+        self.no_embed_class = no_embed_class
+        # how many prefix tokens have a position embedding row: all of them, or none (no_embed_class)
+        self.num_embedded_prefix = 0 if no_embed_class else self.num_prefix_tokens
         self._create_position_embedding(position_embedding)
+
+    def prepend_prefix_tokens(self, x):
+        """[B, N, D] -> [B, T + N, D]: the class token (and those of the options) before the patches."""
+        tokens = [token for token in (self.class_token, self.distillation_token, self.register_tokens)
+                  if token is not None]
+        batch, width = x.shape[0], x.shape[2]
+        tokens = [token.astype(x.dtype).expand([batch, token.shape[1], width]) for token in tokens]  # [B, t, D]
+        return paddle.concat(tokens + [x], axis=1) if tokens else x  # [B, T + N, D]
 
     def _create_position_embedding(self, kind):
         rows, cols = self.grid_size
         trunc_normal = nn.initializer.TruncatedNormal(std=0.02)
         if kind == "learned":
             self.position_embedding = self.create_parameter(
-                shape=[1, self.num_patches + 1, self.embed_dim], default_initializer=trunc_normal)
+                shape=[1, self.num_embedded_prefix + self.num_patches, self.embed_dim],
+                default_initializer=trunc_normal)
         elif kind == "learned_2d":
             if self.embed_dim % 2 != 0:
                 raise ConfigError(f"position_embedding 'learned_2d' needs an even embed_dim, got {self.embed_dim}")
@@ -143,14 +174,18 @@ class PatchEmbedding(nn.Layer):
         return self.position_embedding_at(rows, cols)
 
     def position_embedding_at(self, rows, cols):
-        """[1, 1 + rows * cols, D]: the class token's row as built, the grid resampled to rows x cols
-        (sincos_2d: computed there). rows, cols are ints, or scalar tensors in a traced graph."""
+        """[1, T + rows * cols, D]: the rows of the T embedded prefix tokens as built, the grid
+        resampled to rows x cols (sincos_2d: computed there). rows, cols are ints, or scalar
+        tensors in a traced graph."""
+        prefix = self.num_embedded_prefix
         if self.position_embedding_kind == "sincos_2d":  # fixed: computed at the new grid
             table = sincos_2d_grid(rows, cols, self.embed_dim)
         else:
-            table = resize_grid_embedding(self.position_embedding[:, 1:], self.grid_size, (rows, cols),
+            table = resize_grid_embedding(self.position_embedding[:, prefix:], self.grid_size, (rows, cols),
                                           self.resize_method)  # [1, h * w, D]
-        return paddle.concat([self.position_embedding[:, :1].astype(table.dtype), table], axis=1)  # [1, 1 + h w, D]
+        if prefix == 0:
+            return table
+        return paddle.concat([self.position_embedding[:, :prefix].astype(table.dtype), table], axis=1)
 
     def pad_to_patches(self, x):
         """[B, C, H, W] -> [B, C, H', W'], zeros on the right and bottom up to a multiple of the
@@ -215,9 +250,10 @@ class PatchEmbedding(nn.Layer):
         position_embedding = self.position_embedding_for(x)  # [1, 1 + N, D] for this grid
         x = x.flatten(2)  # [B, D, N]
         x = x.transpose([0, 2, 1])  # [B, N, D]
-        class_token = self.class_token.astype(x.dtype).expand([x.shape[0], 1, self.embed_dim])  # [B, 1, D]
-        x = paddle.concat([class_token, x], axis=1)  # [B, 1 + N, D]
-        if position_embedding is not None:
+        if self.no_embed_class and position_embedding is not None:  # timm's no_embed_class: patches only
+            x = x + position_embedding.astype(x.dtype)  # [B, N, D]
+        x = self.prepend_prefix_tokens(x)  # [B, 1 + N, D]: the class token first
+        if not self.no_embed_class and position_embedding is not None:
             x = x + position_embedding.astype(x.dtype)  # [B, 1 + N, D]
         # the walkthrough builds self.dropout but never calls it; the paper applies it here
         x = self.dropout(x)
@@ -239,9 +275,9 @@ class HybridEmbedding(PatchEmbedding):
     cuts_what = "the ResNet's feature map of the input"
 
     def __init__(self, backbone, feature_size, image_size=224, patch_size=1, embed_dim=768, dropout=0.0,
-                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None):
+                 position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None, **prefix):
         super().__init__(feature_size, patch_size, backbone.out_channels, embed_dim, dropout, position_embedding,
-                         dynamic_size, dynamic_pad, resize_method)
+                         dynamic_size, dynamic_pad, resize_method, **prefix)
         self.backbone = backbone
         self.image_size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         self.feature_size = tuple(feature_size)

@@ -42,6 +42,134 @@ register("vit_walkthrough", image_size=224, patch_size=7, embed_dim=16, depth=5,
          num_classes=10, pool="walkthrough")
 
 
+# ---- today's ViTs, under timm 1.0's names and with its defaults (tests/test_modern_vits.py checks
+# every name's parameter count against timm's) ------------------------------------------------------
+# DeiT III (Touvron et al. 2022): layer scale, the position embedding on the patches only
+DEIT3 = {"small": SIZES["small"], "medium": dict(embed_dim=512, depth=12, num_heads=8), "base": SIZES["base"],
+         "large": SIZES["large"]}
+for _size, _resolutions in (("small", (224, 384)), ("medium", (224,)), ("base", (224, 384)), ("large", (224, 384))):
+    for _resolution in _resolutions:
+        register(f"deit3_{_size}_patch16_{_resolution}", patch_size=16, image_size=_resolution, no_embed_class=True,
+                 layer_scale=1e-6, **DEIT3[_size])
+register("deit3_huge_patch14_224", patch_size=14, image_size=224, no_embed_class=True, layer_scale=1e-6,
+         **SIZES["huge"])
+# DeiT's distilled models: a distillation token with its own head, the two heads averaged
+for _size, _resolution in (("tiny", 224), ("small", 224), ("base", 224), ("base", 384)):
+    register(f"deit_{_size}_distilled_patch16_{_resolution}", patch_size=16, image_size=_resolution, distilled=True,
+             **SIZES[_size])
+# DINOv2 (Oquab et al. 2023), and with 4 registers (Darcet et al. 2024): 518 px, patch 14, layer
+# scale, no head (the features are the product); giant has the SwiGLU MLP
+DINOV2 = {"small": SIZES["small"], "base": SIZES["base"], "large": SIZES["large"],
+          "giant": dict(embed_dim=1536, depth=40, num_heads=24, mlp="swiglu", mlp_ratio=2.66667 * 2)}
+for _size, _dinov2 in DINOV2.items():
+    register(f"vit_{_size}_patch14_dinov2", patch_size=14, image_size=518, layer_scale=1e-5, num_classes=0,
+             **_dinov2)
+    register(f"vit_{_size}_patch14_reg4_dinov2", patch_size=14, image_size=518, layer_scale=1e-5, num_classes=0,
+             register_tokens=4, no_embed_class=True, **_dinov2)
+# CLIP image towers (OpenAI, OpenCLIP, ...): a LayerNorm before the blocks, epsilon 1e-5; OpenAI's
+# weights with QuickGELU. The head is the tower's projection where timm's default has it
+# (its width: num_classes); name: (width, depth, heads, MLP ratio)
+CLIP_SIZES = {"xsmall": (256, 10, 4, 4.0), "medium": (512, 12, 8, 4.0), "betwixt": (640, 12, 10, 4.0),
+              "base": (768, 12, 12, 4.0), "base_plus": (896, 12, 14, 4.0), "large": (1024, 24, 16, 4.0),
+              "huge": (1280, 32, 16, 4.0), "giant": (1408, 40, 16, 48 / 11), "gigantic": (1664, 48, 16, 64 / 13)}
+CLIP = [  # (timm name, size, patch, image size, classes, QuickGELU)
+    ("vit_xsmall_patch16_clip_224", "xsmall", 16, 224, 512, False),
+    ("vit_medium_patch16_clip_224", "medium", 16, 224, 512, False),
+    ("vit_medium_patch32_clip_224", "medium", 32, 224, 512, False),
+    ("vit_betwixt_patch32_clip_224", "betwixt", 32, 224, 512, False),
+    ("vit_base_patch16_clip_224", "base", 16, 224, 1000, False),
+    ("vit_base_patch16_clip_384", "base", 16, 384, 1000, False),
+    ("vit_base_patch16_clip_quickgelu_224", "base", 16, 224, 512, True),
+    ("vit_base_patch16_plus_clip_240", "base_plus", 16, 240, 640, False),
+    ("vit_base_patch32_clip_224", "base", 32, 224, 1000, False),
+    ("vit_base_patch32_clip_256", "base", 32, 256, 512, False),
+    ("vit_base_patch32_clip_384", "base", 32, 384, 1000, False),
+    ("vit_base_patch32_clip_448", "base", 32, 448, 1000, False),
+    ("vit_base_patch32_clip_quickgelu_224", "base", 32, 224, 512, True),
+    ("vit_large_patch14_clip_224", "large", 14, 224, 1000, False),
+    ("vit_large_patch14_clip_336", "large", 14, 336, 1000, False),
+    ("vit_large_patch14_clip_quickgelu_224", "large", 14, 224, 768, True),
+    ("vit_large_patch14_clip_quickgelu_336", "large", 14, 336, 768, True),
+    ("vit_huge_patch14_clip_224", "huge", 14, 224, 1000, False),
+    ("vit_huge_patch14_clip_336", "huge", 14, 336, 1000, False),
+    ("vit_huge_patch14_clip_378", "huge", 14, 378, 1024, False),
+    ("vit_huge_patch14_clip_quickgelu_224", "huge", 14, 224, 1024, True),
+    ("vit_huge_patch14_clip_quickgelu_378", "huge", 14, 378, 1024, True),
+    ("vit_giant_patch14_clip_224", "giant", 14, 224, 1024, False),
+    ("vit_gigantic_patch14_clip_224", "gigantic", 14, 224, 1280, False),
+    ("vit_gigantic_patch14_clip_378", "gigantic", 14, 378, 1280, False),
+    ("vit_gigantic_patch14_clip_quickgelu_224", "gigantic", 14, 224, 1280, True),
+]
+for _name, _size, _patch, _resolution, _classes, _quick in CLIP:
+    _width, _depth, _heads, _ratio = CLIP_SIZES[_size]
+    register(_name, patch_size=_patch, image_size=_resolution, num_classes=_classes, embed_dim=_width, depth=_depth,
+             num_heads=_heads, mlp_ratio=_ratio, pre_norm=True, layer_norm_epsilon=1e-5,
+             gelu="quick" if _quick else "exact")
+# SigLIP (Zhai et al. 2023) and SigLIP 2: no class token, the MAP attention pool (or, "_gap_", the
+# mean of the tokens after the final norm), no head; SigLIP 2's tanh GELU where timm has it
+SIGLIP_SIZES = {"base": (768, 12, 12, 4.0), "large": (1024, 24, 16, 4.0), "so400m": (1152, 27, 16, 3.7362),
+                "giantopt": (1536, 40, 16, 4.0)}
+SIGLIP = [  # (size, patch, image sizes, GELU)
+    ("base", 16, (224, 256, 384, 512), "exact"),
+    ("base", 32, (256,), "tanh"),
+    ("large", 16, (256, 384), "exact"),
+    ("large", 16, (512,), "tanh"),
+    ("so400m", 14, (224, 378), "exact"),  # 384 px at patch 14 (timm floors 384 / 14) is not built
+    ("so400m", 16, (256, 384, 512), "tanh"),
+    ("giantopt", 16, (256, 384), "tanh"),
+]
+for _size, _patch, _resolutions, _gelu in SIGLIP:
+    _width, _depth, _heads, _ratio = SIGLIP_SIZES[_size]
+    for _resolution in _resolutions:
+        _siglip = dict(patch_size=_patch, image_size=_resolution, embed_dim=_width, depth=_depth, num_heads=_heads,
+                       mlp_ratio=_ratio, gelu=_gelu, class_token=False, num_classes=0)
+        register(f"vit_{_size}_patch{_patch}_siglip_{_resolution}", pool="map", **_siglip)
+        register(f"vit_{_size}_patch{_patch}_siglip_gap_{_resolution}", pool="mean", fc_norm=False, **_siglip)
+for _resolution in (448, 896):  # average-pooled only
+    register(f"vit_so400m_patch14_siglip_gap_{_resolution}", patch_size=14, image_size=_resolution, embed_dim=1152,
+             depth=27, num_heads=16, mlp_ratio=3.7362, class_token=False, num_classes=0, pool="mean", fc_norm=False)
+# timm's own average-pooled ViTs (`_gap_`): no class token; some with registers, layer scale, no q/k/v bias
+# (its differential-attention `vit_d*` and parallel-block `vit_p*` ones are not built)
+# name: (width, depth, heads, MLP ratio, classes, image sizes, other options)
+GAP = {
+    "vit_medium_patch16_gap": (512, 12, 8, 4.0, 1000, (240, 256, 384), dict(qkv_bias=False, layer_scale=1e-6,
+                                                                          fc_norm=False)),
+    "vit_betwixt_patch16_gap": (640, 12, 10, 4.0, 1000, (256,), dict(qkv_bias=False, layer_scale=1e-6,
+                                                                     fc_norm=False)),
+    "vit_base_patch16_gap": (768, 12, 16, 4.0, 1000, (224,), dict(fc_norm=False)),
+    "vit_huge_patch14_gap": (1280, 32, 16, 4.0, 0, (224,), dict(fc_norm=False)),
+    "vit_huge_patch16_gap": (1280, 32, 16, 4.0, 0, (448,), dict(fc_norm=False)),
+    "vit_giant_patch16_gap": (1408, 40, 16, 48 / 11, 0, (224,), dict(fc_norm=False)),
+    "vit_wee_patch16_reg1_gap": (256, 14, 4, 5.0, 1000, (256,), dict(register_tokens=1, no_embed_class=True,
+                                                                     layer_scale=1e-5)),
+    "vit_little_patch16_reg1_gap": (320, 14, 5, 5.6, 1000, (256,), dict(register_tokens=1, no_embed_class=True,
+                                                                        layer_scale=1e-5)),
+    "vit_little_patch16_reg4_gap": (320, 14, 5, 5.6, 1000, (256,), dict(register_tokens=4, no_embed_class=True,
+                                                                        layer_scale=1e-5)),
+    "vit_medium_patch16_reg1_gap": (512, 12, 8, 4.0, 1000, (256,), dict(register_tokens=1, no_embed_class=True,
+                                                                        layer_scale=1e-5)),
+    "vit_medium_patch16_reg4_gap": (512, 12, 8, 4.0, 1000, (256,), dict(register_tokens=4, no_embed_class=True,
+                                                                        layer_scale=1e-5)),
+    "vit_mediumd_patch16_reg4_gap": (512, 20, 8, 4.0, 1000, (256, 384), dict(register_tokens=4, no_embed_class=True,
+                                                                             layer_scale=1e-5)),
+    "vit_betwixt_patch16_reg1_gap": (640, 12, 10, 4.0, 1000, (256,), dict(register_tokens=1, no_embed_class=True,
+                                                                          layer_scale=1e-5)),
+    "vit_betwixt_patch16_reg4_gap": (640, 12, 10, 4.0, 1000, (256, 384), dict(register_tokens=4, no_embed_class=True,
+                                                                              layer_scale=1e-5)),
+    "vit_base_patch16_reg4_gap": (768, 12, 12, 4.0, 1000, (256,), dict(register_tokens=4, no_embed_class=True)),
+    "vit_so150m_patch16_reg4_gap": (896, 18, 14, 2.572, 1000, (256, 384), dict(register_tokens=4, fc_norm=False)),
+    "vit_so150m2_patch16_reg1_gap": (832, 21, 13, 34 / 13, 1000, (256, 384, 448), dict(register_tokens=1,
+                                                                                        qkv_bias=False,
+                                                                                        layer_scale=1e-5)),
+}
+for _name, (_width, _depth, _heads, _ratio, _classes, _resolutions, _options) in GAP.items():
+    for _resolution in _resolutions:
+        register(f"{_name}_{_resolution}", patch_size=16 if "patch16" in _name else 14, image_size=_resolution,
+                 embed_dim=_width, depth=_depth, num_heads=_heads, mlp_ratio=_ratio, class_token=False, pool="mean",
+                 num_classes=11821 if _name == "vit_medium_patch16_gap" and _resolution == 240 else _classes,
+                 **_options)
+
+
 def list_models():
     """The registered model names, sorted."""
     return sorted(_REGISTRY)

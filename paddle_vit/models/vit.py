@@ -7,14 +7,15 @@ import paddle
 import paddle.nn as nn
 
 from ..errors import ConfigError, close_matches
-from .encoder import GELUS, LAYER_NORM_EPSILON, Encoder
+from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS, Encoder
 from .features import forward_intermediates, prune_intermediate_layers
 from .patch_embed import POSITION_EMBEDDINGS, HybridEmbedding, PatchEmbedding, grid_size
+from .pooling import AttentionPool
 from .resize import RESIZE_METHODS
 from .resnet import (STAGE_CHANNELS, STYLES, ResNetV2, StdConv2D, backbone_channels, backbone_feature_size,
                      backbone_macs)
 
-POOLS = ("cls", "mean", "walkthrough")
+POOLS = ("cls", "mean", "walkthrough", "map")
 INITS = ("timm", "jax")
 
 
@@ -38,14 +39,16 @@ class ViTConfig:
             PaddleClas's ViT_small_patch16_224 uses embed_dim^-0.5.
         layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in ViT (timm, JAX); Hugging Face's
             configs say 1e-12, PaddleClas's small model and PLSC's huge one 1e-5.
-        gelu: "exact" (erf; timm, Hugging Face "gelu", PaddleClas) or "tanh" (the approximation
-            flax's nn.gelu computes, which the original JAX checkpoints were trained with).
+        gelu: "exact" (erf; timm, Hugging Face "gelu", PaddleClas), "tanh" (the approximation
+            flax's nn.gelu computes, which the original JAX checkpoints and SigLIP were trained
+            with) or "quick" (x * sigmoid(1.702 x), OpenAI CLIP's QuickGELU).
         dropout: dropout after the embeddings, in the MLP and after the attention projection.
         attention_dropout: dropout on the attention weights.
         drop_path: stochastic depth rate of the last layer (linearly rising from 0).
         pool: "cls" reads the class token (the paper); "mean" averages the patch tokens and
             normalises after pooling (timm's global_pool="avg" with fc_norm); "walkthrough"
-            averages every token, class token included, with AdaptiveAvgPool1D.
+            averages every token, class token included, with AdaptiveAvgPool1D; "map" is
+            SigLIP's attention pool (timm's global_pool="map", models/pooling.py).
         representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
             pre-training head, or None for none.
         position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
@@ -70,6 +73,23 @@ class ViTConfig:
             timm's bicubic with antialias; else a method of paddle_vit/weights/resample.py
             ("bicubic" is transformers' interpolate_pos_encoding; a Hugging Face checkpoint
             implies it).
+        class_token: prepend the learned class token (the paper); False for SigLIP and timm's
+            `*_gap_*` models (timm's class_token).
+        register_tokens: learned tokens after the class token that get no position embedding
+            and are dropped by every pooling (DINOv2 with registers: 4; timm's reg_tokens).
+        no_embed_class: the position embedding covers the patches only, added before the prefix
+            tokens are prepended (DeiT III, DINOv2 with registers; timm's no_embed_class).
+        pre_norm: a LayerNorm before the first encoder layer (CLIP's ln_pre; timm's pre_norm);
+            the patch Conv2D then has no bias, as in CLIP and timm.
+        layer_scale: None (the paper) or the initial value of a learned per-channel factor on
+            each residual branch (DeiT III 1e-6, DINOv2 1e-5; timm's init_values).
+        mlp: "standard" (Linear, GELU, Linear) or "swiglu" (DINOv2 giant's gated MLP, SiLU).
+        fc_norm: None: a LayerNorm after pooling exactly for pool "mean" (then no final encoder
+            norm); True or False says so for any pool (timm's fc_norm; its `*_gap_*` models
+            average after the final norm: pool "mean", fc_norm False).
+        distilled: DeiT's distillation token after the class token, with its own head; the
+            logits are the mean of the two heads (in training, with `set_distilled_training`,
+            both are returned for the distillation loss; timm's VisionTransformerDistilled).
         recompute: activation recompute in training: 0 keeps every encoder layer's activations
             for the backward pass; k > 0 keeps only the input of every k-th layer (0, k, 2k, ...)
             and computes that layer again in the backward pass (Paddle's recompute). The numbers
@@ -102,6 +122,14 @@ class ViTConfig:
     dynamic_img_size: bool = False
     dynamic_img_pad: bool = False
     pos_embed_resample: Optional[str] = None
+    class_token: bool = True
+    register_tokens: int = 0
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    layer_scale: Optional[float] = None
+    mlp: str = "standard"
+    fc_norm: Optional[bool] = None
+    distilled: bool = False
     recompute: int = 0
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
@@ -162,8 +190,46 @@ class ViTConfig:
         if self.is_hybrid:
             self._validate_backbone()
         self._validate_dynamic_size()
+        self._validate_tokens()
         self.token_grid()
         return self
+
+    def _validate_tokens(self):
+        for name in ("class_token", "no_embed_class", "pre_norm", "distilled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.fc_norm is not None and not isinstance(self.fc_norm, bool):
+            raise ConfigError(f"model.fc_norm must be null (as the pool says), true or false, got {self.fc_norm!r}")
+        tokens = self.register_tokens
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise ConfigError(f"model.register_tokens must be an integer >= 0, got {tokens!r}")
+        if self.layer_scale is not None and (isinstance(self.layer_scale, bool) or not isinstance(
+                self.layer_scale, (int, float)) or not math.isfinite(self.layer_scale)):
+            raise ConfigError(f"model.layer_scale must be null (no layer scale) or a finite number, the initial "
+                              f"factor (DeiT III 1e-6, DINOv2 1e-5), got {self.layer_scale!r}")
+        if self.mlp not in MLPS:
+            raise ConfigError(f"model.mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
+        if self.pool == "cls" and not self.class_token:
+            raise ConfigError("model.pool 'cls' reads the class token, which model.class_token: false leaves out: "
+                              "pool by 'mean' or 'map'")
+        if self.distilled and (not self.class_token or self.pool != "cls" or self.representation_size
+                               or self.fc_norm):
+            raise ConfigError("model.distilled reads the class and distillation tokens with a head each: it needs "
+                              "model.class_token: true, pool 'cls', no representation_size and no fc_norm")
+        default_prefix = self.class_token and not (self.distilled or tokens or self.no_embed_class)
+        if self.position_embedding in ("learned_2d", "sincos_2d") and not default_prefix:
+            raise ConfigError(f"model.position_embedding {self.position_embedding!r} is built for the class token "
+                              f"alone: no distillation or register tokens, no no_embed_class")
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patches: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.register_tokens
+
+    @property
+    def uses_fc_norm(self):
+        """Whether a LayerNorm follows the pooling (and the encoder then has no final norm)."""
+        return self.pool == "mean" if self.fc_norm is None else self.fc_norm
 
     def _validate_backbone(self):
         layers = self.backbone_layers
@@ -221,17 +287,22 @@ class ViTConfig:
 
     def count_macs(self):
         """Multiply-accumulates of one forward pass of one image, counted analytically."""
-        tokens = self.num_patches + 1
+        tokens = self.num_patches + self.num_prefix_tokens
         width, hidden = self.embed_dim, int(self.embed_dim * self.mlp_ratio)
+        mlp = width * hidden + (hidden // 2 if self.mlp == "swiglu" else hidden) * width  # per token
         patch_embed = self.num_patches * width * self.patch_channels * self.patch_size ** 2
         if self.is_hybrid:
             patch_embed += backbone_macs(self.backbone_layers, self.backbone_width, self.in_channels, self.image_size)
         per_layer = (tokens * width * 3 * width  # qkv
                      + 2 * tokens * tokens * width  # q k^T and attention @ v
                      + tokens * width * width  # proj
-                     + 2 * tokens * width * hidden)  # mlp
+                     + tokens * mlp)  # mlp
         head_in = self.representation_size or width
         head = (width * self.representation_size if self.representation_size else 0) + head_in * self.num_classes
+        if self.distilled:
+            head *= 2
+        if self.pool == "map":  # one query: q, k and v of every token, proj, the MLP
+            head += 2 * width * width + 2 * tokens * width * width + 2 * tokens * width + 2 * width * hidden
         return patch_embed + self.depth * per_layer + head
 
 
@@ -267,7 +338,10 @@ class ViT(nn.Layer):
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
         dynamic = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,
-                       resize_method=config.pos_embed_resample)
+                       resize_method=config.pos_embed_resample, class_token=config.class_token,
+                       distillation_token=config.distilled, register_tokens=config.register_tokens,
+                       no_embed_class=config.no_embed_class,
+                       patch_bias=not config.pre_norm)  # as timm: a model normed before the blocks (CLIP) has none
         if config.is_hybrid:
             backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels,
                                 config.backbone_style)
@@ -277,15 +351,21 @@ class ViT(nn.Layer):
         else:
             self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
                                               config.embed_dim, config.dropout, config.position_embedding, **dynamic)
-        self.encoder = Encoder(config, final_norm=config.pool != "mean")
-        if config.pool == "mean":
-            self.fc_norm = nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon)
-        elif config.pool == "walkthrough":
+        self.encoder = Encoder(config, final_norm=not config.uses_fc_norm)
+        if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
+        elif config.pool == "map":
+            self.attn_pool = AttentionPool(config.embed_dim, config.num_heads, config.mlp_ratio, config.qkv_bias,
+                                           config.gelu, config.layer_norm_epsilon)
+        self.fc_norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.uses_fc_norm
+                        else nn.Identity())
         if config.representation_size:
             self.pre_logits = PreLogits(config.embed_dim, config.representation_size)
         self.num_features = config.representation_size or config.embed_dim
         self.head = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        if config.distilled:  # DeiT: the distillation token's own head
+            self.head_dist = nn.Linear(self.num_features, config.num_classes) if config.num_classes > 0 else nn.Identity()
+        self.distilled_training = False  # set_distilled_training: both heads' logits in training
         self.init_weights(config.init)
 
     # ---- the forward pass -------------------------------------------------------------------
@@ -296,23 +376,49 @@ class ViT(nn.Layer):
         return self.encoder(x, return_attention=return_attention)
 
     def pool_tokens(self, x):
-        """[B, 1 + N, D] -> [B, D] as `config.pool` says."""
+        """[B, 1 + N, D] -> [B, D] as `config.pool` says, then `fc_norm` (an Identity unless
+        `config.uses_fc_norm`)."""
         pool = self.config.pool
         if pool == "cls":
-            return x[:, 0]  # the class token (paper Eq. 4)
-        if pool == "mean":
-            return self.fc_norm(x[:, 1:].mean(axis=1))  # patch tokens only, then LayerNorm
-        x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
-        x = self.avgpool(x)  # [B, D, 1]
-        return x.flatten(1)  # [B, D]
+            x = x[:, 0]  # the class token (paper Eq. 4)
+        elif pool == "mean":
+            x = self.average_tokens(x[:, self.patch_embed.num_prefix_tokens:])  # the patch tokens only
+        elif pool == "map":
+            x = self.attn_pool(x)  # a learned query attends over every token (SigLIP)
+        else:
+            x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
+            x = self.avgpool(x)  # [B, D, 1]
+            x = x.flatten(1)  # [B, D]
+        return self.fc_norm(x)
+
+    def average_tokens(self, x):
+        return x.mean(axis=1)  # [B, N, D] -> [B, D]
 
     def forward_head(self, x, pre_logits=False):
         """Tokens [B, 1 + N, D] -> logits [B, num_classes], or the pooled features
         [B, num_features] (after the pre-logits layer, if any) when `pre_logits`."""
+        if self.config.distilled:
+            return self.distilled_head(x, pre_logits)
         x = self.pool_tokens(x)  # [B, D]
         if self.config.representation_size:
             x = self.pre_logits(x)  # [B, R]
         return x if pre_logits else self.head(x)
+
+    def distilled_head(self, x, pre_logits=False):
+        """DeiT: the class token through `head`, the distillation token through `head_dist`,
+        [B, T + N, D] -> the mean of the two, [B, num_classes] (the features' mean with
+        `pre_logits`); in training after `set_distilled_training(True)`, the pair."""
+        class_features, distillation_features = x[:, 0], x[:, 1]  # [B, D] each
+        if pre_logits:
+            return (class_features + distillation_features) / 2
+        logits, distillation_logits = self.head(class_features), self.head_dist(distillation_features)
+        if self.distilled_training and self.training:
+            return logits, distillation_logits
+        return (logits + distillation_logits) / 2
+
+    def set_distilled_training(self, enable=True):
+        """A distilled model returns both heads' logits in training (for DeiT's loss), as timm's."""
+        self.distilled_training = enable
 
     def forward(self, x):
         x = self.forward_features(x)  # [B, 1 + N, D]
@@ -328,7 +434,7 @@ class ViT(nn.Layer):
             counting from the end).
         norm: put each through the final LayerNorm. output_fmt: "NCHW" = [B, D, h, w] maps,
             "NLC" = [B, h w, D] patch tokens. return_prefix_tokens: each entry a pair (patch
-            features, class token [B, 1, D]).
+            features, prefix tokens [B, T, D]: the class token and any other).
         Returns (final normed tokens [B, 1 + N, D], the list), or the list alone with
         `intermediates_only`, or with `output_dict` a dict as timm's.
         """
@@ -353,13 +459,18 @@ class ViT(nn.Layer):
         3.2: "a zero-initialized D x K feedforward layer"); 0 removes the head."""
         self.num_classes = num_classes
         self.config = dataclasses.replace(self.config, num_classes=num_classes)
-        if num_classes > 0:
-            self.head = nn.Linear(self.num_features, num_classes)
-            zeros = nn.initializer.Constant(0.0)
-            zeros(self.head.weight)
-            zeros(self.head.bias)
-        else:
-            self.head = nn.Identity()
+        self.head = self._zero_head(num_classes)
+        if self.config.distilled:
+            self.head_dist = self._zero_head(num_classes)
+
+    def _zero_head(self, num_classes):
+        if num_classes <= 0:
+            return nn.Identity()
+        head = nn.Linear(self.num_features, num_classes)
+        zeros = nn.initializer.Constant(0.0)
+        zeros(head.weight)
+        zeros(head.bias)
+        return head
 
     def no_weight_decay_parameters(self):
         """The parameters AdamW should not decay: biases, LayerNorm weights, the class token and
@@ -391,19 +502,25 @@ class ViT(nn.Layer):
                 zeros(layer.bias)
             elif isinstance(layer, nn.Conv2D) and not isinstance(layer, StdConv2D):  # the backbone's: below
                 fan_in = layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3]
+                bound = 1.0 / math.sqrt(fan_in)
                 if scheme == "jax":  # lecun normal: truncated normal with variance 1 / fan_in
                     nn.initializer.TruncatedNormal(std=math.sqrt(1.0 / fan_in) / 0.87962566103423978)(layer.weight)
-                    zeros(layer.bias)
                 else:  # PyTorch's Conv2d default, which timm keeps for the patch embedding
-                    bound = 1.0 / math.sqrt(fan_in)
                     nn.initializer.Uniform(-bound, bound)(layer.weight)
-                    nn.initializer.Uniform(-bound, bound)(layer.bias)
+                if layer.bias is not None:  # CLIP's has none
+                    (zeros if scheme == "jax" else nn.initializer.Uniform(-bound, bound))(layer.bias)
+        embedding = self.patch_embed
         if scheme == "jax":
-            zeros(self.patch_embed.class_token)
+            if embedding.class_token is not None:
+                zeros(embedding.class_token)
             if isinstance(self.head, nn.Linear):
                 zeros(self.head.weight)
                 zeros(self.head.bias)
-        else:
-            nn.initializer.Normal(std=1e-6)(self.patch_embed.class_token)
+        else:  # as timm: the class and register tokens near zero, the distillation token like the positions
+            for token in (embedding.class_token, embedding.register_tokens):
+                if token is not None:
+                    nn.initializer.Normal(std=1e-6)(token)
+            if embedding.distillation_token is not None:
+                nn.initializer.TruncatedNormal(std=0.02)(embedding.distillation_token)
         if self.config.is_hybrid:
             self.patch_embed.backbone.init_weights()

@@ -179,13 +179,15 @@ class TraceableViT(ViT):
 
     variant_of = ViT
 
+    def average_tokens(self, x):
+        if paddle.in_dynamic_mode():
+            return super().average_tokens(x)
+        return mean_over(x, [1]).squeeze(1)  # [B, N, D] -> [B, D]
+
     def pool_tokens(self, x):
-        pool = self.config.pool
-        if paddle.in_dynamic_mode() or pool == "cls":
+        if paddle.in_dynamic_mode() or self.config.pool != "walkthrough":
             return super().pool_tokens(x)
-        if pool == "mean":
-            return self.fc_norm(mean_over(x[:, 1:], [1]).squeeze(1))  # patch tokens only, then LayerNorm
-        return mean_over(x.transpose([0, 2, 1]), [2]).flatten(1)  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
+        return self.fc_norm(mean_over(x.transpose([0, 2, 1]), [2]).flatten(1))  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
 
 
 TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,

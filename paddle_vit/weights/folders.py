@@ -14,7 +14,7 @@ Both publish the weights beside a ``config.json``, and the two are told apart by
 they are (None when no registered model has them), so that `create_model(name=None,
 pretrained=FOLDER)` and the tools' ``--weights FOLDER`` without ``--model`` can build the
 model, and `check_model_name` refuses a name that contradicts the folder. What a folder asks
-for that this ViT does not compute (register tokens, layer scale, a CLIP pre-norm, ...) is
+for that this ViT does not compute (q/k normalisation, patch dropout, ...) is
 refused in one line naming the key.
 """
 import dataclasses
@@ -34,19 +34,16 @@ TIMM_ALIASES = {f"deit_{size}_patch16_{resolution}": f"vit_{size}_patch16_{resol
 TIMM_ARGUMENTS = {"img_size": "image_size", "patch_size": "patch_size", "in_chans": "in_channels",
                   "embed_dim": "embed_dim", "depth": "depth",
                   "num_heads": "num_heads", "mlp_ratio": "mlp_ratio", "qkv_bias": "qkv_bias",
-                  "drop_rate": "dropout", "attn_drop_rate": "attention_dropout", "drop_path_rate": "drop_path"}
+                  "drop_rate": "dropout", "attn_drop_rate": "attention_dropout", "drop_path_rate": "drop_path",
+                  "class_token": "class_token", "no_embed_class": "no_embed_class", "pre_norm": "pre_norm",
+                  "init_values": "layer_scale"}
 # timm arguments this ViT computes only at one value: {argument: (accepted values, what it would need)}
 TIMM_FIXED = {
-    "class_token": ((True,), "a class token"),
-    "reg_tokens": ((0, None), "register tokens"),
-    "no_embed_class": ((False,), "a position embedding without the class token's"),
-    "pre_norm": ((False,), "a LayerNorm before the blocks (CLIP)"),
     "final_norm": ((True,), "no final LayerNorm"),
     "qk_norm": ((False,), "q/k normalisation"),
     "scale_attn_norm": ((False,), "a norm inside the attention"),
     "scale_mlp_norm": ((False,), "a norm inside the MLP"),
     "proj_bias": ((True,), "projections without bias"),
-    "init_values": ((None,), "layer scale"),
     "pool_include_prefix": ((False,), "pooling over the prefix tokens"),
     "embed_norm_layer": ((None,), "a norm in the patch embedding"),
     "pos_drop_rate": ((0, 0.0), "a separate position-embedding dropout"),
@@ -55,8 +52,8 @@ TIMM_FIXED = {
 }
 # arguments that only change how timm initialises or places the model: the weights replace them
 TIMM_IGNORED = ("weight_init", "fix_init", "device", "dtype", "pretrained_strict")
-TIMM_POOLS = {"token": "cls", "avg": "mean"}
-TIMM_ACTIVATIONS = {"gelu": "exact", "gelu_tanh": "tanh"}
+TIMM_POOLS = {"token": "cls", "avg": "mean", "map": "map"}
+TIMM_ACTIVATIONS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}
 # what a folder fixes about the architecture; the fields a contradiction is looked for in
 ARCHITECTURE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "in_channels",
                        "backbone_layers", "image_size")
@@ -166,16 +163,20 @@ def timm_options(config):
         elif key in ("global_pool", "num_classes"):
             continue  # the pool is read below with the top-level global_pool; the head says the classes
         elif key == "fc_norm":
-            if value is not None and value != (_timm_pool(values, path) == "mean"):
-                raise WeightsError(f"{where} with global_pool {values.get('global_pool')!r}: this ViT normalises "
-                                   f"after pooling exactly when it averages the patch tokens")
+            if value is not None and not isinstance(value, bool):
+                raise WeightsError(f"{where}: fc_norm must be null, true or false")
+            options["fc_norm"] = Implied(value, where)
+        elif key == "reg_tokens":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise WeightsError(f"{where}: reg_tokens must be a count >= 0")
+            options["register_tokens"] = Implied(value or 0, where)
         elif key == "pos_embed":
             if value not in ("learn", "none"):
                 raise WeightsError(f"{where}: this ViT builds 'learn' or 'none' position embeddings")
             options["position_embedding"] = Implied("learned" if value == "learn" else "none", where)
         elif key == "act_layer":
             if value is not None and value not in TIMM_ACTIVATIONS:
-                raise WeightsError(f"{where}: this ViT computes GELU, exact or tanh ({', '.join(TIMM_ACTIVATIONS)})")
+                raise WeightsError(f"{where}: this ViT computes GELU, exact, tanh or quick ({', '.join(TIMM_ACTIVATIONS)})")
             if value is not None:
                 options["gelu"] = Implied(TIMM_ACTIVATIONS[value], where)
         elif key in ("dynamic_img_size", "dynamic_img_pad"):
@@ -201,7 +202,8 @@ def _timm_pool(values, path):
         return None
     if global_pool not in TIMM_POOLS:
         raise WeightsError(f"{path}: global_pool {global_pool!r} is not a pooling this ViT computes; it reads "
-                           f"'token' (the class token) and 'avg' (the mean of the patch tokens, then fc_norm)")
+                           f"'token' (the class token), 'avg' (the mean of the patch tokens) and 'map' (attention "
+                           f"pooling)")
     return TIMM_POOLS[global_pool]
 
 

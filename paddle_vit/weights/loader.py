@@ -223,10 +223,11 @@ def _fit(model, reading, strict, resample, report):
             values[name] = tensors[name]
             report.loaded.append(name)
         elif name == POSITION_EMBEDDING and tensors[name].ndim == 3 and tensors[name].shape[2] == shape[2]:
-            old_grid = checkpoint_grid(tensors[name].shape[1], description, converted.checkpoint_name(name))
+            prefix = model.patch_embed.num_embedded_prefix  # rows kept as they are (class token, ...)
+            old_grid = checkpoint_grid(tensors[name].shape[1], description, converted.checkpoint_name(name), prefix)
             new_grid = tuple(model.patch_embed.grid_size)
             report.resample_method, report.resample_reason = _choose_resample(reading, resample)
-            values[name] = resample_position_embedding(tensors[name], new_grid, old_grid,
+            values[name] = resample_position_embedding(tensors[name], new_grid, old_grid, num_prefix_tokens=prefix,
                                                        method=report.resample_method)
             report.resampled.append((name, old_grid, new_grid))
         else:

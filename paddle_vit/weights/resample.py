@@ -74,12 +74,15 @@ def resample_position_embedding(position_embedding, new_grid, old_grid=None, num
     return table[None].astype(position_embedding.dtype)
 
 
-def checkpoint_grid(tokens, description, name):
-    """The square grid of a checkpoint position embedding with a class-token row."""
-    side = math.isqrt(tokens - 1)
-    if side * side == tokens - 1:
+def checkpoint_grid(tokens, description, name, num_prefix_tokens=1):
+    """The square grid of a checkpoint position embedding of `tokens` rows, `num_prefix_tokens` of
+    them for the class token (and the model's other embedded prefix tokens; 0 with no_embed_class)."""
+    side = math.isqrt(max(tokens - num_prefix_tokens, 0))
+    if side * side == tokens - num_prefix_tokens:
         return side, side
-    if math.isqrt(tokens) ** 2 == tokens:
+    if num_prefix_tokens == 1 and math.isqrt(tokens) ** 2 == tokens:
         raise WeightsError(f"{description}: {name} has {tokens} rows, a square grid without a class-token row "
-                           f"(a no_embed_class / big_vision layout), which the paddle-vit ViT does not support")
-    raise WeightsError(f"{description}: {name} has {tokens} rows, which is not 1 class token + a square grid")
+                           f"(a no_embed_class / big_vision layout), while the model gives its class token a "
+                           f"position: build it with no_embed_class=True")
+    raise WeightsError(f"{description}: {name} has {tokens} rows, which is not {num_prefix_tokens} prefix token(s) "
+                       f"+ a square grid")

@@ -1,7 +1,9 @@
 """timm `VisionTransformer` state dicts (.safetensors, .pth, .bin), the hub files most people have.
 
 Names: ``cls_token``, ``pos_embed``, ``patch_embed.proj``, ``blocks.N.{norm1,attn.qkv,attn.proj,
-norm2,mlp.fc1,mlp.fc2}``, ``norm`` (or ``fc_norm`` for average pooling), ``head``. Linear weights
+norm2,mlp.fc1,mlp.fc2}``, ``norm`` (or ``fc_norm`` for average pooling), ``head``; today's ViTs add
+``reg_token``, ``dist_token`` and ``head_dist``, ``blocks.N.ls1.gamma`` (layer scale), ``norm_pre``
+(CLIP) and ``attn_pool.*`` (SigLIP's MAP head). Linear weights
 are PyTorch's [out, in]; PaddleClas and PLSC use the same names in Paddle's [in, out] layout
 (paddleclas.py), so the layout is decided once per checkpoint by `linear_layout`.
 
@@ -27,6 +29,13 @@ RENAMES = [
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.patch_embedding.\1"),
     (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias)", r"encoder.layers.\1.\2.\3"),
     (r"norm\.(weight|bias)", r"encoder.norm.\1"),
+    # today's ViTs (DeiT III, distilled DeiT, DINOv2, CLIP, SigLIP): the options' own tensors
+    (r"reg_token", "patch_embed.register_tokens"),
+    (r"dist_token", "patch_embed.distillation_token"),
+    (r"blocks\.(\d+)\.(ls1|ls2)\.gamma", r"encoder.layers.\1.\2.gamma"),
+    (r"norm_pre\.(weight|bias)", r"encoder.norm_pre.\1"),
+    (r"attn_pool\.(latent|(?:q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(?:weight|bias))", r"attn_pool.\1"),
+    (r"head_dist\.(weight|bias)", r"head_dist.\1"),
     (r"fc_norm\.(weight|bias)", r"fc_norm.\1"),
     (r"pre_logits\.fc\.(weight|bias)", r"pre_logits.fc.\1"),  # timm < 0.9 kept the in21k representation layer
     (r"head\.(weight|bias)", r"head.\1"),

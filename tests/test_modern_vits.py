@@ -1,0 +1,110 @@
+"""Today's ViTs (DeiT III, distilled DeiT, DINOv2 with and without registers, CLIP, SigLIP, timm's
+average-pooled ViTs): every name timm 1.0.31 registers in these families is built here with timm's
+parameter count and architecture, against what timm itself recorded
+(tests/fixtures/timm_modern_registry.json, tools/reference_fixtures/timm_modern_fixtures.py)."""
+import json
+import os
+
+import numpy as np
+import paddle
+import pytest
+
+from paddle_vit import ConfigError, ViT, create_model, list_models
+from paddle_vit.models import get_model_config
+
+from repo_paths import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+with open(os.path.join(FIXTURES, "timm_modern_registry.json")) as _stream:
+    TIMM = json.load(_stream)["models"]
+# timm names of these families that are not a plain VisionTransformer of Blocks, or need what is
+# not built: differential attention ("d"), parallel blocks ("p"), 384 px at patch 14 (timm floors
+# 384 / 14 = 27.4 patches; this ViT asks for a size the patch divides)
+NOT_BUILT = {"vit_dwee_patch16_reg1_gap_256", "vit_dlittle_patch16_reg1_gap_256", "vit_dpwee_patch16_reg1_gap_256",
+             "vit_pwee_patch16_reg1_gap_256", "vit_so400m_patch14_siglip_384", "vit_so400m_patch14_siglip_gap_384"}
+BUILT = sorted(name for name, facts in TIMM.items() if name not in NOT_BUILT)
+# one of each family in the fast loop; every name in the full suite
+FAST = {"deit3_small_patch16_224", "deit_tiny_distilled_patch16_224", "vit_small_patch14_reg4_dinov2",
+        "vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_siglip_224", "vit_medium_patch16_gap_256",
+        "vit_so150m2_patch16_reg1_gap_256"}
+GELUS = {("GELU", "none"): "exact", ("GELUTanh", None): "tanh", ("GELU", "tanh"): "tanh", ("QuickGELU", None): "quick",
+         ("SiLU", None): "swiglu"}
+
+
+def lazy_model(name):
+    with paddle.LazyGuard():  # shapes without initialising a billion numbers
+        return ViT(get_model_config(name))
+
+
+def test_every_timm_name_of_the_families_is_registered_or_named_as_not_built():
+    assert len(TIMM) >= 100
+    assert not NOT_BUILT - set(TIMM)
+    assert [name for name in BUILT if name not in list_models()] == []
+
+
+@pytest.mark.parametrize("name", [name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in BUILT])
+def test_parameter_count_and_architecture_match_timm(name):
+    facts, model = TIMM[name], lazy_model(name)
+    config = model.config
+    assert sum(int(np.prod(p.shape)) for p in model.parameters()) == facts["param_count"]
+    assert [config.image_size] * 2 == facts["img_size"] and [config.patch_size] * 2 == facts["patch_size"]
+    assert (config.embed_dim, config.depth, config.num_heads, config.num_classes) == (
+        facts["embed_dim"], facts["depth"], facts["num_heads"], facts["num_classes"])
+    assert config.class_token == facts["has_class_token"] and config.register_tokens == facts["reg_tokens"]
+    assert config.num_prefix_tokens == facts["num_prefix_tokens"] and config.no_embed_class == facts["no_embed_class"]
+    assert list(model.patch_embed.position_embedding.shape) == facts["pos_embed"]
+    assert config.pre_norm == facts["norm_pre_is_layernorm"] and config.qkv_bias == facts["qkv_bias"]
+    assert config.layer_norm_epsilon == facts["norm1"]["eps"]
+    assert (config.layer_scale is not None) == facts["layer_scale"]
+    if facts["layer_scale"]:
+        assert config.layer_scale == pytest.approx(facts["layer_scale_init"])
+    activation = GELUS[(facts["act"]["type"], facts["act"].get("approximate"))]
+    assert (config.mlp if activation == "swiglu" else config.gelu) == activation
+    pools = {"token": "cls", "avg": "mean", "map": "map"}
+    assert config.pool == pools[facts["global_pool"]]
+    assert config.uses_fc_norm == (facts["fc_norm"]["type"] == "LayerNorm")
+    assert config.distilled == facts["dist_token"]
+
+
+def test_distilled_model_averages_its_two_heads_and_returns_both_in_distilled_training():
+    paddle.seed(0)
+    model = create_model("deit_tiny_distilled_patch16_224", image_size=32, depth=1, num_classes=3)
+    images = paddle.randn([2, 3, 32, 32])
+    model.eval()
+    tokens = model.forward_features(images)
+    expected = (model.head(tokens[:, 0]) + model.head_dist(tokens[:, 1])) / 2
+    np.testing.assert_allclose(model(images).numpy(), expected.numpy(), atol=1e-6)
+    model.train()
+    assert model(images).shape == [2, 3]  # as timm: the mean unless distilled training is on
+    model.set_distilled_training(True)
+    logits, distillation_logits = model(images)
+    assert logits.shape == distillation_logits.shape == [2, 3]
+
+
+def test_prefix_tokens_and_no_embed_class_lay_out_the_sequence_as_timm():
+    model = create_model("vit_small_patch14_reg4_dinov2", image_size=28, depth=1)
+    embedding = model.patch_embed
+    assert embedding.num_prefix_tokens == 5 and embedding.num_embedded_prefix == 0
+    assert embedding.position_embedding.shape == [1, 4, 384]  # the 2 x 2 patches only
+    tokens = embedding(paddle.zeros([1, 3, 28, 28]))
+    assert tokens.shape == [1, 9, 384]
+    # a black image: each patch token is the conv bias plus its position; the prefix tokens as learned
+    np.testing.assert_allclose(tokens[0, 0].numpy(), embedding.class_token[0, 0].numpy())
+    np.testing.assert_allclose(tokens[0, 1:5].numpy(), embedding.register_tokens[0].numpy())
+    patches = embedding.patch_embedding.bias.numpy() + embedding.position_embedding[0].numpy()
+    np.testing.assert_allclose(tokens[0, 5:].numpy(), patches, atol=1e-6)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(class_token=False), "pool 'cls' reads the class token"),
+    (dict(distilled=True, pool="mean"), "distilled"),
+    (dict(register_tokens=-1), "register_tokens must be an integer >= 0"),
+    (dict(layer_scale=float("nan")), "layer_scale must be null"),
+    (dict(mlp="geglu"), "model.mlp must be one of standard, swiglu"),
+    (dict(register_tokens=4, position_embedding="sincos_2d"), "built for the class token alone"),
+    (dict(fc_norm="yes"), "fc_norm must be null"),
+])
+def test_bad_options_of_todays_vits_are_one_config_error_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        create_model("vit_tiny_patch16_224", image_size=32, depth=1, **overrides)
