@@ -19,6 +19,7 @@ from PIL import Image
 
 from paddle_vit import WeightsError, create_model
 
+from photos import make_photos
 from repo_paths import REPO
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -233,21 +234,7 @@ def test_the_tools_refuse_a_model_name_that_contradicts_the_folder(tmp_path, cap
 # ---- the preprocessing a checkpoint implies --------------------------------------------------
 
 def photos(folder):
-    """scikit-learn's china.jpg and the variants timm_hub_fixtures.photos made from it for the
-    reference (the same code): an RGBA PNG (alpha a horizontal ramp), grayscale, a tiny crop."""
-    import importlib.util
-    package = os.path.dirname(importlib.util.find_spec("sklearn").origin)  # found, not imported: seconds saved
-    source = os.path.join(package, "datasets", "images", "china.jpg")
-    image = Image.open(source)
-    image.load()
-    alpha = Image.fromarray(np.tile(np.linspace(0, 255, image.width).astype(np.uint8), (image.height, 1)))
-    rgba = image.convert("RGBA")
-    rgba.putalpha(alpha)
-    paths = {"china.jpg": source}
-    for name, variant in (("china_rgba.png", rgba), ("china_gray.png", image.convert("L")),
-                          ("china_tiny.png", image.crop((200, 100, 211, 117)).resize((11, 17), Image.NEAREST))):
-        paths[name] = os.path.join(folder, name)
-        variant.save(paths[name])
+    paths = make_photos(folder)
     assert list(paths) == CASES["photos"]
     return paths
 

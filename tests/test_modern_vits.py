@@ -12,6 +12,7 @@ import pytest
 from paddle_vit import ConfigError, ViT, create_model, list_models
 from paddle_vit.models import get_model_config
 
+from photos import make_photos
 from repo_paths import REPO
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -108,3 +109,81 @@ def test_prefix_tokens_and_no_embed_class_lay_out_the_sequence_as_timm():
 def test_bad_options_of_todays_vits_are_one_config_error_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         create_model("vit_tiny_patch16_224", image_size=32, depth=1, **overrides)
+
+
+# ---- timm Hub folders of each family, against timm's own outputs ------------------------------------
+with open(os.path.join(FIXTURES, "timm_modern_reference.json")) as _stream:
+    FOLDER_CASES = {name: case for name, case in json.load(_stream)["cases"].items() if not name.startswith("_")}
+FOLDER_REFERENCE = np.load(os.path.join(FIXTURES, "timm_modern_reference.npz"))
+TOLERANCE = 1e-4
+
+
+def reference(architecture, key):
+    return FOLDER_REFERENCE[f"{architecture}/{key}"]
+
+
+def folder_model(architecture, **overrides):
+    return create_model(pretrained=os.path.join(FIXTURES, FOLDER_CASES[architecture]["folder"]), **overrides).eval()
+
+
+def max_difference(ours, theirs):
+    return float(np.abs(np.asarray(ours, "float64") - np.asarray(theirs, "float64")).max())
+
+
+@pytest.mark.parametrize("architecture", sorted(FOLDER_CASES))
+def test_a_timm_folder_of_each_family_computes_timms_outputs(architecture):
+    """create_model(pretrained=FOLDER) with no name: the folder's architecture and model_args
+    build the model; logits, features, the pooled embedding and the intermediates are timm's."""
+    model = folder_model(architecture)
+    assert model.load_report.format == "timm" and not model.load_report.missing
+    images = paddle.to_tensor(reference(architecture, "input"))
+    with paddle.no_grad():
+        features = model.forward_features(images)
+        assert max_difference(model(images).numpy(), reference(architecture, "logits")) < TOLERANCE
+        assert max_difference(features.numpy(), reference(architecture, "features")) < TOLERANCE
+        pooled = model.forward_head(features, pre_logits=True)
+        assert max_difference(pooled.numpy(), reference(architecture, "pre_logits")) < TOLERANCE
+        maps = model.forward_intermediates(images, indices=2, norm=True, return_prefix_tokens=True,
+                                           intermediates_only=True)
+    # timm's lists stacked: [layers, B, D, h, w] and [layers, B, prefix tokens, D]
+    assert max_difference(np.stack([patches.numpy() for patches, _ in maps]),
+                          reference(architecture, "intermediates_nchw")) < TOLERANCE
+    prefixes = np.stack([prefix.numpy() for _, prefix in maps])
+    assert prefixes.shape[2] == FOLDER_CASES[architecture]["num_prefix_tokens"]
+    if prefixes.shape[2]:
+        assert max_difference(prefixes, reference(architecture, "intermediates_prefix")) < TOLERANCE
+
+
+def test_the_distilled_folder_gives_each_head_as_timm():
+    model = folder_model("deit_small_distilled_patch16_224")
+    with paddle.no_grad():
+        tokens = model.forward_features(paddle.to_tensor(reference("deit_small_distilled_patch16_224", "input")))
+        head, head_dist = model.head(tokens[:, 0]), model.head_dist(tokens[:, 1])
+    assert max_difference(head.numpy(), reference("deit_small_distilled_patch16_224", "head")) < TOLERANCE
+    assert max_difference(head_dist.numpy(), reference("deit_small_distilled_patch16_224", "head_dist")) < TOLERANCE
+
+
+@pytest.mark.parametrize("architecture", sorted(FOLDER_CASES))
+def test_a_timm_folder_at_another_input_size_resamples_as_timm(architecture):
+    """dynamic_img_size=True: the position embedding resampled in the forward pass as timm's
+    (bicubic with antialias), the prefix rows (or none, with no_embed_class) kept."""
+    model = folder_model(architecture, dynamic_img_size=True)
+    with paddle.no_grad():
+        logits = model(paddle.to_tensor(reference(architecture, "dynamic_input")))
+    assert max_difference(logits.numpy(), reference(architecture, "dynamic_logits")) < TOLERANCE
+
+
+@pytest.mark.parametrize("architecture", sorted(FOLDER_CASES))
+def test_photos_through_the_folders_pretrained_cfg_give_timms_outputs(architecture, tmp_path):
+    """Each folder's pretrained_cfg (CLIP's mean/std, SigLIP's 0.5, DINOv2's crop 1.0, ...) is
+    the pipeline the model carries; image files through it give what timm's transform gave."""
+    model = folder_model(architecture)
+    assert model.preprocess.mean == pytest.approx(FOLDER_CASES[architecture]["data_config"]["mean"])
+    paths = make_photos(str(tmp_path))
+    assert list(paths) == FOLDER_CASES[architecture]["photos"]
+    key = "logits" if model.num_classes else "features"
+    for name, path in paths.items():
+        pixels = paddle.to_tensor(model.preprocess.read(path)[None])
+        with paddle.no_grad():
+            out = model(pixels).numpy()[0]
+        assert max_difference(out, reference(architecture, f"photo/{name}/{key}")) < TOLERANCE, name

@@ -14,6 +14,8 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py timm_hub     # torch + timm: a Hub folder
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py layer_decay  # timm's layer-decay scales
     /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py fewshot --big-vision DIR  # big_vision few-shot
+    /work/refvenv/bin/python            tools/make_reference_fixtures.py hf_modern    # transformers + open_clip: DINOv2, CLIP, SigLIP, DeiT, MAE
+    /work/refvenv/bin/python            tools/make_reference_fixtures.py timm_modern  # timm's DeiT-III/DINOv2/CLIP/SigLIP/GAP
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it
@@ -31,7 +33,8 @@ MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fi
            "paddleclas": "paddleclas_fixtures", "torchvision": "torchvision_fixtures",
            "preprocess": "preprocess_fixtures", "features": "features_fixtures",
            "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures",
-           "fewshot": "fewshot_fixtures"}
+           "fewshot": "fewshot_fixtures", "timm_modern": "timm_modern_fixtures",
+           "hf_modern": "hf_modern_fixtures"}
 
 
 def main(argv=None):

@@ -17,18 +17,18 @@ class AttentionPool(nn.Layer):
     x + mlp(norm(x)). Names as timm's (`latent`, `q`, `kv`, `proj`, `norm`, `mlp`).
 
     Args:
-        embed_dim, num_heads, mlp_ratio, qkv_bias, gelu, layer_norm_epsilon: as the encoder's
-            (timm builds the pool with the model's own norm and activation).
+        embed_dim, num_heads, mlp_ratio, gelu, layer_norm_epsilon: as the encoder's (timm builds
+            the pool with the model's own norm and activation).
     """
 
-    def __init__(self, embed_dim, num_heads, mlp_ratio=4.0, qkv_bias=True, gelu="exact", layer_norm_epsilon=1e-6):
+    def __init__(self, embed_dim, num_heads, mlp_ratio=4.0, gelu="exact", layer_norm_epsilon=1e-6):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.latent = self.create_parameter(shape=[1, 1, embed_dim],
                                             default_initializer=nn.initializer.TruncatedNormal(std=embed_dim ** -0.5))
-        self.q = nn.Linear(embed_dim, embed_dim, bias_attr=None if qkv_bias else False)
-        self.kv = nn.Linear(embed_dim, 2 * embed_dim, bias_attr=None if qkv_bias else False)
+        self.q = nn.Linear(embed_dim, embed_dim)  # with a bias whatever the encoder's qkv_bias, as timm
+        self.kv = nn.Linear(embed_dim, 2 * embed_dim)
         self.proj = nn.Linear(embed_dim, embed_dim)
         self.norm = nn.LayerNorm(embed_dim, epsilon=layer_norm_epsilon)
         self.mlp = Mlp(embed_dim, mlp_ratio, gelu=gelu)

@@ -355,8 +355,8 @@ class ViT(nn.Layer):
         if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
         elif config.pool == "map":
-            self.attn_pool = AttentionPool(config.embed_dim, config.num_heads, config.mlp_ratio, config.qkv_bias,
-                                           config.gelu, config.layer_norm_epsilon)
+            self.attn_pool = AttentionPool(config.embed_dim, config.num_heads, config.mlp_ratio, config.gelu,
+                                           config.layer_norm_epsilon)
         self.fc_norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.uses_fc_norm
                         else nn.Identity())
         if config.representation_size:

@@ -142,6 +142,14 @@ def timm_architecture(config):
     return (ours if ours in list_models() else None), architecture
 
 
+def get_registered_config(config):
+    """The registered `ViTConfig` of a timm config.json's architecture, or None (no folder, not registered)."""
+    if config is None or config.kind != "timm":
+        return None
+    name, _ = timm_architecture(config)
+    return get_model_config(name) if name is not None else None
+
+
 def timm_options(config):
     """{ViTConfig field: Implied} a timm config.json fixes: its ``model_args`` (refusing what
     this ViT does not compute) and ``global_pool``. The class count is the head's."""

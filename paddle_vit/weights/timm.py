@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
-from .folders import describe_config, folder_config, timm_class_names
+from .folders import describe_config, folder_config, get_registered_config, timm_class_names
 
 _BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
 RENAMES = [
@@ -121,13 +121,22 @@ class TimmFamily(CheckpointFamily):
         return rename(checkpoint.arrays, transpose=True)
 
     def implied_options(self, checkpoint, converted):
-        options = {"layer_norm_epsilon": Implied(1e-6, "timm's ViT LayerNorm epsilon"),
-                   "gelu": Implied("exact", "timm's ViT uses nn.GELU (erf)"),
-                   "qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
+        options = {"qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
+        config = self.hub_config(checkpoint)
+        architecture = get_registered_config(config)
+        if architecture is not None:  # a Hub folder of a registered name: what timm's entrypoint computes with
+            name = config.values["architecture"]
+            options["layer_norm_epsilon"] = Implied(architecture.layer_norm_epsilon,
+                                                    f"timm's {name} LayerNorm epsilon")
+            options["gelu"] = Implied(architecture.gelu, f"timm's {name} activation")
+        elif "encoder.norm_pre.weight" in converted.tensors:  # a CLIP tower: its GELU only its name can say
+            options["layer_norm_epsilon"] = Implied(1e-5, "timm's CLIP towers (norm_pre) use LayerNorm epsilon 1e-5")
+        else:
+            options["layer_norm_epsilon"] = Implied(1e-6, "timm's ViT LayerNorm epsilon")
+            options["gelu"] = Implied("exact", "timm's ViT uses nn.GELU (erf)")
         if "patch_embed.backbone.stem.conv.weight" in converted.tensors:
             options["backbone_style"] = Implied("timm", "timm's StdConv2dSame (eps 1e-8 in the square root) and "
                                                         "GroupNorm (eps 1e-5)")
-        config = self.hub_config(checkpoint)
         if config is not None:  # a timm Hub folder: its architecture, model_args and global_pool
             options.update(describe_config(config).options)
         return options
