@@ -322,9 +322,12 @@ def test_each_fixture_is_detected_as_its_own_family():
     expected = {"hf_vit_classifier/model.safetensors": "huggingface", "hf_vit_model/model.safetensors": "huggingface",
                 "jax_vit_released.npz": "jax", "jax_vit_linen.npz": "jax", "paddleclas_vit_base.pdparams": "paddleclas",
                 "plsc_vit_in21k.pdparams": "paddleclas", "timm_vit_cls.safetensors": "timm",
-                "torchvision_vit.safetensors": "torchvision", "torchvision_vit_prelogits.safetensors": "torchvision"}
+                "torchvision_vit.safetensors": "torchvision", "torchvision_vit_prelogits.safetensors": "torchvision",
+                "hf_modern/openclip_quickgelu.safetensors": "openclip",
+                "timm_modern/vit_small_patch14_reg4_dinov2/model.safetensors": "timm"}
     assert {name: detect_format(arrays(name)) for name in expected} == expected
-    assert [family.name for family in families()] == ["huggingface", "jax", "paddle-vit", "paddleclas", "timm", "torchvision"]
+    assert [family.name for family in families()] == ["huggingface", "jax", "openclip", "paddle-vit", "paddleclas", "timm",
+                                                       "torchvision"]
 
 
 def test_an_unknown_layout_names_every_supported_format():

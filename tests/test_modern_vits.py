@@ -187,3 +187,41 @@ def test_photos_through_the_folders_pretrained_cfg_give_timms_outputs(architectu
         with paddle.no_grad():
             out = model(pixels).numpy()[0]
         assert max_difference(out, reference(architecture, f"photo/{name}/{key}")) < TOLERANCE, name
+
+
+# ---- OpenAI CLIP / OpenCLIP image towers, against open_clip's own outputs ---------------------------
+with open(os.path.join(FIXTURES, "hf_modern_reference.json")) as _stream:
+    OPENCLIP_CASES = {name: case for name, case in json.load(_stream)["cases"].items() if name.startswith("openclip_")}
+OPENCLIP_REFERENCE = np.load(os.path.join(FIXTURES, "hf_modern_reference.npz"))
+TOWER = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4)  # the small towers' sizes
+
+
+def openclip_tower(case, source=None):
+    name = "vit_base_patch16_clip_quickgelu_224" if OPENCLIP_CASES[case]["quick_gelu"] else "vit_base_patch16_clip_224"
+    source = source if source is not None else os.path.join(FIXTURES, OPENCLIP_CASES[case]["file"])
+    return create_model(name, pretrained=source, **TOWER).eval()
+
+
+@pytest.mark.parametrize("case", sorted(OPENCLIP_CASES))
+def test_an_openclip_tower_embeds_as_open_clip_with_its_projection_as_head(case):
+    model = openclip_tower(case)
+    assert model.load_report.format == "openclip" and model.config.pre_norm
+    assert model.config.layer_norm_epsilon == 1e-5 and model.num_classes == 16  # the joint space's width
+    with paddle.no_grad():
+        embeds = model(paddle.to_tensor(OPENCLIP_REFERENCE[f"{case}/input"])).numpy()
+    assert max_difference(embeds, OPENCLIP_REFERENCE[f"{case}/image_embeds"]) < TOLERANCE
+    assert model.preprocess.mean == pytest.approx([0.48145466, 0.4578275, 0.40821073])
+
+
+def test_a_whole_clip_state_dict_loads_its_image_tower_and_skips_the_text_tower():
+    from safetensors.numpy import load_file
+    arrays = load_file(os.path.join(FIXTURES, OPENCLIP_CASES["openclip_quickgelu"]["file"]))
+    text = {"token_embedding.weight": np.zeros([64, 32], "float32"), "logit_scale": np.zeros([], "float32"),
+            "transformer.resblocks.0.ln_1.weight": np.ones([32], "float32"),
+            "text_projection": np.zeros([32, 16], "float32")}
+    model = openclip_tower("openclip_quickgelu", {**arrays, **text})
+    assert sorted(model.load_report.ignored) == sorted(text)
+    alone = openclip_tower("openclip_quickgelu", {name[len("visual."):]: array for name, array in arrays.items()})
+    images = paddle.to_tensor(OPENCLIP_REFERENCE["openclip_quickgelu/input"])
+    with paddle.no_grad():
+        assert max_difference(alone(images).numpy(), OPENCLIP_REFERENCE["openclip_quickgelu/image_embeds"]) < TOLERANCE
