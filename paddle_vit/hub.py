@@ -21,7 +21,7 @@ import logging
 from .checkpoint import load_checkpoint
 from .data.preprocessing import Preprocess, preprocess_for_checkpoint
 from .errors import ConfigError, WeightsError
-from .models import ViT, get_model_config
+from .models import ViT, get_model_config, timm_eval_config
 from .weights import Implied, build_pretrained, implied_options
 from .weights.folders import describe_folder, model_image_size, resolve_name
 
@@ -52,8 +52,20 @@ def create_model(name=None, pretrained=None, *, resample=None, strict=True, **ov
             raise ConfigError("create_model needs a model name (paddle_vit.list_models()), or pretrained= a folder "
                               "whose config.json says what model it is")
         return ViT(get_model_config(name, **overrides))
-    return with_checkpoint_preprocess(build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
-                                                       name_given_as="create_model's name"))
+    model = build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
+                             name_given_as="create_model's name")
+    return with_checkpoint_preprocess(with_name_preprocessing(model, name))
+
+
+def with_name_preprocessing(model, name):
+    """A checkpoint that says no preprocessing of its own (a bare timm or OpenCLIP file) loaded
+    under a name of today's ViTs is evaluated as timm evaluates that name: its default
+    pretrained_cfg (`paddle_vit.models.timm_eval_config`)."""
+    config = timm_eval_config(name) if name is not None else None
+    if model.load_report.preprocessing is None and config is not None:
+        model.load_report.preprocessing = {"pipeline": "timm", "config": config,
+                                           "source": f"timm's default pretrained_cfg of {name}"}
+    return model
 
 
 # ---- the preprocessing a checkpoint implies ----------------------------------------------------
@@ -186,7 +198,7 @@ def build_model_for_weights(config, weights):
     model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
                              defaults=inherited_options(config, weights), resample=config.model.pretrained_resample,
                              name_given_as="model.name")
-    with_checkpoint_preprocess(model)
+    with_checkpoint_preprocess(with_name_preprocessing(model, config.model.name))
     report = model.load_report
     if report.reinitialized:
         raise WeightsError(f"{where} does not fit the model for evaluation: {', '.join(report.reinitialized)} "

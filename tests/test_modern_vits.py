@@ -4,13 +4,14 @@ parameter count and architecture, against what timm itself recorded
 (tests/fixtures/timm_modern_registry.json, tools/reference_fixtures/timm_modern_fixtures.py)."""
 import json
 import os
+import shutil
 
 import numpy as np
 import paddle
 import pytest
 
 from paddle_vit import ConfigError, ViT, create_model, list_models
-from paddle_vit.models import get_model_config
+from paddle_vit.models import get_model_config, timm_eval_config
 
 from photos import make_photos
 from repo_paths import REPO
@@ -225,3 +226,24 @@ def test_a_whole_clip_state_dict_loads_its_image_tower_and_skips_the_text_tower(
     images = paddle.to_tensor(OPENCLIP_REFERENCE["openclip_quickgelu/input"])
     with paddle.no_grad():
         assert max_difference(alone(images).numpy(), OPENCLIP_REFERENCE["openclip_quickgelu/image_embeds"]) < TOLERANCE
+
+
+# ---- the default preprocessing of each name -----------------------------------------------------------
+@pytest.mark.parametrize("name", BUILT)
+def test_each_names_default_eval_transform_is_timms_pretrained_cfg(name):
+    expected = TIMM[name]["pretrained_cfg"]
+    ours = timm_eval_config(name)
+    assert ours["interpolation"] == expected["interpolation"] and ours["crop_mode"] == expected["crop_mode"]
+    assert ours["crop_pct"] == expected["crop_pct"]
+    assert ours["mean"] == pytest.approx(expected["mean"]) and ours["std"] == pytest.approx(expected["std"])
+    assert [3, get_model_config(name).image_size, get_model_config(name).image_size] == expected["input_size"]
+
+
+def test_a_bare_file_under_a_name_of_todays_vits_is_evaluated_with_the_names_pipeline(tmp_path):
+    """timm's model.safetensors alone (no config.json beside it): the name's default pretrained_cfg."""
+    folder = os.path.join(FIXTURES, FOLDER_CASES["vit_base_patch16_siglip_224"]["folder"])
+    shutil.copy(os.path.join(folder, "model.safetensors"), tmp_path / "siglip.safetensors")
+    model = create_model("vit_base_patch16_siglip_224", pretrained=str(tmp_path / "siglip.safetensors"), **TOWER)
+    preprocess = model.preprocess
+    assert preprocess.mean == [0.5, 0.5, 0.5] and preprocess.eval_crop_pct == 0.9
+    assert "timm's default pretrained_cfg of vit_base_patch16_siglip_224" in preprocess.origin

@@ -1,6 +1,8 @@
-"""The ViT modules, named as in the walkthrough."""
+"""The ViT modules, named as in the walkthrough (and the options of today's ViTs beside them)."""
 from .attention import Attention
-from .encoder import DropPath, Encoder, EncoderLayer, Mlp
+from .encoder import DropPath, Encoder, EncoderLayer, LayerScale, Mlp, QuickGELU, SwiGLUMlp
 from .patch_embed import PatchEmbedding, sincos_2d_embedding
+from .pooling import AttentionPool
+from .pretrained_cfgs import timm_eval_config
 from .registry import get_model_config, list_models
 from .vit import PreLogits, ViT, ViTConfig
