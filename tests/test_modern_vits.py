@@ -247,3 +247,24 @@ def test_a_bare_file_under_a_name_of_todays_vits_is_evaluated_with_the_names_pip
     preprocess = model.preprocess
     assert preprocess.mean == [0.5, 0.5, 0.5] and preprocess.eval_crop_pct == 0.9
     assert "timm's default pretrained_cfg of vit_base_patch16_siglip_224" in preprocess.origin
+
+
+@pytest.mark.parametrize("architecture", ["vit_base_patch16_siglip_224", "vit_base_patch16_clip_quickgelu_224"])
+def test_predict_on_a_folder_gives_the_embedding_or_the_probabilities_timm_gives(architecture, tmp_path, capsys):
+    """tools/predict.py --weights FOLDER photos --json: a model with no head (SigLIP) prints its
+    embedding, one with a head its probabilities; both as timm computes them from the files."""
+    from test_hub_folders import run_tool
+    paths = make_photos(str(tmp_path))
+    folder = os.path.join(FIXTURES, FOLDER_CASES[architecture]["folder"])
+    code, lines, _ = run_tool("predict", ["--weights", folder, "--json", "--topk", "16", *paths.values()], capsys)
+    assert code == 0 and len(lines) == len(paths)
+    for name, line in zip(paths, lines):
+        result = json.loads(line)
+        if "embedding" in result:
+            ours = np.array(result["embedding"])
+            assert max_difference(ours, reference(architecture, f"photo/{name}/features")) < TOLERANCE
+        else:
+            ours = np.zeros(16)
+            for item in result["predictions"]:
+                ours[item["index"]] = item["probability"]
+            assert max_difference(ours, reference(architecture, f"photo/{name}/probabilities")) < TOLERANCE

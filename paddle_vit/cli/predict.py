@@ -114,7 +114,8 @@ def predict(argv):
     setup_logging(logging.WARNING, to="stderr")  # a skipped image: one warning line; stdout: predictions
     check_arguments(args)
 
-    from ..deploy.predict import check_class_names, format_json, format_text, list_images, predict_files, read_labels
+    from ..deploy.predict import (check_class_names, embed_files, format_embedding_json, format_embedding_text,
+                                  format_json, format_text, list_images, predict_files, read_labels)
 
     paths = list_images(args.inputs)
     if args.weights:
@@ -143,9 +144,14 @@ def predict(argv):
                                             f"labels file {args.labels}")
 
     skipped, classified = [], 0
-    for path, predictions in predict_files(predictor, paths, transform, args.batch_size, args.topk, class_names,
-                                           skipped):
-        lines = [format_json(path, predictions)] if args.json else format_text(path, predictions)
+    if predictor.num_classes == 0:  # no head (DINOv2, SigLIP, ...): the embedding is the output
+        results = embed_files(predictor, paths, transform, args.batch_size, skipped)
+        formats = (format_embedding_json, format_embedding_text)
+    else:
+        results = predict_files(predictor, paths, transform, args.batch_size, args.topk, class_names, skipped)
+        formats = (format_json, format_text)
+    for path, result in results:
+        lines = [formats[0](path, result)] if args.json else formats[1](path, result)
         print("\n".join(lines), flush=True)
         classified += 1
     if not classified:

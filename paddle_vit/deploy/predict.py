@@ -1,4 +1,5 @@
-"""Prediction: image files in, the top-k class names and probabilities out.
+"""Prediction: image files in, the top-k class names and probabilities out (a model with no
+head: its embedding).
 
 What `tools/predict.py` shares between its two ways of running a model, the dynamic model
 built from weights (`load_classifier`) and an exported inference model (`paddle_vit.deploy.inference`):
@@ -149,6 +150,17 @@ def format_json(path, predictions):
     return json.dumps({"file": path, "predictions": predictions}, ensure_ascii=False)
 
 
+def format_embedding_text(path, embedding):
+    """``file  embedding of D numbers, L2 norm n`` for a model with no head."""
+    return [f"{path}  embedding of {len(embedding)} numbers, L2 norm {float(np.linalg.norm(embedding)):.4f} "
+            f"(--json prints them)"]
+
+
+def format_embedding_json(path, embedding):
+    """One JSON object for a model with no head: ``{"file", "embedding": [D floats]}``."""
+    return json.dumps({"file": path, "embedding": [float(value) for value in embedding]}, ensure_ascii=False)
+
+
 def read_labels(path):
     """Class names from a text file, one per line (blank lines at the end ignored)."""
     if os.path.exists(path) and not os.path.isfile(path):  # reading a FIFO would wait for a writer forever
@@ -197,6 +209,10 @@ class Classifier:
         import paddle
         with paddle.no_grad():
             return self.model(paddle.to_tensor(np.ascontiguousarray(batch, dtype=np.float32))).numpy()
+
+    def outputs(self, batch):
+        """The model's raw output: logits, or for a model with no head its pooled embedding."""
+        return self.logits(batch)
 
     def __call__(self, batch):
         """float32 [B, K] class probabilities."""
@@ -281,3 +297,10 @@ def predict_files(predictor, paths, transform, batch_size, top, class_names=None
         probabilities = predictor(batch)
         for path, predictions in zip(batch_paths, top_k(probabilities, top, class_names)):
             yield path, predictions
+
+
+def embed_files(predictor, paths, transform, batch_size, skipped=None):
+    """Yield (path, embedding [D]) for every readable image of `paths`: the output of a model
+    with no head (num_classes 0: DINOv2's normed class token, SigLIP's attention pool, ...)."""
+    for batch_paths, batch in iter_batches(paths, transform, batch_size, skipped):
+        yield from zip(batch_paths, predictor.outputs(batch))
