@@ -43,12 +43,13 @@ def build_schedule(optimizer_config, schedule_config, updates_per_epoch, epochs)
 def layer_id(name, depth):
     """The layer of the parameter `name` (as `named_parameters()` names it) for layer-wise
     learning-rate decay, numbered as timm's `param_groups_layer_decay` numbers a ViT (BEiT's
-    scheme): the patch embedding (with a hybrid's ResNet), class token and position embedding
-    0, encoder block i i + 1, the head and what only it reads (fc_norm, pre-logits) depth + 1.
+    scheme): the patch embedding (with a hybrid's ResNet), class, distillation and register
+    tokens, position embedding and a pre-norm 0, encoder block i i + 1, the head and what only it
+    reads (fc_norm, pre-logits, SigLIP's attention pool, the distillation head) depth + 1.
     The encoder's final norm shares the last block's layer, depth: timm's group_matcher puts
     `norm` in the group before it (MAE's code, where a final norm is kept, gives it depth + 1;
     the two differ in that norm's scale alone, by one factor of the decay)."""
-    if name.startswith("patch_embed."):
+    if name.startswith(("patch_embed.", "encoder.norm_pre.")):  # CLIP's pre-norm is in timm's stem too
         return 0
     if name.startswith("encoder.layers."):
         return int(name.split(".")[2]) + 1
@@ -58,11 +59,14 @@ def layer_id(name, depth):
 
 
 def layer_decay_scales(vit, decay):
-    """{parameter name: learning-rate multiplier decay ** (depth + 1 - layer)} of every
-    parameter of `vit` (all 1.0 when `decay` is None)."""
+    """{parameter name: learning-rate multiplier decay ** (top - layer)} of every parameter of
+    `vit` (all 1.0 when `decay` is None); top is the last layer that has parameters: depth + 1,
+    or depth for a model with no head (DINOv2's), whose final norm then trains at the full rate,
+    as timm's param_groups_layer_decay counts it."""
     depth = vit.config.depth
-    return {name: 1.0 if decay is None else decay ** (depth + 1 - layer_id(name, depth))
-            for name, _ in vit.named_parameters()}
+    layers = {name: layer_id(name, depth) for name, _ in vit.named_parameters()}
+    top = max(layers.values(), default=0)
+    return {name: 1.0 if decay is None else decay ** (top - layer) for name, layer in layers.items()}
 
 
 def learning_rate_multipliers(vit, optimizer_config):

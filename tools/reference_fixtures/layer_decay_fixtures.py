@@ -8,7 +8,8 @@ records, for every parameter name, the `lr_scale` of the parameter group timm's
 `group_matcher`, BEiT's scheme), in ``layer_decay_reference.json``:
 ``{"models": {timm name: {"depth": d, "cases": {decay: {parameter: scale}}}}, "versions": ...}``.
 The models: ViT-S/16 (depth 12), the paper's R26+ViT-S/32 hybrid (its ResNet-v2 under
-`patch_embed.backbone`), and ViT-S/16 with average pooling (`fc_norm` instead of the final norm).
+`patch_embed.backbone`), ViT-S/16 with average pooling (`fc_norm` instead of the final norm), and
+one of each of today's families (DINOv2 with registers, CLIP, SigLIP, distilled DeiT, DeiT III).
 """
 import json
 import os
@@ -26,6 +27,12 @@ MODELS = {
     "vit_small_patch16_224": {},
     "vit_small_r26_s32_224": {},
     "vit_small_patch16_224_avg": {"global_pool": "avg"},
+    # today's ViTs: register and distillation tokens, CLIP's norm_pre, SigLIP's attention pool
+    "vit_small_patch14_reg4_dinov2": {},
+    "vit_base_patch16_clip_224": {},
+    "vit_base_patch16_siglip_224": {},
+    "deit_small_distilled_patch16_224": {},
+    "deit3_small_patch16_224": {},
 }
 DECAYS = (0.75, 0.65)
 
