@@ -268,3 +268,43 @@ def test_predict_on_a_folder_gives_the_embedding_or_the_probabilities_timm_gives
             for item in result["predictions"]:
                 ours[item["index"]] = item["probability"]
             assert max_difference(ours, reference(architecture, f"photo/{name}/probabilities")) < TOLERANCE
+
+
+# ---- using them: fine-tuning with layer decay, few-shot on their features -------------------------
+def test_the_dinov2_recipe_fine_tunes_a_timm_folder_with_layer_decay(tmp_path):
+    """configs/vit_small_patch14_dinov2_finetune_imagefolder.yaml's keys on a small scale: the
+    recorded DINOv2-with-registers folder (42 px, no head) fine-tuned at 28 px on synthetic data:
+    the position embedding resampled, a zero head added, the loss falls, the blocks' learning
+    rates decayed below the head's."""
+    from paddle_vit.config import load_config
+    from paddle_vit.engine.trainer import Trainer
+    folder = os.path.join(FIXTURES, FOLDER_CASES["vit_small_patch14_reg4_dinov2"]["folder"])
+    recipe = load_config(os.path.join(REPO, "configs", "vit_small_patch14_dinov2_finetune_imagefolder.yaml"), [
+        "model.name=vit_small_patch14_reg4_dinov2", f"model.pretrained={folder}", "model.image_size=28",
+        "data.dataset=synthetic", "data.synthetic_train_size=64", "data.synthetic_val_size=16",
+        "data.synthetic_classes=3", "data.num_workers=0", "data.randaugment_num_ops=0", "train.epochs=3",
+        "train.batch_size=16", "train.device=cpu", f"train.output_dir={tmp_path / 'run'}", "train.vdl=false",
+        "optimizer.lr=0.003", "schedule.warmup_epochs=0"])
+    trainer = Trainer(recipe)
+    vit = trainer.vit
+    assert vit.config.register_tokens == 4 and vit.config.layer_scale is not None and vit.num_classes == 3
+    assert vit.load_report.resampled and not vit.load_report.missing
+    rates = {name: parameter.optimize_attr["learning_rate"] for name, parameter in vit.named_parameters()}
+    assert rates["head.weight"] == 1.0 and rates["encoder.layers.1.ls1.gamma"] == pytest.approx(0.75 ** 1)
+    assert rates["patch_embed.register_tokens"] == pytest.approx(0.75 ** 3)
+    trainer.fit()
+    with open(tmp_path / "run" / "metrics.jsonl") as stream:
+        losses = [json.loads(line)["train_loss"] for line in stream]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("architecture", ["vit_base_patch16_siglip_224", "vit_small_patch14_reg4_dinov2",
+                                          "deit_small_distilled_patch16_224"])
+def test_few_shot_evaluation_reads_each_familys_embedding(architecture):
+    """The few-shot features are the pooled embedding timm's forward_head(pre_logits=True)
+    gives: SigLIP's attention pool, DINOv2's normed class token, distilled DeiT's two tokens' mean."""
+    from paddle_vit.fewshot import representation
+    model = folder_model(architecture)
+    with paddle.no_grad():
+        features = representation(model, paddle.to_tensor(reference(architecture, "input"))).numpy()
+    assert max_difference(features, reference(architecture, "pre_logits")) < TOLERANCE
