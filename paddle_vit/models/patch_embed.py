@@ -25,10 +25,10 @@ is applied to patches extracted from a CNN feature map", 1x1 patches in the pape
 import numpy as np
 import paddle
 import paddle.nn as nn
-import paddle.nn.functional as F
 
 from ..errors import ConfigError
-from .resize import DEFAULT_RESIZE, resize_grid_embedding, sincos_2d_grid
+from .patch_embed_hooks import DynamicSize, FigureHooks
+from .resize import DEFAULT_RESIZE
 
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
 
@@ -62,7 +62,7 @@ def sincos_2d_embedding(grid_rows, grid_cols, embed_dim, temperature=10000.0):
     return table.astype("float32")
 
 
-class PatchEmbedding(nn.Layer):
+class PatchEmbedding(DynamicSize, FigureHooks, nn.Layer):
     """[B, C, H, W] image -> [B, 1 + N, D] tokens (class token first), N = (H/P) * (W/P).
 
     Args:
@@ -108,7 +108,8 @@ class PatchEmbedding(nn.Layer):
                                          bias_attr=None if patch_bias else False)
         self.dropout = nn.Dropout(dropout)
         zeros = nn.initializer.Constant(0.0)
-        self.class_token = self.create_parameter(shape=[1, 1, embed_dim], default_initializer=zeros) if class_token else None
+        self.class_token = (self.create_parameter(shape=[1, 1, embed_dim], default_initializer=zeros)
+                            if class_token else None)
         self.distillation_token = (self.create_parameter(shape=[1, 1, embed_dim], default_initializer=zeros)
                                    if distillation_token else None)
         self.register_tokens = (self.create_parameter(shape=[1, register_tokens, embed_dim], default_initializer=zeros)
@@ -161,83 +162,9 @@ class PatchEmbedding(nn.Layer):
             return paddle.concat([self.class_position_embedding, grid], axis=1)  # [1, 1 + N, D]
         return None
 
-    def position_embedding_for(self, patches):
-        """The position embedding of every token for the patch grid of `patches` [B, D, h, w]:
-        the built one, or with `dynamic_size` the built one resampled to h x w (timm's
-        `_pos_embed` with dynamic_img_size: the class token's row kept, the grid resampled).
-        Eager code; a traced graph's variant (variants/graph.py) reads h, w when it runs."""
-        if not self.dynamic_size or self.position_embedding_kind == "none":
-            return self.full_position_embedding()
-        rows, cols = patches.shape[2], patches.shape[3]
-        if (rows, cols) == tuple(self.grid_size):  # the built grid: as built (timm too)
-            return self.full_position_embedding()
-        return self.position_embedding_at(rows, cols)
-
-    def position_embedding_at(self, rows, cols):
-        """[1, T + rows * cols, D]: the rows of the T embedded prefix tokens as built, the grid
-        resampled to rows x cols (sincos_2d: computed there). rows, cols are ints, or scalar
-        tensors in a traced graph."""
-        prefix = self.num_embedded_prefix
-        if self.position_embedding_kind == "sincos_2d":  # fixed: computed at the new grid
-            table = sincos_2d_grid(rows, cols, self.embed_dim)
-        else:
-            table = resize_grid_embedding(self.position_embedding[:, prefix:], self.grid_size, (rows, cols),
-                                          self.resize_method)  # [1, h * w, D]
-        if prefix == 0:
-            return table
-        return paddle.concat([self.position_embedding[:, :prefix].astype(table.dtype), table], axis=1)
-
-    def pad_to_patches(self, x):
-        """[B, C, H, W] -> [B, C, H', W'], zeros on the right and bottom up to a multiple of the
-        patch (timm's dynamic_img_pad); without `dynamic_pad` the input as it is."""
-        if not self.dynamic_pad:
-            return x
-        patch, height, width = self.patch_size, x.shape[2], x.shape[3]
-        pad_bottom, pad_right = (patch - height % patch) % patch, (patch - width % patch) % patch
-        if pad_bottom == 0 and pad_right == 0:
-            return x
-        return F.pad(x, [0, pad_right, 0, pad_bottom], value=0.0, data_format="NCHW")  # [left, right, top, bottom]
-
-    def check_patch_division(self, x):
-        """With `dynamic_size` and no padding: the patch must divide what it cuts."""
-        height, width = x.shape[2], x.shape[3]
-        patch = self.patch_size
-        if self.dynamic_pad or (height % patch == 0 and width % patch == 0):
-            return
-        raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: "
-                          f"use a multiple of {patch}, or build the model with dynamic_img_pad=True to pad it")
-
-    def token_grid_for(self, height, width):
-        """(rows, cols) of the patch grid of an H x W input (padded up with `dynamic_pad`)."""
-        if self.dynamic_pad:
-            return -(-height // self.patch_size), -(-width // self.patch_size)
-        return height // self.patch_size, width // self.patch_size
-
-    def check_input_size(self, x):
-        if self.dynamic_size:
-            return
-        height, width = x.shape[2], x.shape[3]
-        if height > 0 and width > 0 and (height, width) != self.image_size:  # -1 while tracing to_static
-            raise ConfigError(
-                f"input is {height}x{width} but the model was built for {self.image_size[0]}x{self.image_size[1]}: "
-                f"resize the images, or build the model with image_size={height} and load the weights "
-                f"with paddle_vit.load_pretrained, which resamples the position embedding")
-
-    cuts_what = "input"  # what the patches are cut from, for errors
-
     def feature_map(self, x):
         """What the patches are cut from: the image itself (a hybrid: its ResNet's feature map)."""
         return x
-
-    @property
-    def token_pixels(self):
-        """The side, in input pixels, of the square each token covers: P (a hybrid: S x P)."""
-        return self.patch_size
-
-    def pixel_filters(self):
-        """The weights of the first layer that sees pixels, [O, C, k, k]: the patch projection
-        (a hybrid: its ResNet's stem convolution, standardised)."""
-        return self.patch_embedding.weight
 
     def forward(self, x):
         self.check_input_size(x)  # the size built for (a model built with dynamic_size: any)

@@ -1,7 +1,7 @@
 """Named model sizes (paper Table 1, plus the small sizes of DeiT/timm and the walkthrough's), and
 the paper's hybrid ResNet + ViT models."""
 from ..errors import ConfigError, close_matches
-from .vit import ViT, ViTConfig
+from .config import ViTConfig
 
 # width D, depth, heads: paper Table 1 for Base/Large/Huge; Tiny and Small from DeiT, as in timm
 SIZES = {

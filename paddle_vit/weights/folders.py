@@ -184,7 +184,8 @@ def timm_options(config):
             options["position_embedding"] = Implied("learned" if value == "learn" else "none", where)
         elif key == "act_layer":
             if value is not None and value not in TIMM_ACTIVATIONS:
-                raise WeightsError(f"{where}: this ViT computes GELU, exact, tanh or quick ({', '.join(TIMM_ACTIVATIONS)})")
+                raise WeightsError(f"{where}: this ViT computes GELU, exact, tanh or quick "
+                                   f"({', '.join(TIMM_ACTIVATIONS)})")
             if value is not None:
                 options["gelu"] = Implied(TIMM_ACTIVATIONS[value], where)
         elif key in ("dynamic_img_size", "dynamic_img_pad"):

@@ -1,0 +1,307 @@
+"""The ViT's configuration: every architectural choice in one object passed down to the modules,
+checked once before anything is built (`ViTConfig.validate`), and what it costs to run
+(`ViTConfig.count_macs`)."""
+import dataclasses
+import math
+from typing import List, Optional
+
+from ..errors import ConfigError, close_matches
+from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS
+from .patch_embed import POSITION_EMBEDDINGS, grid_size
+from .resize import RESIZE_METHODS
+from .resnet import STAGE_CHANNELS, STYLES, backbone_channels, backbone_feature_size, backbone_macs
+
+POOLS = ("cls", "mean", "walkthrough", "map")
+INITS = ("timm", "jax")
+
+
+@dataclasses.dataclass
+class ViTConfig:
+    """Every architectural choice of a ViT, in one object passed down to the modules.
+
+    Attributes:
+        image_size: input side in pixels; must be a multiple of patch_size.
+        patch_size: side P of the square patches (paper: 14, 16 or 32).
+        in_channels: image channels.
+        num_classes: size of the classification head; 0 leaves the head out.
+        embed_dim: token width D ("Hidden size D", paper Table 1).
+        depth: number of encoder layers ("Layers"); 0 leaves the Transformer out, which with a
+            hybrid's backbone and pool="mean" is the paper's third family, the ResNet alone
+            (global average pooling, LayerNorm and the head on its feature map).
+        num_heads: attention heads ("Heads").
+        mlp_ratio: MLP hidden width / D ("MLP size" = 4 D).
+        qkv_bias: bias in the q/k/v projection.
+        qk_scale: the factor of q k^T before the softmax; None is head_dim^-0.5 (paper Eq. 5).
+            PaddleClas's ViT_small_patch16_224 uses embed_dim^-0.5.
+        layer_norm_epsilon: epsilon of every LayerNorm: 1e-6 in ViT (timm, JAX); Hugging Face's
+            configs say 1e-12, PaddleClas's small model and PLSC's huge one 1e-5.
+        gelu: "exact" (erf; timm, Hugging Face "gelu", PaddleClas), "tanh" (the approximation
+            flax's nn.gelu computes, which the original JAX checkpoints and SigLIP were trained
+            with) or "quick" (x * sigmoid(1.702 x), OpenAI CLIP's QuickGELU).
+        dropout: dropout after the embeddings, in the MLP and after the attention projection.
+        attention_dropout: dropout on the attention weights.
+        drop_path: stochastic depth rate of the last layer (linearly rising from 0).
+        pool: "cls" reads the class token (the paper); "mean" averages the patch tokens and
+            normalises after pooling (timm's global_pool="avg" with fc_norm); "walkthrough"
+            averages every token, class token included, with AdaptiveAvgPool1D; "map" is
+            SigLIP's attention pool (timm's global_pool="map", models/pooling.py).
+        representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
+            pre-training head, or None for none.
+        position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
+        fused_attention: the fast attention path (Paddle's fused scaled_dot_product_attention;
+            on a CPU the tools run a packed equivalent, paddle_vit.variants); False runs the
+            walkthrough's explicit path. Attention maps always come from the explicit path.
+        init: "timm" (truncated normal 0.02) or "jax" (xavier uniform, zero head).
+        backbone_layers: None for the plain ViT; for a hybrid (paper Section 3.1), the units per
+            stage of its ResNet-v2 (resnet.py): [3, 4, 9] (R50, stride 16), [2, 2, 2, 2] (R26,
+            stride 32), [3, 4, 6, 3] (the L/32 hybrid's R50), [] (the stem alone, stride 4).
+            patch_size then cuts the feature map (1 in the paper's hybrids).
+        backbone_width: the ResNet's width factor.
+        backbone_style: "timm" or "jax": whose weight standardisation and GroupNorm epsilon
+            the ResNet computes with (they differ; a checkpoint implies its own).
+        dynamic_img_size: accept inputs of any H x W the patch divides (a hybrid: that its
+            feature map's patch divides), the position embedding resampled to the input's grid in
+            the forward pass, as timm's dynamic_img_size does (models/resize.py). False (the
+            default) accepts `image_size` only. Position embedding "learned_2d" is not resampled.
+        dynamic_img_pad: with dynamic_img_size, pad an input (a hybrid: its feature map) on the
+            right and bottom with zeros to a multiple of the patch, as timm's dynamic_img_pad.
+        pos_embed_resample: how dynamic_img_size resamples the position embedding: None is
+            timm's bicubic with antialias; else a method of paddle_vit/weights/resample.py
+            ("bicubic" is transformers' interpolate_pos_encoding; a Hugging Face checkpoint
+            implies it).
+        class_token: prepend the learned class token (the paper); False for SigLIP and timm's
+            `*_gap_*` models (timm's class_token).
+        register_tokens: learned tokens after the class token that get no position embedding
+            and are dropped by every pooling (DINOv2 with registers: 4; timm's reg_tokens).
+        no_embed_class: the position embedding covers the patches only, added before the prefix
+            tokens are prepended (DeiT III, DINOv2 with registers; timm's no_embed_class).
+        pre_norm: a LayerNorm before the first encoder layer (CLIP's ln_pre; timm's pre_norm);
+            the patch Conv2D then has no bias, as in CLIP and timm.
+        layer_scale: None (the paper) or the initial value of a learned per-channel factor on
+            each residual branch (DeiT III 1e-6, DINOv2 1e-5; timm's init_values).
+        mlp: "standard" (Linear, GELU, Linear) or "swiglu" (DINOv2 giant's gated MLP, SiLU).
+        fc_norm: None: a LayerNorm after pooling exactly for pool "mean" (then no final encoder
+            norm); True or False says so for any pool (timm's fc_norm; its `*_gap_*` models
+            average after the final norm: pool "mean", fc_norm False).
+        distilled: DeiT's distillation token after the class token, with its own head; the
+            logits are the mean of the two heads (in training, with `set_distilled_training`,
+            both are returned for the distillation loss; timm's VisionTransformerDistilled).
+        recompute: activation recompute in training: 0 keeps every encoder layer's activations
+            for the backward pass; k > 0 keeps only the input of every k-th layer (0, k, 2k, ...)
+            and computes that layer again in the backward pass (Paddle's recompute). The numbers
+            are the same; memory falls and time rises. It changes how the model runs, not what
+            it is: a run may be resumed with another value.
+    """
+    image_size: int = 224
+    patch_size: int = 16
+    in_channels: int = 3
+    num_classes: int = 1000
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    qk_scale: Optional[float] = None
+    layer_norm_epsilon: float = LAYER_NORM_EPSILON
+    gelu: str = "exact"
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    drop_path: float = 0.0
+    pool: str = "cls"
+    representation_size: Optional[int] = None
+    position_embedding: str = "learned"
+    fused_attention: bool = True
+    init: str = "timm"
+    backbone_layers: Optional[List[int]] = None
+    backbone_width: int = 1
+    backbone_style: str = "timm"
+    dynamic_img_size: bool = False
+    dynamic_img_pad: bool = False
+    pos_embed_resample: Optional[str] = None
+    class_token: bool = True
+    register_tokens: int = 0
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    layer_scale: Optional[float] = None
+    mlp: str = "standard"
+    fc_norm: Optional[bool] = None
+    distilled: bool = False
+    recompute: int = 0
+
+    RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
+
+    @classmethod
+    def field_names(cls):
+        return [field.name for field in dataclasses.fields(cls)]
+
+    def replace(self, **overrides):
+        """A copy with `overrides` applied; an unknown name is a ConfigError naming close ones."""
+        for name in overrides:
+            if name not in self.field_names():
+                raise ConfigError(f"unknown model argument {name!r}{close_matches(name, self.field_names())}")
+        return dataclasses.replace(self, **overrides)
+
+    def validate(self):
+        """Raise ConfigError for a model that cannot be built."""
+        for name in ("image_size", "patch_size", "in_channels", "embed_dim", "num_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.depth, int) or isinstance(self.depth, bool) or self.depth < 0:
+            raise ConfigError(f"model.depth must be an integer >= 0 (0: no Transformer layer), got {self.depth!r}")
+        if not isinstance(self.recompute, int) or isinstance(self.recompute, bool) or self.recompute < 0:
+            raise ConfigError(f"model.recompute must be true, false or k >= 0 (every k-th encoder layer), "
+                              f"got {self.recompute!r}")
+        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise ConfigError(f"model.num_classes must be an integer >= 0, got {self.num_classes!r}")
+        for name in ("dropout", "attention_dropout", "drop_path"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {value!r}")
+        if self.mlp_ratio <= 0:
+            raise ConfigError(f"model.mlp_ratio must be > 0, got {self.mlp_ratio!r}")
+        if not _positive_finite(self.layer_norm_epsilon) or self.layer_norm_epsilon > 1e-3:
+            raise ConfigError(f"model.layer_norm_epsilon must be a finite number > 0 and <= 1e-3 (Paddle's "
+                              f"LayerNorm takes no more; ViT: 1e-6), got {self.layer_norm_epsilon!r}")
+        if self.qk_scale is not None and not _positive_finite(self.qk_scale):
+            raise ConfigError(f"model.qk_scale must be a finite number > 0, or null for head_dim^-0.5, "
+                              f"got {self.qk_scale!r}")
+        if self.gelu not in GELUS:
+            raise ConfigError(f"model.gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
+        if self.pool not in POOLS:
+            raise ConfigError(f"model.pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
+        if self.init not in INITS:
+            raise ConfigError(f"model.init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ConfigError(f"model.position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+                              f"got {self.position_embedding!r}")
+        if self.representation_size is not None and self.representation_size <= 0:
+            raise ConfigError(f"model.representation_size must be a positive integer or null, "
+                              f"got {self.representation_size!r}")
+        if self.embed_dim % self.num_heads != 0:
+            raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
+                              f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
+        if self.backbone_style not in STYLES:
+            raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
+        if self.is_hybrid:
+            self._validate_backbone()
+        self._validate_dynamic_size()
+        self._validate_tokens()
+        self.token_grid()
+        return self
+
+    def _validate_tokens(self):
+        for name in ("class_token", "no_embed_class", "pre_norm", "distilled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.fc_norm is not None and not isinstance(self.fc_norm, bool):
+            raise ConfigError(f"model.fc_norm must be null (as the pool says), true or false, got {self.fc_norm!r}")
+        tokens = self.register_tokens
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise ConfigError(f"model.register_tokens must be an integer >= 0, got {tokens!r}")
+        if self.layer_scale is not None and (isinstance(self.layer_scale, bool) or not isinstance(
+                self.layer_scale, (int, float)) or not math.isfinite(self.layer_scale)):
+            raise ConfigError(f"model.layer_scale must be null (no layer scale) or a finite number, the initial "
+                              f"factor (DeiT III 1e-6, DINOv2 1e-5), got {self.layer_scale!r}")
+        if self.mlp not in MLPS:
+            raise ConfigError(f"model.mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
+        if self.pool == "cls" and not self.class_token:
+            raise ConfigError("model.pool 'cls' reads the class token, which model.class_token: false leaves out: "
+                              "pool by 'mean' or 'map'")
+        if self.distilled and (not self.class_token or self.pool != "cls" or self.representation_size
+                               or self.fc_norm):
+            raise ConfigError("model.distilled reads the class and distillation tokens with a head each: it needs "
+                              "model.class_token: true, pool 'cls', no representation_size and no fc_norm")
+        default_prefix = self.class_token and not (self.distilled or tokens or self.no_embed_class)
+        if self.position_embedding in ("learned_2d", "sincos_2d") and not default_prefix:
+            raise ConfigError(f"model.position_embedding {self.position_embedding!r} is built for the class token "
+                              f"alone: no distillation or register tokens, no no_embed_class")
+
+    @property
+    def num_prefix_tokens(self):
+        """Tokens before the patches: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.register_tokens
+
+    @property
+    def uses_fc_norm(self):
+        """Whether a LayerNorm follows the pooling (and the encoder then has no final norm)."""
+        return self.pool == "mean" if self.fc_norm is None else self.fc_norm
+
+    def _validate_backbone(self):
+        layers = self.backbone_layers
+        if (not isinstance(layers, (list, tuple)) or len(layers) > len(STAGE_CHANNELS)
+                or not all(isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 for depth in layers)):
+            raise ConfigError(f"model.backbone_layers must be null (no ResNet) or a list of at most "
+                              f"{len(STAGE_CHANNELS)} positive unit counts such as [3, 4, 9], got {layers!r}")
+        if not isinstance(self.backbone_width, int) or isinstance(self.backbone_width, bool) or self.backbone_width < 1:
+            raise ConfigError(f"model.backbone_width must be a positive integer, got {self.backbone_width!r}")
+
+    def _validate_dynamic_size(self):
+        for name in ("dynamic_img_size", "dynamic_img_pad"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.dynamic_img_pad and not self.dynamic_img_size:
+            raise ConfigError("model.dynamic_img_pad pads inputs of other sizes, which only a model with "
+                              "model.dynamic_img_size: true takes: set both")
+        if self.dynamic_img_size and self.position_embedding == "learned_2d":
+            raise ConfigError("model.dynamic_img_size resamples position embeddings 'learned', 'sincos_2d' or "
+                              "'none', not 'learned_2d'")
+        if self.pos_embed_resample is not None and self.pos_embed_resample not in RESIZE_METHODS:
+            raise ConfigError(f"model.pos_embed_resample must be null (timm's bicubic_antialias) or one of "
+                              f"{', '.join(RESIZE_METHODS)}, got {self.pos_embed_resample!r}")
+
+    @property
+    def is_hybrid(self):
+        return self.backbone_layers is not None
+
+    def feature_size(self):
+        """(rows, cols) the patch Conv2D reads: the image, or a hybrid's ResNet feature map."""
+        if self.is_hybrid:
+            return backbone_feature_size(self.backbone_layers, self.image_size)
+        return (self.image_size, self.image_size)
+
+    def token_grid(self):
+        """(rows, cols) of patch tokens; an image or feature map the patch does not divide is an error."""
+        if not self.is_hybrid:
+            return grid_size(self.image_size, self.patch_size)
+        rows, cols = self.feature_size()
+        if rows % self.patch_size or cols % self.patch_size:
+            raise ConfigError(f"model.image_size {self.image_size} gives the ResNet's {rows}x{cols} feature map, "
+                              f"which patch_size {self.patch_size} does not divide: choose an image size whose "
+                              f"feature map (image / {4 * 2 ** max(len(self.backbone_layers) - 1, 0)}) it divides")
+        return rows // self.patch_size, cols // self.patch_size
+
+    @property
+    def num_patches(self):
+        rows, cols = self.token_grid()
+        return rows * cols
+
+    @property
+    def patch_channels(self):
+        """Channels of what the patch Conv2D reads: the image's, or the ResNet's output."""
+        return backbone_channels(self.backbone_layers, self.backbone_width) if self.is_hybrid else self.in_channels
+
+    def count_macs(self):
+        """Multiply-accumulates of one forward pass of one image, counted analytically."""
+        tokens = self.num_patches + self.num_prefix_tokens
+        width, hidden = self.embed_dim, int(self.embed_dim * self.mlp_ratio)
+        mlp = width * hidden + (hidden // 2 if self.mlp == "swiglu" else hidden) * width  # per token
+        patch_embed = self.num_patches * width * self.patch_channels * self.patch_size ** 2
+        if self.is_hybrid:
+            patch_embed += backbone_macs(self.backbone_layers, self.backbone_width, self.in_channels, self.image_size)
+        per_layer = (tokens * width * 3 * width  # qkv
+                     + 2 * tokens * tokens * width  # q k^T and attention @ v
+                     + tokens * width * width  # proj
+                     + tokens * mlp)  # mlp
+        head_in = self.representation_size or width
+        head = (width * self.representation_size if self.representation_size else 0) + head_in * self.num_classes
+        if self.distilled:
+            head *= 2
+        if self.pool == "map":  # one query: q, k and v of every token, proj, the MLP
+            head += 2 * width * width + 2 * tokens * width * width + 2 * tokens * width + 2 * width * hidden
+        return patch_embed + self.depth * per_layer + head
+
+
+def _positive_finite(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
