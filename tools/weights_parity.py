@@ -3,7 +3,8 @@
     python tools/weights_parity.py [--fixtures tests/fixtures]
 
 Loads every reference fixture (tests/fixtures/README.md: small models saved by timm,
-transformers, vit_jax, PaddleClas, PLSC and torchvision with those codes' own outputs) through
+transformers, vit_jax, PaddleClas, PLSC, torchvision and OpenCLIP with those codes' own outputs,
+timm Hub folders of today's ViTs) through
 ``paddle_vit.create_model(name, pretrained=...)`` and prints, per case, the largest absolute
 difference from that code's output, and the difference when one option is computed the other
 codes' way instead (ViT's epsilon, exact GELU, timm's resampling, ...). The table of sources in
@@ -59,6 +60,37 @@ CASES = [
      "torchvision_vit_prelogits.safetensors", {}, ("gelu=tanh", dict(gelu="tanh"))),
     ("torchvision interpolate_embeddings at 48", "torchvision", "torchvision_vit_48/logits",
      "torchvision_vit.safetensors", dict(image_size=48), ("resample=bicubic", dict(resample="bicubic"))),
+    # today's ViTs: timm Hub folders (the folder names its model: name None) and OpenCLIP towers
+    ("timm folder: DeiT III (layer scale, no_embed_class)", "timm_modern", "deit3_small_patch16_224/logits",
+     "timm_modern/deit3_small_patch16_224", dict(name=None), ("gelu=tanh", dict(gelu="tanh"))),
+    ("timm folder: distilled DeiT (two heads' mean)", "timm_modern", "deit_small_distilled_patch16_224/logits",
+     "timm_modern/deit_small_distilled_patch16_224", dict(name=None),
+     ("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5))),
+    ("timm folder: DINOv2 (no head: the normed class token)", "timm_modern", "vit_small_patch14_dinov2/logits",
+     "timm_modern/vit_small_patch14_dinov2", dict(name=None), ("gelu=tanh", dict(gelu="tanh"))),
+    ("timm folder: DINOv2 with 4 registers", "timm_modern", "vit_small_patch14_reg4_dinov2/logits",
+     "timm_modern/vit_small_patch14_reg4_dinov2", dict(name=None),
+     ("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5))),
+    ("timm folder: DINOv2 giant's SwiGLU", "timm_modern", "vit_giant_patch14_dinov2/logits",
+     "timm_modern/vit_giant_patch14_dinov2", dict(name=None),
+     ("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5))),
+    ("timm folder: CLIP (pre-norm, eps 1e-5)", "timm_modern", "vit_base_patch16_clip_224/logits",
+     "timm_modern/vit_base_patch16_clip_224", dict(name=None),
+     ("layer_norm_epsilon=1e-6", dict(layer_norm_epsilon=1e-6))),
+    ("timm folder: CLIP with QuickGELU", "timm_modern", "vit_base_patch16_clip_quickgelu_224/logits",
+     "timm_modern/vit_base_patch16_clip_quickgelu_224", dict(name=None), ("gelu=exact", dict(gelu="exact"))),
+    ("timm folder: SigLIP (no class token, attention pool)", "timm_modern", "vit_base_patch16_siglip_224/logits",
+     "timm_modern/vit_base_patch16_siglip_224", dict(name=None), ("gelu=tanh", dict(gelu="tanh"))),
+    ("timm folder: SigLIP, mean after the final norm", "timm_modern", "vit_base_patch16_siglip_gap_224/logits",
+     "timm_modern/vit_base_patch16_siglip_gap_224", dict(name=None), ("gelu=tanh", dict(gelu="tanh"))),
+    ("timm folder: ViT-M gap (no class token, no q/k/v bias)", "timm_modern", "vit_medium_patch16_gap_256/logits",
+     "timm_modern/vit_medium_patch16_gap_256", dict(name=None),
+     ("layer_norm_epsilon=1e-5", dict(layer_norm_epsilon=1e-5))),
+    ("OpenAI CLIP tower (QuickGELU; proj as head)", "hf_modern", "openclip_quickgelu/image_embeds",
+     "hf_modern/openclip_quickgelu.safetensors", dict(name="vit_base_patch16_clip_quickgelu_224", mlp_ratio=4),
+     ("gelu=exact", dict(gelu="exact"))),
+    ("OpenCLIP tower (GELU)", "hf_modern", "openclip_gelu/image_embeds", "hf_modern/openclip_gelu.safetensors",
+     dict(name="vit_base_patch16_clip_224", mlp_ratio=4), ("layer_norm_epsilon=1e-6", dict(layer_norm_epsilon=1e-6))),
 ]
 
 
@@ -67,9 +99,12 @@ def difference(fixtures, references, key, source, overrides):
 
     from paddle_vit import create_model
 
-    options = dict(TOY, **overrides)
+    if overrides.get("name", "") is None:  # a folder that names its model, at its own sizes
+        options = dict(overrides)
+    else:
+        options = dict(TOY, **overrides)
     resample = options.pop("resample", None)
-    name = "vit_base_r50_s16_224" if "backbone_layers" in options else "vit_tiny_patch16_224"
+    name = options.pop("name", "vit_base_r50_s16_224" if "backbone_layers" in options else "vit_tiny_patch16_224")
     model = create_model(name, pretrained=os.path.join(fixtures, source), resample=resample, **options).eval()
     case = key.rsplit("/", 1)[0]
     with paddle.no_grad():
@@ -84,7 +119,7 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="one JSON object per case instead of a table")
     args = parser.parse_args(argv)
     references = {family: dict(np.load(os.path.join(args.fixtures, f"{family}_reference.npz")))
-                  for family in ("timm", "hf", "jax", "paddleclas", "torchvision")}
+                  for family in ("timm", "hf", "jax", "paddleclas", "torchvision", "timm_modern", "hf_modern")}
     if not args.json:
         print("| checkpoint (reference fixture) | max abs difference | computed another way instead |")
         print("|---|---|---|")
