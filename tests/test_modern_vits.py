@@ -19,16 +19,15 @@ from repo_paths import REPO
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 with open(os.path.join(FIXTURES, "timm_modern_registry.json")) as _stream:
     TIMM = json.load(_stream)["models"]
-# timm names of these families that are not a plain VisionTransformer of Blocks, or need what is
-# not built: differential attention ("d"), parallel blocks ("p"), 384 px at patch 14 (timm floors
-# 384 / 14 = 27.4 patches; this ViT asks for a size the patch divides)
+# timm names of these families that are not a plain VisionTransformer of Blocks: differential
+# attention ("d"), parallel blocks ("p")
 NOT_BUILT = {"vit_dwee_patch16_reg1_gap_256", "vit_dlittle_patch16_reg1_gap_256", "vit_dpwee_patch16_reg1_gap_256",
-             "vit_pwee_patch16_reg1_gap_256", "vit_so400m_patch14_siglip_384", "vit_so400m_patch14_siglip_gap_384"}
+             "vit_pwee_patch16_reg1_gap_256"}
 BUILT = sorted(name for name, facts in TIMM.items() if name not in NOT_BUILT)
 # one of each family in the fast loop; every name in the full suite
 FAST = {"deit3_small_patch16_224", "deit_tiny_distilled_patch16_224", "vit_small_patch14_reg4_dinov2",
         "vit_base_patch16_clip_quickgelu_224", "vit_base_patch16_siglip_224", "vit_medium_patch16_gap_256",
-        "vit_so150m2_patch16_reg1_gap_256"}
+        "vit_so150m2_patch16_reg1_gap_256", "vit_so400m_patch14_siglip_384"}
 GELUS = {("GELU", "none"): "exact", ("GELUTanh", None): "tanh", ("GELU", "tanh"): "tanh", ("QuickGELU", None): "quick",
          ("SiLU", None): "swiglu"}
 
@@ -308,3 +307,19 @@ def test_few_shot_evaluation_reads_each_familys_embedding(architecture):
     with paddle.no_grad():
         features = representation(model, paddle.to_tensor(reference(architecture, "input"))).numpy()
     assert max_difference(features, reference(architecture, "pre_logits")) < TOLERANCE
+
+
+def test_an_image_size_the_patch_does_not_divide_drops_the_remainder_as_timm():
+    """vit_so400m_patch14_siglip_384: 384 px at patch 14 is 27 patches, the last 6 pixels left
+    out by the convolution (timm's PatchEmbed); other models still refuse such a size."""
+    config = get_model_config("vit_so400m_patch14_siglip_384", depth=1, embed_dim=32, num_heads=4)
+    assert config.drop_remainder and config.token_grid() == (27, 27)
+    model = ViT(config).eval()
+    images = paddle.randn([1, 3, 384, 384])
+    with paddle.no_grad():
+        cropped = images.clone()
+        cropped[:, :, 378:, :] = 0.0
+        cropped[:, :, :, 378:] = 0.0
+        assert max_difference(model(images).numpy(), model(cropped).numpy()) == 0.0  # the remainder unseen
+    with pytest.raises(ConfigError, match="378 .* is not divisible by patch_size 14|not divisible"):
+        create_model("vit_base_patch16_224", image_size=378, patch_size=16)

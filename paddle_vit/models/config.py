@@ -86,6 +86,9 @@ class ViTConfig:
         distilled: DeiT's distillation token after the class token, with its own head; the
             logits are the mean of the two heads (in training, with `set_distilled_training`,
             both are returned for the distillation loss; timm's VisionTransformerDistilled).
+        drop_remainder: accept an image_size the patch does not divide, the patch Conv2D leaving
+            the last image_size % patch_size rows and columns out, as timm's PatchEmbed does
+            (vit_so400m_patch14_siglip_384: 27 x 27 patches of 384 px); False refuses such a size.
         recompute: activation recompute in training: 0 keeps every encoder layer's activations
             for the backward pass; k > 0 keeps only the input of every k-th layer (0, k, 2k, ...)
             and computes that layer again in the backward pass (Paddle's recompute). The numbers
@@ -126,6 +129,7 @@ class ViTConfig:
     mlp: str = "standard"
     fc_norm: Optional[bool] = None
     distilled: bool = False
+    drop_remainder: bool = False
     recompute: int = 0
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
@@ -191,7 +195,7 @@ class ViTConfig:
         return self
 
     def _validate_tokens(self):
-        for name in ("class_token", "no_embed_class", "pre_norm", "distilled"):
+        for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         if self.fc_norm is not None and not isinstance(self.fc_norm, bool):
@@ -263,7 +267,7 @@ class ViTConfig:
     def token_grid(self):
         """(rows, cols) of patch tokens; an image or feature map the patch does not divide is an error."""
         if not self.is_hybrid:
-            return grid_size(self.image_size, self.patch_size)
+            return grid_size(self.image_size, self.patch_size, self.drop_remainder)
         rows, cols = self.feature_size()
         if rows % self.patch_size or cols % self.patch_size:
             raise ConfigError(f"model.image_size {self.image_size} gives the ResNet's {rows}x{cols} feature map, "

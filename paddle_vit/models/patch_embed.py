@@ -33,11 +33,12 @@ from .resize import DEFAULT_RESIZE
 POSITION_EMBEDDINGS = ("learned", "learned_2d", "sincos_2d", "none")
 
 
-def grid_size(image_size, patch_size):
-    """(rows, cols) of the patch grid; an image size the patch does not divide is an error."""
+def grid_size(image_size, patch_size, drop_remainder=False):
+    """(rows, cols) of the patch grid; an image size the patch does not divide is an error, unless
+    `drop_remainder` (the Conv2D then leaves the last image_size % patch_size pixels out)."""
     sizes = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     for size in sizes:
-        if size % patch_size != 0:
+        if size % patch_size != 0 and not drop_remainder:
             raise ConfigError(
                 f"image_size {size} is not divisible by patch_size {patch_size}: "
                 f"use a multiple of {patch_size} such as {max(patch_size, size // patch_size * patch_size)}")
@@ -82,20 +83,24 @@ class PatchEmbedding(DynamicSize, FigureHooks, nn.Layer):
             is built only when asked for.
         no_embed_class: the position embedding covers the patches only (timm's no_embed_class).
         patch_bias: whether the Conv2D has a bias (CLIP's has none).
+        drop_remainder: take an image_size the patch does not divide, the Conv2D leaving its last
+            image_size % patch_size rows and columns out, as timm's does (SigLIP so400m/14 at 384).
     """
 
     def __init__(self, image_size=224, patch_size=16, in_channels=3, embed_dim=768, dropout=0.0,
                  position_embedding="learned", dynamic_size=False, dynamic_pad=False, resize_method=None,
                  class_token=True, distillation_token=False, register_tokens=0, no_embed_class=False,
-                 patch_bias=True):
+                 patch_bias=True, drop_remainder=False):
         super().__init__()
         if position_embedding not in POSITION_EMBEDDINGS:
             raise ConfigError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
                               f"got {position_embedding!r}")
         self.embed_dim = embed_dim
         self.patch_size = patch_size
-        self.grid_size = grid_size(image_size, patch_size)
-        self.image_size = (self.grid_size[0] * patch_size, self.grid_size[1] * patch_size)
+        self.grid_size = grid_size(image_size, patch_size, drop_remainder)
+        self.drop_remainder = drop_remainder
+        sizes = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        self.image_size = sizes if drop_remainder else (self.grid_size[0] * patch_size, self.grid_size[1] * patch_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.position_embedding_kind = position_embedding
         self.dynamic_size = dynamic_size

@@ -61,7 +61,7 @@ class DynamicSize:
         """With `dynamic_size` and no padding: the patch must divide what it cuts."""
         height, width = x.shape[2], x.shape[3]
         patch = self.patch_size
-        if self.dynamic_pad or (height % patch == 0 and width % patch == 0):
+        if self.dynamic_pad or self.drop_remainder or (height % patch == 0 and width % patch == 0):
             return
         raise ConfigError(f"{self.cuts_what} is {height}x{width}, which patch_size {patch} does not divide: "
                           f"use a multiple of {patch}, or build the model with dynamic_img_pad=True to pad it")

@@ -114,7 +114,7 @@ SIGLIP = [  # (size, patch, image sizes, GELU)
     ("base", 32, (256,), "tanh"),
     ("large", 16, (256, 384), "exact"),
     ("large", 16, (512,), "tanh"),
-    ("so400m", 14, (224, 378), "exact"),  # 384 px at patch 14 (timm floors 384 / 14) is not built
+    ("so400m", 14, (224, 378, 384), "exact"),
     ("so400m", 16, (256, 384, 512), "tanh"),
     ("giantopt", 16, (256, 384), "tanh"),
 ]
@@ -122,7 +122,8 @@ for _size, _patch, _resolutions, _gelu in SIGLIP:
     _width, _depth, _heads, _ratio = SIGLIP_SIZES[_size]
     for _resolution in _resolutions:
         _siglip = dict(patch_size=_patch, image_size=_resolution, embed_dim=_width, depth=_depth, num_heads=_heads,
-                       mlp_ratio=_ratio, gelu=_gelu, class_token=False, num_classes=0)
+                       mlp_ratio=_ratio, gelu=_gelu, class_token=False, num_classes=0,
+                       drop_remainder=_resolution % _patch != 0)  # 384 at patch 14: 27 patches, as timm
         register(f"vit_{_size}_patch{_patch}_siglip_{_resolution}", pool="map", **_siglip)
         register(f"vit_{_size}_patch{_patch}_siglip_gap_{_resolution}", pool="mean", fc_norm=False, **_siglip)
 for _resolution in (448, 896):  # average-pooled only

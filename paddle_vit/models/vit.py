@@ -39,20 +39,20 @@ class ViT(nn.Layer):
         self.class_names = None  # set from a checkpoint that records them (create_model(pretrained=...))
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
-        dynamic = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,
-                       resize_method=config.pos_embed_resample, class_token=config.class_token,
-                       distillation_token=config.distilled, register_tokens=config.register_tokens,
-                       no_embed_class=config.no_embed_class,
-                       patch_bias=not config.pre_norm)  # as timm: a model normed before the blocks (CLIP) has none
+        embedding = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,
+                         resize_method=config.pos_embed_resample, class_token=config.class_token,
+                         distillation_token=config.distilled, register_tokens=config.register_tokens,
+                         no_embed_class=config.no_embed_class, drop_remainder=config.drop_remainder,
+                         patch_bias=not config.pre_norm)  # as timm: normed before the blocks (CLIP), no bias
         if config.is_hybrid:
             backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels,
                                 config.backbone_style)
             self.patch_embed = HybridEmbedding(backbone, config.feature_size(), config.image_size, config.patch_size,
                                                config.embed_dim, config.dropout, config.position_embedding,
-                                               **dynamic)
+                                               **embedding)
         else:
             self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
-                                              config.embed_dim, config.dropout, config.position_embedding, **dynamic)
+                                              config.embed_dim, config.dropout, config.position_embedding, **embedding)
         self.encoder = Encoder(config, final_norm=not config.uses_fc_norm)
         if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
