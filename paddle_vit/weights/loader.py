@@ -153,7 +153,7 @@ def _same(a, b):
 
 def _how_to_fix(option, value):
     if option in ARCHITECTURE_OPTIONS:
-        hybrids = [name for name in list_models() if "_r" in name and name.startswith("vit_")]
+        hybrids = [name for name in list_models() if get_model_config(name).is_hybrid]
         kind = (f"a hybrid ResNet + ViT checkpoint: build it with a hybrid name ({', '.join(hybrids[:4])}, ...)"
                 if value is not None else "a plain ViT checkpoint: build it with a plain ViT name")
         return f"{kind} or {option}={value!r}"
