@@ -321,7 +321,8 @@ def test_each_fixture_is_detected_as_its_own_family():
 
     expected = {"hf_vit_classifier/model.safetensors": "huggingface", "hf_vit_model/model.safetensors": "huggingface",
                 "jax_vit_released.npz": "jax", "jax_vit_linen.npz": "jax", "paddleclas_vit_base.pdparams": "paddleclas",
-                "plsc_vit_in21k.pdparams": "paddleclas", "timm_vit_cls.safetensors": "timm",
+                "plsc_vit_in21k.pdparams": "paddleclas", "paddleclas_foundation_clip.pdparams": "paddleclas",
+                "paddleclas_foundation_mae.pdparams": "paddleclas", "timm_vit_cls.safetensors": "timm",
                 "torchvision_vit.safetensors": "torchvision", "torchvision_vit_prelogits.safetensors": "torchvision",
                 "hf_modern/openclip_quickgelu.safetensors": "openclip",
                 "timm_modern/vit_small_patch14_reg4_dinov2/model.safetensors": "timm"}

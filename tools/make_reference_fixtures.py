@@ -7,6 +7,7 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/refvenv/bin/python            tools/make_reference_fixtures.py huggingface  # torch + transformers
     /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py jax --vit-jax DIR  # jax + flax, vit_jax code
     /work/refvenv-paddleclas/bin/python tools/make_reference_fixtures.py paddleclas   # paddleclas + plsc
+    /work/refvenv-paddleclas/bin/python tools/make_reference_fixtures.py paddleclas_foundation  # its foundation ViTs
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py torchvision  # torch + torchvision
     /work/torchvenv/bin/python          tools/make_reference_fixtures.py preprocess \
         --paddleclas-python PY --paddleclas-path DIR --tf-python PY  # each library's eval preprocessing
@@ -34,7 +35,7 @@ MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fi
            "preprocess": "preprocess_fixtures", "features": "features_fixtures",
            "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures",
            "fewshot": "fewshot_fixtures", "timm_modern": "timm_modern_fixtures",
-           "hf_modern": "hf_modern_fixtures"}
+           "hf_modern": "hf_modern_fixtures", "paddleclas_foundation": "paddleclas_foundation_fixtures"}
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ plain values, precisely enough to reproduce the library that made the checkpoint
 | timm        | `resolve_data_config` + `create_transform(is_training=False)`|
 | huggingface | the image processor with its PIL backend (`ViTImageProcessor`)|
 | torchvision | `ViT_B_16_Weights.IMAGENET1K_V1.transforms()`                |
-| paddleclas  | PaddleClas's ViT eval ops (cv2 decode, ResizeImage, CropImage) |
+| paddleclas  | PaddleClas's eval ops (cv2 decode, ResizeImage, CropImage): its ViT configs' or a config's list |
 | vit_jax     | `input_pipeline.py`: `tf.image.resize` + (x - 127.5) / 127.5  |
 
 The arithmetic that matters and differs between them (see docs/pretrained.md):
@@ -497,15 +497,91 @@ def _torchvision(image_size, where):
                       origin=f"torchvision IMAGENET1K_V1 transforms() ({where})")
 
 
-def _paddleclas(image_size, where):
-    """PaddleClas's ViT eval ops: cv2 decode, ResizeImage(resize_short=256), CropImage(224),
-    NormalizeImage(scale=1/255, mean = std = 0.5), ToCHWImage."""
+def _paddleclas(config, image_size, where):
+    """PaddleClas's eval ops: with no config its ViT configs' (cv2 decode,
+    ResizeImage(resize_short=256), CropImage(224), NormalizeImage(scale=1/255, mean = std = 0.5),
+    ToCHWImage), scaled to `image_size`; else the ``transform_ops`` list of the config, as a
+    PaddleClas YAML writes it (`_paddleclas_ops`)."""
+    if config:
+        return _paddleclas_ops(config, image_size, where)
     crop = int(image_size) if image_size is not None else 224
     resize = 256 if crop == 224 else int(crop * 256 / 224)
     return Preprocess(crop, crop / resize, list(HALF), list(HALF), "bilinear", resize_mode="shorter_side",
                       resize_size=resize, long_side="scale_round", crop_offset="floor", backend="cv2",
                       rescale="float32_multiply", rescale_factor=1.0 / 255.0, rgb="convert_shift16",
                       exif_transpose=True, origin=f"PaddleClas ViT eval transform ({where})")
+
+
+_PADDLECLAS_OPS = ("DecodeImage", "ResizeImage", "CropImage", "NormalizeImage", "ToCHWImage")
+
+
+def _paddleclas_number(value, where, key):
+    """A NormalizeImage scale as PaddleClas's YAML gives it: a number or "a/b" (it `eval`s strings)."""
+    if isinstance(value, str):
+        parts = value.split("/")
+        try:
+            numbers = [float(part) for part in parts]
+        except ValueError:
+            numbers = []
+        if len(numbers) in (1, 2):
+            return numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0]
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(f"{where}: {key} {value!r} is not a number or 'a/b'")
+
+
+def _paddleclas_ops(config, image_size, where):
+    """A PaddleClas eval ``transform_ops`` list (paddleclas/deploy/python/preprocess.py, the
+    arithmetic of ppcls/data/preprocess/ops/operators.py): DecodeImage(to_rgb=True) (cv2.imdecode:
+    alpha dropped, EXIF applied), ResizeImage(resize_short=N | size=N, interpolation, backend cv2 |
+    pil: each side ``round(side * N / short)``), CropImage(size) (offset (h - c) // 2),
+    NormalizeImage(scale, mean, std, order '') (float32 ``x * scale``), ToCHWImage."""
+    ops = config.get("transform_ops") if isinstance(config, dict) else None
+    if not isinstance(ops, list) or not all(isinstance(op, dict) and len(op) == 1 for op in ops):
+        raise ConfigError(f"{where}: a PaddleClas preprocessing config holds transform_ops, a list of one-key "
+                          f"dicts such as {{'ResizeImage': {{'resize_short': 256}}}}, got {config!r}")
+    steps = {}
+    for op in ops:
+        (name, arguments), = op.items()
+        _choice("transform_ops", name, _PADDLECLAS_OPS)
+        steps[name] = dict(arguments or {})
+    if not steps.get("DecodeImage", {}).get("to_rgb", True):
+        raise ConfigError(f"{where}: DecodeImage to_rgb false keeps OpenCV's BGR order; the models take RGB")
+    resize = steps.get("ResizeImage")
+    if resize is None:
+        raise ConfigError(f"{where}: transform_ops without ResizeImage: an input of any size is not fed to a model")
+    backend = str(resize.get("backend", "cv2")).lower()
+    interpolation = str(resize.get("interpolation") or "bilinear").lower()  # either backend's default
+    if resize.get("resize_short"):
+        resize_mode, resize_size = "shorter_side", int(resize["resize_short"])
+    else:
+        size = resize.get("size")
+        if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
+            size = size[0]
+        if not isinstance(size, int):
+            raise ConfigError(f"{where}: ResizeImage size {size!r} is not square; the models take square images")
+        resize_mode, resize_size = "both_sides", size
+    crop = steps.get("CropImage", {}).get("size", resize_size) if "CropImage" in steps else resize_size
+    if isinstance(crop, (list, tuple)) and len(crop) == 2 and crop[0] == crop[1]:
+        crop = crop[0]
+    if not isinstance(crop, int):
+        raise ConfigError(f"{where}: CropImage size {crop!r} is not square; the models take square images")
+    if image_size is not None and int(image_size) != crop:
+        raise ConfigError(f"{where}: the transform makes {crop} x {crop} inputs but the model takes "
+                          f"{image_size} x {image_size}")
+    normalize = steps.get("NormalizeImage", {})
+    if str(normalize.get("order", "chw")).lower() not in ("", "hwc"):
+        raise ConfigError(f"{where}: NormalizeImage order {normalize.get('order')!r} normalises an HWC image by "
+                          f"channel-first statistics; PaddleClas's eval configs give order ''")
+    scale = _paddleclas_number(normalize.get("scale", "1.0/255.0"), where, "NormalizeImage scale")
+    mean = [float(v) for v in normalize.get("mean", IMAGENET_MEAN)]
+    std = [float(v) for v in normalize.get("std", IMAGENET_STD)]
+    preprocess = Preprocess(crop, crop / resize_size, mean, std, interpolation, resize_mode=resize_mode,
+                            resize_size=resize_size, long_side="scale_round", crop_offset="floor", backend=backend,
+                            rescale="float32_multiply", rescale_factor=scale, rgb="convert_shift16",
+                            exif_transpose=True, origin=f"PaddleClas eval transform_ops of {where}")
+    preprocess._validate()  # e.g. OpenCV's bicubic (PP-ShiTuV2's squash), which is not reproduced
+    return preprocess
 
 
 def _vit_jax(image_size, where):
@@ -522,7 +598,8 @@ def preprocess_for_checkpoint(hint, image_size, where=None):
     """The `Preprocess` a checkpoint family's `hint` implies, at the model's `image_size`.
 
     hint: ``{"pipeline": "timm", "config": pretrained_cfg}``, ``{"pipeline": "huggingface",
-    "config": preprocessor_config}``, ``{"pipeline": "torchvision" | "paddleclas" | "vit_jax"}``;
+    "config": preprocessor_config}``, ``{"pipeline": "torchvision" | "paddleclas" | "vit_jax"}``,
+    ``{"pipeline": "paddleclas", "config": {"transform_ops": [...]}}`` (a PaddleClas YAML's eval list);
     an optional ``"source"`` names the file the config came from (used in `origin`).
     """
     if not isinstance(hint, dict) or "pipeline" not in hint:
@@ -536,5 +613,5 @@ def preprocess_for_checkpoint(hint, image_size, where=None):
     if pipeline == "torchvision":
         return _torchvision(image_size, where)
     if pipeline == "paddleclas":
-        return _paddleclas(image_size, where)
+        return _paddleclas(hint.get("config"), image_size, where)
     return _vit_jax(image_size, where)
