@@ -127,19 +127,20 @@ def test_epsilon_and_gelu_are_what_make_the_outputs_match(case):
 
 # ---- what is refused, by the tensor that says it ------------------------------------------------
 
-def test_clip_base_patch16_classifier_reads_the_first_patch_token_and_is_refused():
+def test_clip_base_patch16_classifier_reads_the_first_patch_token_as_paddleclas():
+    """PaddleX's CLIP_vit_base_patch16_224 classifier: foundation_vit drops the class token after
+    the blocks and classifies token 0, the first patch token (pool="first_patch")."""
     head = {"head.fc_head.weight": REFERENCE["clip/classifier_head.weight"],
             "head.fc_head.bias": REFERENCE["clip/classifier_head.bias"]}
-    with pytest.raises(WeightsError, match=r"head\.fc_head\.weight .*CLIP_vit_base_patch16_224.*first patch token"
-                                           r".*remove_cls_token_in_forward") as caught:
-        create("clip", source={**arrays("clip"), **head})
-    assert "\n" not in str(caught.value)
-    # what PaddleClas's classifier computes: its head on the normed token 1 (the class token is 0)
-    tokens = create("clip").forward_features(paddle.to_tensor(REFERENCE["clip/input"])).numpy()
-    weight, bias = head["head.fc_head.weight"], head["head.fc_head.bias"]
-    expected = REFERENCE["clip/classifier_logits"]
-    assert np.abs(tokens[:, 1] @ weight + bias - expected).max() < TOLERANCE
-    assert np.abs(tokens[:, 0] @ weight + bias - expected).max() > 100 * TOLERANCE
+    model = create("clip", source={**arrays("clip"), **head})
+    assert model.config.pool == "first_patch" and model.num_classes == 5
+    with paddle.no_grad():
+        logits = model(paddle.to_tensor(REFERENCE["clip/input"])).numpy()
+    assert np.abs(logits - REFERENCE["clip/classifier_logits"]).max() < TOLERANCE
+    class_token = create("clip", source={**arrays("clip"), **head}, pool="cls")  # the class token instead
+    with paddle.no_grad():
+        wrong = class_token(paddle.to_tensor(REFERENCE["clip/input"])).numpy()
+    assert np.abs(wrong - REFERENCE["clip/classifier_logits"]).max() > 100 * TOLERANCE
 
 
 @pytest.mark.parametrize("case, tensor", [("beitv2", "blocks.0.attn.relative_position_bias_table"),
@@ -204,8 +205,7 @@ def test_the_clip_variant_is_read_off_the_patch_size_at_full_size():
     assert implied_options(full_size(32))["pool"].value == "walkthrough"  # CLIP_vit_base_patch32_224
     assert implied_options(full_size(14, head=True))["pool"].value == "cls"  # CLIP_vit_large_patch14_*'s classifier
     assert implied_options(full_size(32, head=True))["num_classes"].value == 1000
-    with pytest.raises(WeightsError, match="first patch token"):
-        implied_options(full_size(16, head=True))
+    assert implied_options(full_size(16, head=True))["pool"].value == "first_patch"  # CLIP_vit_base_patch16_224's
 
 
 def test_older_paddleclas_files_keep_their_own_reading():

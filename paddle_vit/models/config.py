@@ -11,7 +11,7 @@ from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
 from .resnet import STAGE_CHANNELS, STYLES, backbone_channels, backbone_feature_size, backbone_macs
 
-POOLS = ("cls", "mean", "walkthrough", "map")
+POOLS = ("cls", "mean", "walkthrough", "map", "first_patch")
 INITS = ("timm", "jax")
 
 
@@ -44,7 +44,9 @@ class ViTConfig:
         pool: "cls" reads the class token (the paper); "mean" averages the patch tokens and
             normalises after pooling (timm's global_pool="avg" with fc_norm); "walkthrough"
             averages every token, class token included, with AdaptiveAvgPool1D; "map" is
-            SigLIP's attention pool (timm's global_pool="map", models/pooling.py).
+            SigLIP's attention pool (timm's global_pool="map", models/pooling.py); "first_patch"
+            reads the first patch token, as PaddleClas's CLIP_vit_base_patch16_224 classifier
+            does (it drops the class token after the blocks, then reads token 0).
         representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
             pre-training head, or None for none.
         position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).

@@ -87,6 +87,8 @@ class ViT(nn.Layer):
             x = self.average_tokens(x[:, self.patch_embed.num_prefix_tokens:])  # the patch tokens only
         elif pool == "map":
             x = self.attn_pool(x)  # a learned query attends over every token (SigLIP)
+        elif pool == "first_patch":
+            x = x[:, self.patch_embed.num_prefix_tokens]  # PaddleClas's CLIP base/16 classifier
         else:
             x = x.transpose([0, 2, 1])  # walkthrough: [B, 1 + N, D] -> [B, D, 1 + N]
             x = self.avgpool(x)  # [B, D, 1]

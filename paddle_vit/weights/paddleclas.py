@@ -34,8 +34,7 @@ CLIP, and no patch-embedding bias (``conv_bias=False``). What the code computes:
 - a classifier (``return_embed=False``, the fine-tuning configs; the file has ``head.fc_head``):
   ``head.fc_head(norm(x)[:, 0])``, the class token (``proj`` unused: ignored). Except
   ``CLIP_vit_base_patch16_224`` (``remove_cls_token_in_forward``): it drops the class token after
-  the blocks and classifies ``x[:, 0]``, the first *patch* token, which no pool of ours reads:
-  refused. ``MAE_vit_huge_patch14``'s classifier (``head.fc_norm``) normalises ``x[:, 1:].mean(1)``
+  the blocks and classifies ``x[:, 0]``, the first *patch* token (``pool="first_patch"``). ``MAE_vit_huge_patch14``'s classifier (``head.fc_norm``) normalises ``x[:, 1:].mean(1)``
   of the pooled [B, D] features, a [B] vector, and fails in PaddleClas itself: refused;
 - an embedding model (``return_embed=True, return_mean_embed=True``, as PP-ShiTuV2's recognition
   configs build CLIP; the file has no ``head.*``): ``mean_tokens(norm(x) @ proj)`` = the mean of the
@@ -123,11 +122,6 @@ def _refuse_what_is_not_built(checkpoint):
         raise WeightsError(f"{where}: head.fc_norm.weight is the classifier head of PaddleClas foundation_vit's "
                            f"MAE_vit_huge_patch14, which normalises x[:, 1:].mean(1) of the pooled [B, D] features "
                            f"and fails in PaddleClas itself; its embedding model (return_embed=True: no head.*) loads")
-    if "head.fc_head.weight" in arrays and _is_clip_base_patch16(arrays):
-        raise WeightsError(f"{where}: head.fc_head.weight is the classifier of PaddleClas's CLIP_vit_base_patch16_224 "
-                           f"(ln_pre, 16x16 patches), which reads the first patch token, not the class token "
-                           f"(foundation_vit's remove_cls_token_in_forward), a pooling paddle-vit does not build "
-                           f"(pool option); its embedding model (return_embed=True: no head.*) loads")
 
 
 def _convert_foundation(checkpoint):
@@ -170,7 +164,11 @@ def _foundation_options(checkpoint, converted):
         "fc_norm": Implied(False, "PaddleClas foundation_vit normalises with norm before pooling"),
         "pos_embed_resample": Implied("bicubic", "foundation_vit's resize_pos_embed (bicubic, align_corners=False)"),
     }
-    if classifier:
+    if classifier and _is_clip_base_patch16(arrays):
+        options["pool"] = Implied("first_patch", "PaddleClas's CLIP_vit_base_patch16_224 classifier "
+                                                 "(remove_cls_token_in_forward): the class token dropped after the "
+                                                 "blocks, then token 0, the first patch token")
+    elif classifier:
         options["pool"] = Implied("cls", "PaddleClas foundation_vit's classifier (head.fc_head) reads the class token")
     elif _is_clip_base_patch16(arrays):
         options["pool"] = Implied("mean", "PaddleClas's CLIP_vit_base_patch16_224 with return_embed, "
