@@ -115,8 +115,8 @@ def test_hugging_face_sharded_folder(tmp_path):
 def test_hugging_face_activation_this_vit_cannot_compute_is_named(tmp_path):
     shutil.copytree(fixture("hf_vit_classifier"), tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, hidden_act="quick_gelu")))
-    with pytest.raises(WeightsError, match="hidden_act 'quick_gelu'.*supported: gelu, gelu_new"):
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, hidden_act="relu")))
+    with pytest.raises(WeightsError, match="hidden_act 'relu'.*supported: gelu, gelu_new"):
         create(str(tmp_path / "hf"))
     for epsilon in ("1e-12", 0, float("nan"), 0.1):
         (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(config, layer_norm_eps=epsilon)))
@@ -327,8 +327,10 @@ def test_each_fixture_is_detected_as_its_own_family():
                 "hf_modern/openclip_quickgelu.safetensors": "openclip",
                 "timm_modern/vit_small_patch14_reg4_dinov2/model.safetensors": "timm"}
     assert {name: detect_format(arrays(name)) for name in expected} == expected
-    assert [family.name for family in families()] == ["huggingface", "jax", "openclip", "paddle-vit", "paddleclas", "timm",
-                                                       "torchvision"]
+    assert [family.name for family in families()] == ["huggingface", "huggingface-clip", "huggingface-deit",
+                                                       "huggingface-dinov2", "huggingface-dinov2-registers",
+                                                       "huggingface-siglip", "jax", "openclip", "paddle-vit",
+                                                       "paddleclas", "timm", "torchvision"]
 
 
 def test_an_unknown_layout_names_every_supported_format():

@@ -13,7 +13,7 @@ plain values, precisely enough to reproduce the library that made the checkpoint
 | pipeline    | library function reproduced                                  |
 |-------------|--------------------------------------------------------------|
 | timm        | `resolve_data_config` + `create_transform(is_training=False)`|
-| huggingface | the image processor with its PIL backend (`ViTImageProcessor`)|
+| huggingface | the image processor with its PIL backend (ViT, DeiT, Bit, CLIP, Siglip)|
 | torchvision | `ViT_B_16_Weights.IMAGENET1K_V1.transforms()`                |
 | paddleclas  | PaddleClas's eval ops (cv2 decode, ResizeImage, CropImage): its ViT configs' or a config's list |
 | vit_jax     | `input_pipeline.py`: `tf.image.resize` + (x - 127.5) / 127.5  |
@@ -426,13 +426,40 @@ def _timm(config, image_size, where):
 
 
 _HF_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+_HF_SQUARE_224 = {"height": 224, "width": 224}
+# transformers' image processors (PIL backend): what each class assumes for a key its
+# preprocessor_config.json leaves out (a file written by save_pretrained states them all)
+HF_PROCESSORS = {
+    "ViTImageProcessor": dict(size=_HF_SQUARE_224, resample=2, image_mean=HALF, image_std=HALF),
+    "DeiTImageProcessor": dict(size={"height": 256, "width": 256}, resample=3, do_center_crop=True,
+                               crop_size=_HF_SQUARE_224, image_mean=HALF, image_std=HALF),
+    "BitImageProcessor": dict(size={"shortest_edge": 224}, resample=3, do_center_crop=True, crop_size=_HF_SQUARE_224,
+                              image_mean=OPENAI_MEAN, image_std=OPENAI_STD, do_convert_rgb=True,
+                              default_to_square=False),
+    "CLIPImageProcessor": dict(size={"shortest_edge": 224}, resample=3, do_center_crop=True, crop_size=_HF_SQUARE_224,
+                               image_mean=OPENAI_MEAN, image_std=OPENAI_STD, do_convert_rgb=True,
+                               default_to_square=False),
+    "SiglipImageProcessor": dict(size=_HF_SQUARE_224, resample=3, image_mean=HALF, image_std=HALF,
+                                 do_convert_rgb=True, default_to_square=False),
+}
+# default_to_square: whether a size given as one number n is n x n (else the shortest edge n)
+_HF_COMMON = dict(do_resize=True, size=_HF_SQUARE_224, resample=2, do_center_crop=False, crop_size=_HF_SQUARE_224,
+                  do_rescale=True, rescale_factor=1 / 255, do_normalize=True, image_mean=HALF, image_std=HALF,
+                  do_convert_rgb=False, default_to_square=True)
 
 
-def _size_of(value, where, key):
-    """(height, width) or ("shortest_edge", n) of a preprocessor_config size entry."""
-    if isinstance(value, int):
-        return ("square", int(value))
+def _size_of(value, where, key, default_to_square=True):
+    """(height, width) or ("shortest_edge", n) of a preprocessor_config size entry (one number
+    n: n x n, or the shortest edge n for a processor that does not default to square)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return ("square", int(value)) if default_to_square else ("shortest_edge", int(value))
     if isinstance(value, dict):
+        sides = [value.get(side) for side in ("height", "width", "shortest_edge")]
+        if not all(side is None or (isinstance(side, int) and not isinstance(side, bool) and side > 0)
+                   for side in sides):
+            raise ConfigError(f"{where}: {key} {value!r} must hold positive integers")
         if "height" in value and "width" in value:
             return ("square", int(value["height"])) if value["height"] == value["width"] else \
                 ("rect", (int(value["height"]), int(value["width"])))
@@ -442,48 +469,82 @@ def _size_of(value, where, key):
                       f"({{'height': H, 'width': W}} or {{'shortest_edge': N}})")
 
 
+def _hf_processor_defaults(config, where):
+    """The defaults of the image processor class a preprocessor_config.json names
+    (image_processor_type, or feature_extractor_type in older files); ViTImageProcessor's for
+    a file that names none."""
+    key = "image_processor_type" if "image_processor_type" in config else "feature_extractor_type"
+    kind = config.get(key, "ViTImageProcessor")
+    name = kind.replace("FeatureExtractor", "ImageProcessor") if isinstance(kind, str) else kind
+    for suffix in ("Fast", "Pil"):
+        if isinstance(name, str) and name.endswith(suffix):
+            name = name[:-len(suffix)]
+    if name not in HF_PROCESSORS:
+        raise ConfigError(f"{where}: {key} {kind!r} is not an image processor this project reproduces; it reads "
+                          f"{', '.join(HF_PROCESSORS)}")
+    return dict(_HF_COMMON, **HF_PROCESSORS[name])
+
+
+def _hf_statistics(value, where, key):
+    """Three floats from an image_mean / image_std entry (one number for all channels, or three)."""
+    values = [value] * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if (not isinstance(values, (list, tuple)) or len(values) != 3 or
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)):
+        raise ConfigError(f"{where}: {key} {value!r} must be a number or three numbers (R, G, B)")
+    if key == "image_std" and not all(v > 0 for v in values):
+        raise ConfigError(f"{where}: {key} {value!r} must be > 0")
+    return [float(v) for v in values]
+
+
 def _huggingface(config, image_size, where):
-    """transformers' image processor (PIL backend): convert, resize, centre crop, rescale, normalise."""
+    """transformers' image processor (PIL backend): convert, resize, centre crop, rescale, normalise,
+    each key as the file says or as its class assumes (`HF_PROCESSORS`)."""
     config = dict(config or {})
-    do_resize = config.get("do_resize", True)
-    do_crop = bool(config.get("do_center_crop", False))
-    resample = config.get("resample", 2)
-    if resample not in _HF_RESAMPLE:
+    settings = _hf_processor_defaults(config, where)
+    settings.update({key: value for key, value in config.items() if key in settings and key != "default_to_square"})
+    for key in ("do_resize", "do_center_crop", "do_rescale", "do_normalize", "do_convert_rgb"):
+        if settings[key] is None:  # transformers: unset
+            settings[key] = False
+        if not isinstance(settings[key], bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {settings[key]!r}")
+    resample = settings["resample"]
+    if resample not in _HF_RESAMPLE or isinstance(resample, bool):
         raise ConfigError(f"{where}: resample {resample!r} is not one of {sorted(_HF_RESAMPLE)} "
                           f"(nearest, bilinear, bicubic)")
     resize_mode, resize_size = "none", None
-    if do_resize:
-        kind, value = _size_of(config.get("size", {"height": 224, "width": 224}), where, "size")
+    if settings["do_resize"]:
+        kind, value = _size_of(settings["size"], where, "size", settings["default_to_square"])
         if kind == "rect":
-            raise ConfigError(f"{where}: size {config.get('size')} is not square; this project's models take "
+            raise ConfigError(f"{where}: size {settings['size']} is not square; this project's models take "
                               f"square images")
         resize_mode, resize_size = ("both_sides", value) if kind == "square" else ("shorter_side", value)
     crop = None
+    do_crop = settings["do_center_crop"]
     if do_crop:
-        kind, crop = _size_of(config.get("crop_size", {"height": 224, "width": 224}), where, "crop_size")
+        kind, crop = _size_of(settings["crop_size"], where, "crop_size")
         if kind != "square":
-            raise ConfigError(f"{where}: crop_size {config.get('crop_size')} must be square")
+            raise ConfigError(f"{where}: crop_size {settings['crop_size']} must be square")
     final = crop if do_crop else resize_size
     if final is None:
         final = int(image_size)
     if image_size is not None and int(image_size) != final:
         raise ConfigError(f"{where}: the processor makes {final} x {final} inputs but the model takes "
                           f"{image_size} x {image_size}")
-    do_rescale = config.get("do_rescale", True)
-    do_normalize = config.get("do_normalize", True)
-    mean = config.get("image_mean", HALF) if do_normalize else (0.0, 0.0, 0.0)
-    std = config.get("image_std", HALF) if do_normalize else (1.0, 1.0, 1.0)
-    if isinstance(mean, (int, float)):
-        mean = [mean] * 3
-    if isinstance(std, (int, float)):
-        std = [std] * 3
-    return Preprocess(int(final), mean=[float(v) for v in mean], std=[float(v) for v in std],
+    if settings["do_normalize"]:
+        mean = _hf_statistics(settings["image_mean"], where, "image_mean")
+        std = _hf_statistics(settings["image_std"], where, "image_std")
+    else:
+        mean, std = [0.0] * 3, [1.0] * 3
+    factor = settings["rescale_factor"]
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
+        raise ConfigError(f"{where}: rescale_factor {factor!r} must be a number > 0")
+    return Preprocess(int(final), mean=mean, std=std,
                       interpolation=_HF_RESAMPLE[resample], resize_mode=resize_mode,
                       resize_size=resize_size if resize_size is not None else int(final),
                       long_side="truncate", crop_offset="floor", crop_fill="zero",
                       rescale="float64_multiply",
-                      rescale_factor=float(config.get("rescale_factor", 1 / 255)) if do_rescale else 1.0,
-                      rgb="alpha_on_white" if config.get("do_convert_rgb") else "convert", read_rgb="convert",
+                      rescale_factor=float(factor) if settings["do_rescale"] else 1.0,
+                      rgb="alpha_on_white" if settings["do_convert_rgb"] else "convert", read_rgb="convert",
                       exif_transpose=True, origin=f"Hugging Face image processor of {where}")
 
 

@@ -8,7 +8,10 @@ Both publish the weights beside a ``config.json``, and the two are told apart by
   ``img_size``, ``depth``) and maybe ``label_names``; an older timm wrote the pretrained_cfg
   keys at the top level, with ``architecture`` among them;
 - Hugging Face transformers (``save_pretrained``): ``model_type`` and ``architectures`` (class
-  names), ``hidden_size``, ``num_hidden_layers``, ... .
+  names), ``hidden_size``, ``num_hidden_layers``, ... (an image-text model's under
+  ``vision_config``); each model type read (`HF_MODEL_TYPES`: ViT, ViTMAE, DeiT, DINOv2 with and
+  without registers, CLIP's and SigLIP's image towers) fixes the options of today's ViTs its
+  transformers class computes with (tokens, layer scale, MLP, pooling, epsilon, GELU).
 
 `describe_folder` turns either into the `ViTConfig` fields it fixes and the registered name
 they are (None when no registered model has them), so that `create_model(name=None,
@@ -231,36 +234,211 @@ def timm_class_names(config, num_classes):
 
 # ---- Hugging Face ------------------------------------------------------------------------------
 
-def hf_options(config):
-    """{ViTConfig field: Implied} of the architecture a Hugging Face ViT config.json states."""
+# the config.json model_type values read, and the transformers classes whose folders they are
+HF_MODEL_TYPES = {
+    "vit": "ViTModel, ViTForImageClassification",
+    "vit_mae": "ViTMAEModel, ViTMAEForPreTraining (the encoder, no masking)",
+    "deit": "DeiTForImageClassificationWithTeacher",
+    "dinov2": "Dinov2Model",
+    "dinov2_with_registers": "Dinov2WithRegistersModel",
+    "clip_vision_model": "CLIPVisionModel, CLIPVisionModelWithProjection",
+    "clip": "CLIPModel's image tower",
+    "siglip_vision_model": "SiglipVisionModel",
+    "siglip": "SiglipModel's image tower",
+}
+# an image-text model's config.json describes its image tower under vision_config
+HF_VISION_CONFIG = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+_VIT_DEFAULTS = {"layer_norm_eps": 1e-12, "hidden_act": "gelu", "qkv_bias": True}
+_DINOV2_DEFAULTS = {"layer_norm_eps": 1e-6, "hidden_act": "gelu", "qkv_bias": True, "mlp_ratio": 4,
+                    "use_swiglu_ffn": False, "layerscale_value": 1.0}
+# what transformers' config class of each model type assumes for a key config.json leaves out
+HF_CONFIG_DEFAULTS = {
+    "vit": ("ViTConfig", _VIT_DEFAULTS),
+    "vit_mae": ("ViTMAEConfig", _VIT_DEFAULTS),
+    "deit": ("DeiTConfig", _VIT_DEFAULTS),
+    "dinov2": ("Dinov2Config", _DINOV2_DEFAULTS),
+    "dinov2_with_registers": ("Dinov2WithRegistersConfig", dict(_DINOV2_DEFAULTS, num_register_tokens=4)),
+    "clip_vision_model": ("CLIPVisionConfig", {"layer_norm_eps": 1e-5, "hidden_act": "quick_gelu"}),
+    "siglip_vision_model": ("SiglipVisionConfig", {"layer_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh",
+                                                   "vision_use_head": True}),
+}
+# transformers' hidden_act names of the GELUs this ViT computes
+HF_HIDDEN_ACTS = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh",
+                  "quick_gelu": "quick"}
+# the ViTConfig fields beside the sizes that say which of today's ViTs a model is
+TOKEN_FIELDS = ("class_token", "register_tokens", "no_embed_class", "pre_norm", "mlp", "pool", "fc_norm",
+                "distilled", "position_embedding", "gelu")
+
+
+@dataclasses.dataclass
+class HFTower:
+    """The image tower a Hugging Face config.json describes: its model type (an image-text model's
+    is its vision_config's), the values describing it, how messages name a key of it, the file."""
+    model_type: str
+    values: dict
+    prefix: str
+    path: str
+
+    def where(self, key):
+        return f"{self.path}: {self.prefix}{key}"
+
+    def setting(self, key):
+        """(value, reason): config.json's, else transformers' default for the model type."""
+        if key in self.values:
+            return self.values[key], f"{self.where(key)} = {self.values[key]!r}"
+        class_name, defaults = HF_CONFIG_DEFAULTS[self.model_type]
+        return defaults[key], f"transformers' {class_name} default for {self.prefix}{key} = {defaults[key]!r}"
+
+
+def hf_tower(config):
+    """The `HFTower` of a Hugging Face `FolderConfig`; a model_type this project does not read is a
+    WeightsError naming the file and the key. No model_type (an old file) reads as ViT's."""
     values, path = config.values, config.path
-    if values.get("model_type") not in (None, "vit"):
-        raise WeightsError(f"{path}: model_type {values['model_type']!r} is not a ViT; this project reads "
-                           f"transformers' ViTModel and ViTForImageClassification")
+    model_type = values.get("model_type", "vit")
+    if not isinstance(model_type, str) or model_type not in HF_MODEL_TYPES:
+        readable = "; ".join(f"{kind} ({classes})" for kind, classes in HF_MODEL_TYPES.items())
+        raise WeightsError(f"{path}: model_type {model_type!r} is not one this project reads; it reads {readable}")
+    if model_type in HF_VISION_CONFIG:
+        vision = values.get("vision_config")
+        if not isinstance(vision, dict):
+            raise WeightsError(f"{path}: vision_config must be a JSON object describing the image tower of "
+                               f"model_type {model_type!r}, got {vision!r}")
+        return HFTower(HF_VISION_CONFIG[model_type], vision, "vision_config.", path)
+    return HFTower(model_type, values, "", path)
+
+
+def _count(tower, key, minimum=1):
+    value, reason = tower.setting(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise WeightsError(f"{tower.where(key)} must be an integer >= {minimum}, got {value!r}")
+    return value, reason
+
+
+def _flag(tower, key):
+    value, reason = tower.setting(key)
+    if not isinstance(value, bool):
+        raise WeightsError(f"{tower.where(key)} must be true or false, got {value!r}")
+    return value, reason
+
+
+def _mlp_ratio(hidden, width):
+    """The mlp_ratio whose int(width * ratio) is `hidden` (the MLP's width, as models/encoder.py counts it)."""
+    ratio = hidden / width
+    return ratio if int(width * ratio) == hidden else (hidden + 0.5) / width
+
+
+def hf_computation(tower):
+    """{ViTConfig field: Implied}: the LayerNorm epsilon and the GELU of a Hugging Face tower
+    (config.json's, or transformers' defaults for its model type), each refused in one line when
+    this ViT cannot compute it."""
+    epsilon, epsilon_reason = tower.setting("layer_norm_eps")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon <= 1e-3:
+        raise WeightsError(f"{tower.where('layer_norm_eps')} {epsilon!r} is not a LayerNorm epsilon this ViT "
+                           f"computes: a number > 0 and <= 1e-3 (Paddle's limit)")
+    activation, activation_reason = tower.setting("hidden_act")
+    if not isinstance(activation, str) or activation not in HF_HIDDEN_ACTS:
+        raise WeightsError(f"{tower.where('hidden_act')} {activation!r} is not a GELU this ViT computes; "
+                           f"supported: {', '.join(HF_HIDDEN_ACTS)}")
+    return {"layer_norm_epsilon": Implied(float(epsilon), epsilon_reason),
+            "gelu": Implied(HF_HIDDEN_ACTS[activation], activation_reason)}
+
+
+def hf_options(config):
+    """{ViTConfig field: Implied} of the model a Hugging Face config.json states: the sizes, and
+    for its model type the tokens, layer scale, MLP, pooling, epsilon and GELU that transformers'
+    class computes with (its config class's defaults where config.json says nothing)."""
+    tower = hf_tower(config)
+    values, kind = tower.values, tower.model_type
     keys = {"hidden_size": "embed_dim", "num_hidden_layers": "depth", "num_attention_heads": "num_heads",
             "patch_size": "patch_size", "image_size": "image_size", "num_channels": "in_channels"}
     options = {}
     for key, field in keys.items():
         if key in values:
-            value = _square(values[key], key, path) if key in ("patch_size", "image_size") else values[key]
-            options[field] = Implied(value, f"{path}: {key} = {values[key]!r}")
-    if "intermediate_size" in values and "hidden_size" in values:
-        options["mlp_ratio"] = Implied(values["intermediate_size"] / values["hidden_size"],
-                                       f"{path}: intermediate_size {values['intermediate_size']} / hidden_size")
+            if key in ("patch_size", "image_size"):
+                value = _square(values[key], tower.prefix + key, tower.path)
+                if value < 1:
+                    raise WeightsError(f"{tower.where(key)} must be a positive integer, got {values[key]!r}")
+            else:
+                value, _ = _count(tower, key)
+            options[field] = Implied(value, f"{tower.where(key)} = {values[key]!r}")
+    width = options["embed_dim"].value if "embed_dim" in options else None
+    if "intermediate_size" in values and width:
+        hidden, _ = _count(tower, "intermediate_size")
+        options["mlp_ratio"] = Implied(_mlp_ratio(hidden, width),
+                                       f"{tower.where('intermediate_size')} {hidden} / hidden_size")
+    options.update(hf_computation(tower))
+    because = f"{tower.path}: model_type {kind!r} ({HF_MODEL_TYPES[kind].split(',')[0]})"
+    token_options = dict(class_token=True, register_tokens=0, no_embed_class=False, pre_norm=False, layer_scale=None,
+                         mlp="standard", pool="cls", fc_norm=None, distilled=False, position_embedding="learned")
+    if kind in ("vit", "vit_mae", "deit"):
+        qkv_bias, reason = _flag(tower, "qkv_bias")
+        options["qkv_bias"] = Implied(qkv_bias, reason)
+        token_options["distilled"] = kind == "deit"  # DeiT: the distillation token and its classifier
+    elif kind in ("dinov2", "dinov2_with_registers"):
+        qkv_bias, reason = _flag(tower, "qkv_bias")
+        options["qkv_bias"] = Implied(qkv_bias, reason)
+        scale, scale_reason = tower.setting("layerscale_value")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise WeightsError(f"{tower.where('layerscale_value')} must be a number, got {scale!r}")
+        options["layer_scale"] = Implied(float(scale), f"{scale_reason}: layer_scale1/2.lambda1 in every layer")
+        swiglu, swiglu_reason = _flag(tower, "use_swiglu_ffn")
+        ratio, ratio_reason = tower.setting("mlp_ratio")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            raise WeightsError(f"{tower.where('mlp_ratio')} must be a number > 0, got {ratio!r}")
+        if width:
+            hidden = int(width * ratio)
+            if swiglu:  # transformers' Dinov2SwiGLUFFN: two thirds of the width, rounded up to 8; gate and value
+                hidden = 2 * ((int(hidden * 2 / 3) + 7) // 8 * 8)
+            options["mlp_ratio"] = Implied(_mlp_ratio(hidden, width), ratio_reason + (
+                f"; SwiGLU ({tower.prefix}use_swiglu_ffn): 2 x (int(2 / 3 x {int(width * ratio)}) + 7) // 8 x 8 = "
+                f"{hidden}" if swiglu else ""))
+        options["mlp"] = Implied("swiglu" if swiglu else "standard", swiglu_reason)
+        if kind == "dinov2_with_registers":  # registers after the class token, without position embedding
+            registers, registers_reason = _count(tower, "num_register_tokens", minimum=0)
+            options["register_tokens"] = Implied(registers, registers_reason)
+            options["no_embed_class"] = Implied(True, f"{because}: the position embedding is added before the "
+                                                      f"registers are inserted (the class token's row is folded "
+                                                      f"into the class token)")
+    elif kind == "clip_vision_model":
+        options["pre_norm"] = Implied(True, f"{because}: pre_layrnorm before the layers, a patch projection "
+                                            f"without bias")
+    elif kind == "siglip_vision_model":  # no class token; the MAP head, or no pooling of its own
+        head, head_reason = _flag(tower, "vision_use_head")
+        options["class_token"] = Implied(False, f"{because}: no class token")
+        options["pool"] = Implied("map" if head else "mean", head_reason)
+        options["fc_norm"] = Implied(None if head else False, head_reason)
+    for field, value in token_options.items():
+        options.setdefault(field, Implied(value, because))
     return options
 
 
 # ---- the folder as a whole ---------------------------------------------------------------------
 
 def _matching_name(options):
-    """The registered plain ViT with exactly these architecture values, or None."""
-    wanted = {field: implied.value for field, implied in options.items() if field in ARCHITECTURE_FIELDS}
+    """The registered plain ViT with exactly these architecture values (and, where the options
+    state them, the same tokens, pooling, MLP and whether it has layer scale), or None; of
+    several, one with the same GELU (timm registers OpenAI's CLIP with QuickGELU apart, and its
+    SigLIP with exact GELU where transformers' computes the tanh one)."""
+    wanted = {field: implied.value for field, implied in options.items()
+              if field in ARCHITECTURE_FIELDS + TOKEN_FIELDS}
+    matches = []
     for name in list_models():
         config = get_model_config(name)
-        if config.backbone_layers is None and all(_same(getattr(config, field), value)
-                                                  for field, value in wanted.items()):
-            return name
-    return None
+        same = all(_same_field(config, field, value) for field, value in wanted.items() if field != "gelu")
+        if (config.backbone_layers is None and same and ("layer_scale" not in options or
+                                                         (config.layer_scale is None) ==
+                                                         (options["layer_scale"].value is None))):
+            matches.append((name, config))
+    same_gelu = [name for name, config in matches if "gelu" not in wanted or config.gelu == wanted["gelu"]]
+    return (same_gelu or [name for name, _ in matches] or [None])[0]
+
+
+def _same_field(config, field, value):
+    """Whether `config` has `value` for `field`; an MLP ratio is the same when it gives the same
+    hidden width (timm's 5.33334 and transformers' 8192 / 1536 both give 8192 at width 1536)."""
+    if field == "mlp_ratio":
+        return int(config.embed_dim * config.mlp_ratio) == int(config.embed_dim * value)
+    return _same(getattr(config, field), value)
 
 
 def _base_name(options):
@@ -308,7 +486,10 @@ def describe_config(config):
         return FolderModel(None, _base_name(options), options, f"timm's {architecture}", config)
     options = hf_options(config)
     name = _matching_name(options)
-    stated = ", ".join(f"{field} {implied.value}" for field, implied in options.items())
+    stated = ", ".join(f"{field} {implied.value}" for field, implied in options.items()
+                       if field in ARCHITECTURE_FIELDS)
+    kind = config.values.get("model_type", "vit")
+    stated = stated if kind == "vit" else f"model_type {kind!r} with {stated}"
     return FolderModel(name, name or _base_name(options), options, name or stated, config)
 
 
@@ -324,7 +505,7 @@ def check_model_name(name, overrides, folder, given_as):
     differences = [f"{field} {getattr(config, field)!r}, not {folder.options[field].value!r}"
                    for field in ARCHITECTURE_FIELDS
                    if field != "image_size" and field in folder.options and field not in overrides
-                   and not _same(getattr(config, field), folder.options[field].value)]
+                   and not _same_field(config, field, folder.options[field].value)]
     if differences:
         raise WeightsError(f"{given_as} {name} but {folder.config.path} says {folder.says}: {differences[0]}; "
                            f"leave the name out to build what the folder says")

@@ -10,7 +10,8 @@ import re
 
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
 
-_LAYER = re.compile(r"encoder\.layers\.\d+\.")
+# our layer names; CLIP's and SigLIP's in transformers are encoder.layers.N.{layer_norm1,self_attn,mlp}
+_LAYER = re.compile(r"encoder\.layers\.\d+\.(norm1|norm2|attn|ls1|ls2)\.")
 # the options a recorded model_config implies, and the value a checkpoint written before the
 # option existed was computed with
 RECORDED_OPTIONS = {"layer_norm_epsilon": 1e-6, "gelu": "exact", "qk_scale": None, "pool": None,
