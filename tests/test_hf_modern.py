@@ -414,3 +414,19 @@ def test_predict_as_a_process_on_a_siglip_folder(photos):
     for name, line in zip(("china.jpg", "china_tiny.png"), result.stdout.splitlines()):
         expected = REFERENCE[f"photo/siglip_vision/{name}/pooler_output"][0]
         assert np.abs(np.array(json.loads(line)["embedding"]) - expected).max() < TOLERANCE
+
+
+def test_a_folder_whose_processor_makes_smaller_images_is_built_at_the_processors_size(tmp_path):
+    """facebook/dinov2-*: config.json says 518, the processor crops 224, and transformers feeds
+    the model 224 px (the position embedding interpolated). Here: the 42 px folder with a 28 px
+    crop: the model is built at 28 (the grid resampled at load, as interpolate_pos_encoding does
+    it in the forward pass) and its pipeline makes 28 px inputs."""
+    folder = tmp_path / "dinov2"
+    shutil.copytree(os.path.join(FIXTURES, "hf_modern", "dinov2"), folder)
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    processor.update(crop_size={"height": 28, "width": 28}, size={"shortest_edge": 32})
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    model = create_model(pretrained=str(folder))
+    assert model.config.image_size == 28 and model.preprocess.image_size == 28
+    assert model.load_report.resampled[0][1:] == ((3, 3), (2, 2))
+    assert create_model(pretrained=str(folder), image_size=42).config.image_size == 42  # the user's choice wins

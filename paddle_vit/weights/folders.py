@@ -540,5 +540,25 @@ def model_image_size(name, overrides, folder):
     own = folder is not None and (name in (None, folder.name, folder.base) or
                                   (folder.config.kind == "timm" and folder.name is None))  # model_args: the truth
     if own and "image_size" in folder.options:
-        return folder.options["image_size"].value
+        return hf_processor_size(folder.config) or folder.options["image_size"].value
     return get_model_config(name or folder.base).image_size
+
+
+def hf_processor_size(config):
+    """The side of the images a Hugging Face folder's preprocessor_config.json makes (its centre
+    crop, or a square resize), or None (no such file, another kind of folder, a size it leaves to
+    the image). transformers feeds the model what its processor makes: facebook/dinov2-*'s
+    config.json says 518 and its processor crops 224, the position embedding interpolated."""
+    if config.kind != "huggingface":
+        return None
+    path = os.path.join(os.path.dirname(config.path), "preprocessor_config.json")
+    if not os.path.isfile(path):
+        return None
+    values = read_json(path, "the Hugging Face image processor config")
+    size = values.get("crop_size") if values.get("do_center_crop") else (
+        values.get("size") if values.get("do_resize", True) else None)
+    if isinstance(size, dict) and "height" in size and size.get("height") == size.get("width"):
+        size = size["height"]
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
+
