@@ -463,5 +463,5 @@ def test_the_readmes_parity_table_command(capsys):
     code, lines, errors = run_tool("weights_parity", ["--json"], capsys)
     assert code == 0, errors
     rows = [json.loads(line) for line in lines]
-    assert len(rows) == 32 and all(row["difference"] < TOLERANCE for row in rows)
+    assert len(rows) == 39 and all(row["difference"] < TOLERANCE for row in rows)
     assert all(row["other_difference"] > 2 * TOLERANCE for row in rows if row["other"])
