@@ -323,3 +323,18 @@ def test_an_image_size_the_patch_does_not_divide_drops_the_remainder_as_timm():
         assert max_difference(model(images).numpy(), model(cropped).numpy()) == 0.0  # the remainder unseen
     with pytest.raises(ConfigError, match="378 .* is not divisible by patch_size 14|not divisible"):
         create_model("vit_base_patch16_224", image_size=378, patch_size=16)
+
+
+@pytest.mark.parametrize("case", sorted(OPENCLIP_CASES))
+def test_photos_through_open_clips_own_transform_give_its_embeddings(case, tmp_path):
+    """The tower's pipeline is open_clip's image_transform: resize and crop, then RGB (an RGBA
+    photo resized with its alpha, as PIL resamples it, before the alpha is dropped)."""
+    model = openclip_tower(case)
+    assert "OpenCLIP's image_transform" in model.preprocess.origin
+    for name, path in make_photos(str(tmp_path)).items():
+        pixels = model.preprocess.read(path)
+        recorded = OPENCLIP_REFERENCE[f"photo/{case}/{name}/pixel_values"][0]
+        assert max_difference(pixels, recorded) < 1e-6, name
+        with paddle.no_grad():
+            embeds = model(paddle.to_tensor(pixels[None])).numpy()
+        assert max_difference(embeds, OPENCLIP_REFERENCE[f"photo/{case}/{name}/image_embeds"]) < TOLERANCE, name

@@ -17,6 +17,7 @@ plain values, precisely enough to reproduce the library that made the checkpoint
 | torchvision | `ViT_B_16_Weights.IMAGENET1K_V1.transforms()`                |
 | paddleclas  | PaddleClas's eval ops (cv2 decode, ResizeImage, CropImage): its ViT configs' or a config's list |
 | vit_jax     | `input_pipeline.py`: `tf.image.resize` + (x - 127.5) / 127.5  |
+| openclip    | `open_clip.image_transform(is_train=False)`: timm's arithmetic, RGB after the resize |
 
 The arithmetic that matters and differs between them (see docs/pretrained.md):
 - the longer side after a shorter-side resize: torchvision truncates ``int(s * long / short)``,
@@ -58,8 +59,8 @@ CROP_OFFSETS = ("round", "floor")
 CROP_FILLS = ("zero", "mean")
 BACKENDS = ("pil", "cv2", "tf")
 RESCALES = ("float32_divide", "float32_multiply", "float64_multiply")
-RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "convert_shift16")
-PIPELINES = ("timm", "huggingface", "torchvision", "paddleclas", "vit_jax")
+RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "convert_shift16", "convert_after_resize")
+PIPELINES = ("timm", "huggingface", "torchvision", "paddleclas", "vit_jax", "openclip")
 
 
 def _choice(name, value, allowed):
@@ -95,7 +96,9 @@ class Preprocess:
         ``convert("RGB")``: alpha dropped), "alpha_on_white" (transformers' `convert_to_rgb`:
         transparency on white, everything else ``convert("RGB")``), "convert_shift16" (as
         OpenCV's IMREAD_COLOR and TensorFlow's decode_image(channels=3) give it: alpha dropped,
-        16-bit shifted right by 8 where ``convert`` clips at 255).
+        16-bit shifted right by 8 where ``convert`` clips at 255), "convert_after_resize"
+        (OpenCLIP's eval transform: the image resized in its own mode, PIL resampling RGBA with
+        premultiplied alpha, then ``convert("RGB")``; the PIL backend only).
     read_rgb: a conversion `read` applies before `transform`, as the library's own file loader
         does (transformers' `load_image`: ``convert("RGB")``); None: none.
     exif_transpose: whether `read` turns the image upright by its EXIF orientation.
@@ -359,6 +362,12 @@ class _LibraryTransform:
 
     def __call__(self, image, rng=None):
         p = self.preprocess
+        if p.rgb == "convert_after_resize":  # OpenCLIP: Resize and CenterCrop, then convert
+            new_width, new_height = resized_size(image.width, image.height, p)
+            if (new_width, new_height) != image.size:
+                image = image.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
+            pixels = np.asarray(to_rgb(image, "convert"))  # [H, W, 3] uint8
+            return normalize(_crop_array(pixels, p), p)
         rgb = to_rgb(image, p.rgb)
         new_width, new_height = resized_size(rgb.width, rgb.height, p)
         if p.backend == "pil":
@@ -673,6 +682,10 @@ def preprocess_for_checkpoint(hint, image_size, where=None):
         return _huggingface(hint.get("config"), image_size, where)
     if pipeline == "torchvision":
         return _torchvision(image_size, where)
+    if pipeline == "openclip":  # timm's pretrained_cfg arithmetic, the RGB conversion after the resize
+        preprocess = _timm(hint.get("config"), image_size, where)
+        return dataclasses.replace(preprocess, rgb="convert_after_resize",
+                                   origin=f"OpenCLIP's image_transform ({where})")
     if pipeline == "paddleclas":
         return _paddleclas(hint.get("config"), image_size, where)
     return _vit_jax(image_size, where)

@@ -15,8 +15,9 @@ class token's output through ``ln_post`` and then ``@ proj``: the embedding, whi
 ViT's head (weight ``proj``, bias zero; num_classes = E), as timm converts these files. OpenAI's
 weights use QuickGELU and OpenCLIP's mostly exact GELU: the file does not say which, nor its head
 count (OpenAI's: width / 64), so the model name does (``vit_base_patch16_clip_quickgelu_224`` or
-``vit_base_patch16_clip_224``). Its eval transform is timm's pretrained_cfg for these towers:
-the shorter side resized to the image size (bicubic), a centre crop, OpenAI's mean and std.
+``vit_base_patch16_clip_224``). Its eval transform is open_clip's ``image_transform``: the
+shorter side resized to the image size (bicubic), a centre crop, then RGB (an RGBA image is
+resized with its alpha, as PIL does, before the alpha is dropped), OpenAI's mean and std.
 """
 import numpy as np
 
@@ -89,9 +90,9 @@ class OpenClipFamily(CheckpointFamily):
                 "pos_embed_resample": Implied(self.resample, self.resample_source)}
 
     def preprocessing(self, checkpoint):
-        return {"pipeline": "timm", "config": {"crop_pct": 1.0, "interpolation": "bicubic", "crop_mode": "center",
-                                               "mean": OPENAI_MEAN, "std": OPENAI_STD},
-                "source": "OpenCLIP's eval transform of CLIP image towers"}
+        return {"pipeline": "openclip", "config": {"crop_pct": 1.0, "interpolation": "bicubic", "crop_mode": "center",
+                                                   "mean": OPENAI_MEAN, "std": OPENAI_STD},
+                "source": "open_clip.image_transform(is_train=False) with OpenAI's mean and std"}
 
 
 FAMILY = OpenClipFamily()
