@@ -392,7 +392,8 @@ def softmax(logits):
 
 def test_predict_gives_the_deit_teachers_probabilities_and_dinov2s_embedding(photos, capsys):
     """predict reads a file as transformers' load_image does (convert("RGB"), which is what the
-    DeiT references were given), and prints a headless model's embedding."""
+    DeiT references were given), and prints the embedding of a headless model and of one whose
+    head is CLIP's projection."""
     lines = run_predict(["--weights", folder("deit_distilled"), "--json", "--topk", 5, *photos.values()], capsys)
     for name, line in zip(photos, lines):
         expected = softmax(REFERENCE[f"photo/deit_distilled/{name}/logits"][0])
@@ -402,6 +403,10 @@ def test_predict_gives_the_deit_teachers_probabilities_and_dinov2s_embedding(pho
             sorted(CASES["deit_distilled"]["config"]["id2label"].values())
     lines = run_predict(["--weights", folder("dinov2_registers"), "--json", photos["china.jpg"]], capsys)
     expected = REFERENCE["photo/dinov2_registers/china.jpg/pooler_output"][0]
+    assert np.abs(np.array(lines[0]["embedding"]) - expected).max() < TOLERANCE
+    # CLIPVisionModelWithProjection: its head is visual_projection, so the output is image_embeds
+    lines = run_predict(["--weights", folder("clip_vision_projection"), "--json", photos["china.jpg"]], capsys)
+    expected = REFERENCE["photo/clip_vision_projection/china.jpg/image_embeds"][0]
     assert np.abs(np.array(lines[0]["embedding"]) - expected).max() < TOLERANCE
 
 

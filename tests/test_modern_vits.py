@@ -207,6 +207,7 @@ def test_an_openclip_tower_embeds_as_open_clip_with_its_projection_as_head(case)
     model = openclip_tower(case)
     assert model.load_report.format == "openclip" and model.config.pre_norm
     assert model.config.layer_norm_epsilon == 1e-5 and model.num_classes == 16  # the joint space's width
+    assert model.head_is_projection  # predict and exports print it as an embedding
     with paddle.no_grad():
         embeds = model(paddle.to_tensor(OPENCLIP_REFERENCE[f"{case}/input"])).numpy()
     assert max_difference(embeds, OPENCLIP_REFERENCE[f"{case}/image_embeds"]) < TOLERANCE

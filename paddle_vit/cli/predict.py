@@ -144,7 +144,7 @@ def predict(argv):
                                             f"labels file {args.labels}")
 
     skipped, classified = [], 0
-    if predictor.num_classes == 0:  # no head (DINOv2, SigLIP, ...): the embedding is the output
+    if predictor.outputs_embedding:  # no head (DINOv2, SigLIP) or a projection (CLIP): an embedding
         results = embed_files(predictor, paths, transform, args.batch_size, skipped)
         formats = (format_embedding_json, format_embedding_text)
     else:

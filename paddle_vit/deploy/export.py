@@ -68,6 +68,7 @@ def build_metadata(classifier, softmax, files):
         "num_classes": int(config.num_classes),
         "class_names": list(classifier.class_names) if classifier.class_names else None,
         "output": "probabilities" if softmax else "logits",
+        "outputs_embedding": bool(config.num_classes == 0 or getattr(classifier.model, "head_is_projection", False)),
         "input_name": INPUT_NAME,
         "input_shape": input_shape(config),
         "preprocess": classifier.preprocess.to_dict(),

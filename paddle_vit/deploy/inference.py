@@ -254,6 +254,7 @@ class InferenceModel:
         self.class_names = check_class_names(self.metadata.get("class_names"), self.num_classes, where)
         self.model_name = self.metadata.get("model_name", "?")
         self.outputs_probabilities = self.metadata.get("output") == "probabilities"
+        self.outputs_embedding = bool(self.metadata.get("outputs_embedding", self.num_classes == 0))
         files = self.metadata.get("files") or {}
 
         int8 = self.options.device == "cpu" and self.options.precision == "int8"

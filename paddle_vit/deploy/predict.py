@@ -204,6 +204,11 @@ class Classifier:
     def num_classes(self):
         return self.model.config.num_classes
 
+    @property
+    def outputs_embedding(self):
+        """A model with no head, or whose head is a projection (CLIP's): its output is an embedding."""
+        return self.num_classes == 0 or getattr(self.model, "head_is_projection", False)
+
     def logits(self, batch):
         """float32 [B, K] logits of a float32 [B, 3, S, S] numpy batch."""
         import paddle

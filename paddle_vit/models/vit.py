@@ -37,6 +37,7 @@ class ViT(nn.Layer):
         config = (config or ViTConfig()).replace(**overrides).validate()
         self.config = config
         self.class_names = None  # set from a checkpoint that records them (create_model(pretrained=...))
+        self.head_is_projection = False  # CLIP's proj as the head: an embedding, not class scores
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
         embedding = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,

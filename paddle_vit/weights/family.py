@@ -84,6 +84,11 @@ class CheckpointFamily:
         when it implies none (this project's files record theirs in a recipe or an export)."""
         return None
 
+    def head_is_projection(self, checkpoint, converted):
+        """Whether the checkpoint's head projects into an embedding space (CLIP's ``proj``: its
+        output is an embedding, not class scores). Classifiers: False."""
+        return False
+
     def class_names(self, checkpoint, num_classes):
         """The class names the checkpoint records for its `num_classes` classes, or None."""
         names_ = checkpoint.class_names

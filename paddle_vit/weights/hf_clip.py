@@ -49,6 +49,9 @@ class ClipFamily(TransformersFamily):
         prefix = "vision_model." if any(name.startswith("vision_model.") for name in checkpoint.arrays) else ""
         return convert_by_rules(checkpoint, self.name, RULES, prefix, TOP_RULES, IMAGE_TEXT_SKIP)
 
+    def head_is_projection(self, checkpoint, converted):
+        return "head.weight" in converted.tensors  # visual_projection: image_embeds
+
     def tensor_options(self, converted):
         return {"class_token": Implied(True, "embeddings.class_embedding"),
                 "pre_norm": Implied(True, "pre_layrnorm: a LayerNorm before the layers, no patch bias"),

@@ -85,6 +85,7 @@ class LoadReport:
     overridden: dict = dataclasses.field(default_factory=dict)
     class_names: list = None
     preprocessing: dict = None
+    head_is_projection: bool = False
     notes: list = dataclasses.field(default_factory=list)
 
     def __str__(self):
@@ -379,6 +380,8 @@ def _load(model, reading, strict, resample, explicit):
     _set_weights(model, values, report, reading.checkpoint.description)
     report.class_names = reading.family.class_names(reading.checkpoint, model.config.num_classes)
     report.preprocessing = reading.family.preprocessing(reading.checkpoint)
+    report.head_is_projection = ("head.weight" in report.loaded
+                                 and reading.family.head_is_projection(reading.checkpoint, reading.converted))
     logger.debug("%s", report)
     return report
 
@@ -453,6 +456,7 @@ def build_pretrained(name, source, overrides, *, resample=None, strict=True, def
     report.options = {option: (value.value, value.reason) for option, value in chosen.items()}
     model.load_report = report
     model.class_names = report.class_names
+    model.head_is_projection = report.head_is_projection
     return model
 
 

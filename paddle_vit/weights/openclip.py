@@ -82,6 +82,9 @@ class OpenClipFamily(CheckpointFamily):
         skipped = [name for name in arrays if not name.startswith(prefix)]  # the text tower
         return ConvertedCheckpoint(self.name, tensors, origin, unknown, skipped)
 
+    def head_is_projection(self, checkpoint, converted):
+        return "head.weight" in converted.tensors  # proj: the image embedding
+
     def implied_options(self, checkpoint, converted):
         return {"layer_norm_epsilon": Implied(1e-5, "open_clip's LayerNorm epsilon (PyTorch's default)"),
                 "pre_norm": Implied(True, "ln_pre: a LayerNorm before the blocks"),

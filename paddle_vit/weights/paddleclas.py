@@ -230,6 +230,10 @@ class PaddleClasFamily(CheckpointFamily):
         options["gelu"] = Implied("exact", "PaddleClas and PLSC use nn.GELU()")
         return options
 
+    def head_is_projection(self, checkpoint, converted):
+        """A foundation_vit embedding model's head is its ``proj`` (return_embed)."""
+        return converted.checkpoint_name("head.weight") == "proj"
+
     def preprocessing(self, checkpoint):
         """PaddleClas's ViT eval transform: the short side resized to 256, a 224 centre crop,
         mean = std = 0.5 (ResizeImage, CropImage, NormalizeImage of its ViT configs); for the
