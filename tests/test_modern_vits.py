@@ -339,3 +339,20 @@ def test_photos_through_open_clips_own_transform_give_its_embeddings(case, tmp_p
         with paddle.no_grad():
             embeds = model(paddle.to_tensor(pixels[None])).numpy()
         assert max_difference(embeds, OPENCLIP_REFERENCE[f"photo/{case}/{name}/image_embeds"]) < TOLERANCE, name
+
+
+@pytest.mark.parametrize("model_args, message", [
+    ({"init_values": "abc"}, r"model_args\.init_values = 'abc': model\.layer_scale must be null"),
+    ({"class_token": "no"}, r"model_args\.class_token = 'no': model\.class_token must be true or false"),
+    ({"reg_tokens": -2}, r"model_args\.reg_tokens = -2: reg_tokens must be a count >= 0"),
+])
+def test_a_damaged_model_args_value_names_the_file_and_the_key(tmp_path, model_args, message):
+    from paddle_vit import WeightsError
+    folder = tmp_path / "folder"
+    shutil.copytree(os.path.join(FIXTURES, FOLDER_CASES["vit_small_patch14_reg4_dinov2"]["folder"]), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_args"].update(model_args)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match=f"{folder}/config.json: {message}") as caught:
+        create_model(pretrained=str(folder))
+    assert "\n" not in str(caught.value)

@@ -29,7 +29,7 @@ import math
 import numpy as np
 import paddle
 
-from ..errors import WeightsError
+from ..errors import ConfigError, WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
 from .folders import describe_folder, model_image_size, resolve_name
@@ -411,6 +411,15 @@ def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
     return _load(model, _read(source), strict, resample, explicit)
 
 
+def _from_checkpoint(error, chosen, overrides):
+    """A model option the checkpoint gave that cannot be built (a damaged config.json's value):
+    the error names where the value came from (the file and its key), not only the ViTConfig field."""
+    for option, implied in chosen.items():
+        if option not in overrides and f"model.{option} " in str(error):
+            return WeightsError(f"{implied.reason}: {error}")
+    return error
+
+
 def choose_options(implied, overrides, defaults=None):
     """The options to build a model with from a checkpoint's `implied` ones: each, unless the
     caller's `overrides` set it; `defaults` ({option: Implied}) for what the checkpoint does not
@@ -451,7 +460,10 @@ def build_pretrained(name, source, overrides, *, resample=None, strict=True, def
     reading = _read(source)
     chosen = choose_options(reading.implied, overrides, defaults)
     config = get_model_config(name, **{option: value.value for option, value in chosen.items()}).replace(**overrides)
-    model = ViT(config)
+    try:
+        model = ViT(config)
+    except ConfigError as error:
+        raise _from_checkpoint(error, chosen, overrides) from None
     report = _load(model, reading, strict, resample, explicit=set(overrides))
     report.options = {option: (value.value, value.reason) for option, value in chosen.items()}
     model.load_report = report
