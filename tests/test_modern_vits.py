@@ -356,3 +356,19 @@ def test_a_damaged_model_args_value_names_the_file_and_the_key(tmp_path, model_a
     with pytest.raises(WeightsError, match=f"{folder}/config.json: {message}") as caught:
         create_model(pretrained=str(folder))
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", ["vit_small_patch14_reg4_dinov2", "vit_base_patch16_siglip_224",
+                                          "deit_small_distilled_patch16_224", "vit_giant_patch14_dinov2"])
+def test_the_cpu_fast_paths_and_a_traced_graph_compute_timms_outputs_too(architecture):
+    """What the tools run (the CPU fast paths) and what an export traces (paddle.jit.to_static
+    with the traceable variants) give timm's outputs for today's families as for the paper's."""
+    from paddle_vit import variants
+    images = paddle.to_tensor(reference(architecture, "input"))
+    expected = reference(architecture, "logits")
+    model = variants.use_cpu_fast_paths(folder_model(architecture))
+    with paddle.no_grad():
+        assert max_difference(model(images).numpy(), expected) < TOLERANCE
+        traced = paddle.jit.to_static(variants.use_traceable_variants(folder_model(architecture)), full_graph=True)
+        assert max_difference(traced(images).numpy(), expected) < TOLERANCE
