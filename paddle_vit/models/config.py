@@ -44,7 +44,8 @@ class ViTConfig:
         pool: "cls" reads the class token (the paper); "mean" averages the patch tokens and
             normalises after pooling (timm's global_pool="avg" with fc_norm); "walkthrough"
             averages every token, class token included, with AdaptiveAvgPool1D; "map" is
-            SigLIP's attention pool (timm's global_pool="map", models/pooling.py); "first_patch"
+            SigLIP's attention pool over the patch tokens (timm's global_pool="map" without
+            pool_include_prefix, models/pooling.py); "first_patch"
             reads the first patch token, as PaddleClas's CLIP_vit_base_patch16_224 classifier
             does (it drops the class token after the blocks, then reads token 0).
         representation_size: width of the pre-logits layer (Linear + tanh) of the paper's

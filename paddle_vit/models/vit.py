@@ -86,8 +86,8 @@ class ViT(nn.Layer):
             x = x[:, 0]  # the class token (paper Eq. 4)
         elif pool == "mean":
             x = self.average_tokens(x[:, self.patch_embed.num_prefix_tokens:])  # the patch tokens only
-        elif pool == "map":
-            x = self.attn_pool(x)  # a learned query attends over every token (SigLIP)
+        elif pool == "map":  # a learned query attends over the patch tokens (SigLIP), as timm's
+            x = self.attn_pool(x[:, self.patch_embed.num_prefix_tokens:])
         elif pool == "first_patch":
             x = x[:, self.patch_embed.num_prefix_tokens]  # PaddleClas's CLIP base/16 classifier
         else:
