@@ -17,6 +17,8 @@ paddle-vit; tests/fixtures/README.md says how each was made):
     /work/refvenv-jax/bin/python        tools/make_reference_fixtures.py fewshot --big-vision DIR  # big_vision few-shot
     /work/refvenv/bin/python            tools/make_reference_fixtures.py hf_modern    # transformers + open_clip: DINOv2, CLIP, SigLIP, DeiT, MAE
     /work/refvenv/bin/python            tools/make_reference_fixtures.py timm_modern  # timm's DeiT-III/DINOv2/CLIP/SigLIP/GAP
+    /work/venv/bin/python               tools/make_reference_fixtures.py publish      # (a) paddle-vit writes timm Hub folders
+    /work/refvenv/bin/python            tools/make_reference_fixtures.py publish      # (b) timm loads them, records its logits
 
 Each builds small models with that code base's own classes and random, perturbed weights,
 saves them in that code base's own file format, and records that code's logits (and, where it
@@ -35,7 +37,8 @@ MODULES = {"timm": "timm_fixtures", "huggingface": "hf_fixtures", "jax": "jax_fi
            "preprocess": "preprocess_fixtures", "features": "features_fixtures",
            "timm_hub": "timm_hub_fixtures", "layer_decay": "layer_decay_fixtures",
            "fewshot": "fewshot_fixtures", "timm_modern": "timm_modern_fixtures",
-           "hf_modern": "hf_modern_fixtures", "paddleclas_foundation": "paddleclas_foundation_fixtures"}
+           "hf_modern": "hf_modern_fixtures", "paddleclas_foundation": "paddleclas_foundation_fixtures",
+           "publish": "publish_fixtures"}
 
 
 def main(argv=None):

@@ -3,6 +3,7 @@
     paddle-vit convert --weights SRC --model NAME --out OUT.safetensors|OUT.pdparams [-o key=value ...]
     paddle-vit convert --weights FOLDER --out OUT.safetensors   (a timm Hub or Hugging Face folder names its model)
     paddle-vit convert -c CONFIG [--weights SRC] --out OUT ...
+    paddle-vit convert --weights SRC [--model NAME | -c CONFIG] --out DIR --to timm [--overwrite]
 
 SRC is a timm .safetensors/.pth/.bin, a JAX .npz, a Hugging Face save_pretrained folder (or its
 model.safetensors), a PaddleClas/PLSC .pdparams, a torchvision ViT state dict (.pth/.safetensors)
@@ -14,6 +15,15 @@ and win. With -c, the model is the recipe's (model.name and the model keys it se
 defaults to its model.pretrained. The position embedding is resampled and the head
 re-initialised as paddle_vit.load_pretrained does; the report says what happened.
 .safetensors records the model's options in its metadata; .pdparams holds tensors only.
+
+With --to timm, DIR becomes a timm Hub folder (config.json, model.safetensors in timm's names,
+README.md), as timm's save_for_hf writes one: ``timm.create_model("local-dir:DIR",
+pretrained=True)`` loads it and computes the same logits. With --to huggingface, a transformers
+folder (config.json, preprocessor_config.json, model.safetensors, README.md) that
+``ViTForImageClassification.from_pretrained(DIR)`` loads: the plain ViT reading the class token
+only. SRC may then also be a training run's .pdckpt (its recipe names the model and gives the
+preprocessing and class names). A model the target cannot express is one error line saying why;
+an existing non-empty DIR needs --overwrite.
 """
 import dataclasses
 
@@ -49,7 +59,10 @@ def build_parser():
     parser.add_argument("--weights", metavar="SRC", help="checkpoint to convert: a file or a Hugging Face folder")
     parser.add_argument("--model", help="registered model name, e.g. vit_base_patch16_224")
     parser.add_argument("-c", "--config", help="a YAML recipe: its model section names the model")
-    parser.add_argument("--out", required=True, help="output file, .safetensors or .pdparams")
+    parser.add_argument("--out", required=True, help="output file, .safetensors or .pdparams (with --to: a folder)")
+    parser.add_argument("--to", choices=("timm", "huggingface"),
+                        help="publish as a timm Hub folder, or a transformers ViTForImageClassification folder")
+    parser.add_argument("--overwrite", action="store_true", help="with --to: replace a non-empty --out folder")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="model argument override (repeatable), e.g. -o num_classes=10")
     parser.add_argument("--resample", choices=sorted(RESAMPLE_METHODS),
@@ -95,6 +108,10 @@ def model_request(args):
 
 def convert(argv):
     args = build_parser().parse_args(argv)
+    if args.to is not None:
+        return publish(args)
+    if args.overwrite:
+        raise ConfigError("--overwrite replaces a --to folder; a converted .safetensors/.pdparams is always replaced")
     from .. import create_model, fileio
     from ..models import ViTConfig
     from ..weights import save_weights
@@ -112,6 +129,45 @@ def convert(argv):
     if unusual and args.out.lower().endswith(".pdparams"):
         flags = " ".join(f"-o model.{option}={value}" for option, value in unusual.items())
         print(f"note: a .pdparams records no options; load it with {flags} (a .safetensors output records them)")
+    return 0
+
+
+def publish(args):
+    """--to timm|huggingface: the model SRC gives, written by `save_pretrained` as a timm Hub folder or a
+    transformers ViTForImageClassification folder."""
+    import os
+
+    from ..weights import save_pretrained
+    from ..weights.publish import check_target, run_summary
+
+    if args.source and args.weights:
+        raise ConfigError("give the checkpoint once: as SRC or as --weights, not both")
+    if args.model and args.config:
+        raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them)")
+    if args.resample or args.non_strict:
+        raise ConfigError("--resample and --non-strict are not used with --to: the model is published as it loads")
+    source = args.weights or args.source
+    if source is None and args.config:
+        from ..config import load_config
+
+        source = load_config(args.config).model.pretrained
+    if not source:
+        raise ConfigError("name the checkpoint to publish: --weights SRC")
+    check_target(os.path.abspath(os.path.expanduser(args.out)), args.overwrite)  # before the weights are read
+    from ..deploy.predict import load_classifier
+
+    overrides = [text if text.split("=", 1)[0].strip().count(".") else f"model.{text}" for text in args.override]
+    classifier = load_classifier(source, config_path=args.config, model_name=args.model, overrides=overrides)
+    run = run_summary(source) if str(source).endswith(".pdckpt") else None
+    folder = save_pretrained(classifier.model, args.out, format=args.to, overwrite=args.overwrite,
+                             name=classifier.model_name, preprocess=classifier.preprocess,
+                             class_names=classifier.class_names, source=None if run else source, run=run)
+    if args.to == "timm":
+        print(f"wrote {folder} (timm Hub folder: config.json, model.safetensors, README.md); load it with "
+              f"timm.create_model(\"local-dir:{folder}\", pretrained=True)")
+    else:
+        print(f"wrote {folder} (config.json, preprocessor_config.json, model.safetensors, README.md); load it with "
+              f"ViTForImageClassification.from_pretrained(\"{folder}\")")
     return 0
 
 

@@ -47,7 +47,6 @@ TIMM_FIXED = {
     "scale_attn_norm": ((False,), "a norm inside the attention"),
     "scale_mlp_norm": ((False,), "a norm inside the MLP"),
     "proj_bias": ((True,), "projections without bias"),
-    "pool_include_prefix": ((False,), "pooling over the prefix tokens"),
     "embed_norm_layer": ((None,), "a norm in the patch embedding"),
     "pos_drop_rate": ((0, 0.0), "a separate position-embedding dropout"),
     "patch_drop_rate": ((0, 0.0), "patch dropout"),
@@ -171,6 +170,10 @@ def timm_options(config):
             accepted, needs = TIMM_FIXED[key]
             if value not in accepted:
                 raise WeightsError(f"{where} asks for {needs}, which this ViT does not build")
+        elif key == "pool_include_prefix":
+            if value not in (True, False):
+                raise WeightsError(f"{where}: pool_include_prefix must be true or false")
+            continue  # read below with global_pool: 'avg' over every token is the walkthrough's pool
         elif key in ("global_pool", "num_classes"):
             continue  # the pool is read below with the top-level global_pool; the head says the classes
         elif key == "fc_norm":
@@ -202,6 +205,16 @@ def timm_options(config):
             raise WeightsError(f"{path}: model_args.{key} is a timm argument this ViT does not build "
                                f"(it reads {', '.join(sorted(TIMM_ARGUMENTS))} and the defaults of the others)")
     pool = _timm_pool(values, path)
+    if model_args.get("pool_include_prefix") is True:
+        if pool not in ("mean", "map"):
+            raise WeightsError(f"{path}: model_args.pool_include_prefix with global_pool "
+                               f"{values.get('global_pool', model_args.get('global_pool'))!r}: this ViT pools every "
+                               f"token with 'avg' only (the walkthrough's pool)")
+        if pool == "map":
+            raise WeightsError(f"{path}: model_args.pool_include_prefix with global_pool 'map' asks for an attention "
+                               f"pool over the prefix tokens too, which this ViT does not build (it reads the patch "
+                               f"tokens, timm's default)")
+        pool = "walkthrough"  # the average of every token, the class token included (AdaptiveAvgPool1D)
     if pool is not None:
         options["pool"] = Implied(pool, f"{path}: global_pool = {values.get('global_pool', model_args.get('global_pool'))!r}")
     return options

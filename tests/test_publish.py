@@ -1,0 +1,258 @@
+"""Publishing to timm and transformers: `paddle_vit.weights.save_pretrained(model, DIR, "timm")`
+and ``tools/convert_weights.py --to timm`` write a timm Hub folder that timm itself loads and
+computes the same numbers with; ``"huggingface"`` / ``--to huggingface`` a folder for transformers'
+ViTForImageClassification.
+
+The references are the libraries' own (tools/reference_fixtures/publish_fixtures.py): each case's
+folder, written by this project (tests/fixtures/publish/<case>/), read back by
+``timm.create_model("local-dir:...", pretrained=True)`` (strict) or
+``ViTForImageClassification.from_pretrained`` (no key missing or left over), its logits for a
+fixed batch and for the photos (tests/photos.py) fed through timm's resolve_data_config +
+create_transform (transformers' AutoImageProcessor, PIL backend). Writing each case again here
+gives the same files, so the recorded reading applies to what is written today.
+"""
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+import paddle
+import pytest
+import yaml
+from safetensors.numpy import load_file
+
+from paddle_vit import ViT, WeightsError, create_model
+from paddle_vit.checkpoint import save_checkpoint
+from paddle_vit.cli import convert_weights
+from paddle_vit.config import load_config
+from paddle_vit.weights import publish, save_pretrained, save_weights
+
+from photos import make_photos
+from repo_paths import REPO
+
+sys.path.insert(0, os.path.join(REPO, "tools", "reference_fixtures"))
+import publish_fixtures  # noqa: E402  (numpy and the standard library at import)
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+RECORDED = os.path.join(FIXTURES, "publish")
+REFERENCE = dict(np.load(os.path.join(FIXTURES, "publish_reference.npz")))
+with open(os.path.join(FIXTURES, "publish_reference.json")) as _stream:
+    TIMM = json.load(_stream)["cases"]
+CASES = sorted(publish_fixtures.CASES)
+TOLERANCE = 1e-4
+TOY = dict(image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=4, num_classes=3)
+
+
+def logits(model, images):
+    with paddle.no_grad():
+        return model.eval()(paddle.to_tensor(np.ascontiguousarray(images, dtype=np.float32))).numpy()
+
+
+@pytest.fixture(scope="module")
+def built():
+    return {case: publish_fixtures.build_case(case) for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return make_photos(str(tmp_path_factory.mktemp("photos")))
+
+
+def read_folder(folder):
+    with open(os.path.join(folder, "config.json")) as stream:
+        config = json.load(stream)
+    return config, load_file(os.path.join(folder, "model.safetensors"))
+
+
+def test_every_case_was_read_by_its_library():
+    assert sorted(TIMM) == CASES
+    assert TIMM["walkthrough"]["global_pool"] == "avg" and TIMM["deit_distilled"]["class"] == \
+        "VisionTransformerDistilled"
+    assert {TIMM[case]["processor"] for case in CASES if case.startswith("hf_")} == {
+        "ViTImageProcessorPil", "BitImageProcessorPil", "DeiTImageProcessorPil"}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_writing_again_gives_the_folder_its_library_read(case, built, tmp_path):
+    model, kwargs = built[case]
+    folder = save_pretrained(model, tmp_path / case, **kwargs)
+    config, tensors = read_folder(folder)
+    recorded_config, recorded = read_folder(os.path.join(RECORDED, case))
+    assert config == recorded_config
+    assert sorted(tensors) == sorted(recorded)
+    for name, array in tensors.items():
+        assert array.dtype == recorded[name].dtype and np.array_equal(array, recorded[name]), name
+    assert sorted(os.listdir(folder)) == sorted(os.listdir(os.path.join(RECORDED, case)))
+    for name in ("README.md", "preprocessor_config.json"):
+        if os.path.exists(os.path.join(folder, name)):
+            with open(os.path.join(folder, name)) as mine, open(os.path.join(RECORDED, case, name)) as theirs:
+                assert mine.read() == theirs.read()
+    assert sorted(os.listdir(tmp_path)) == [case]  # no temporary folder left beside it
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_published_model_computes_its_librarys_logits(case, built):
+    model, _ = built[case]
+    ours = logits(model, REFERENCE[f"{case}/input"])
+    assert np.abs(ours - REFERENCE[f"{case}/logits"]).max() < TOLERANCE
+    if not case.startswith("hf_"):  # a timm folder read by transformers' TimmWrapper too
+        assert np.abs(ours - REFERENCE[f"{case}/transformers_logits"]).max() < TOLERANCE
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_folder_read_back_gives_its_librarys_logits_and_preprocessing(case, photos):
+    """paddle-vit reads the published folder as timm (transformers) does: the model, and the photos
+    through the folder's pretrained_cfg (preprocessor_config.json) as model.preprocess to the
+    library's logits."""
+    model = create_model(pretrained=os.path.join(RECORDED, case)).eval()
+    assert np.abs(logits(model, REFERENCE[f"{case}/input"]) - REFERENCE[f"{case}/logits"]).max() < TOLERANCE
+    batch = np.stack([model.preprocess.read(photos[name]) for name in TIMM[case]["photos"]])
+    expected = np.stack([REFERENCE[f"{case}/photo/{name}/logits"] for name in TIMM[case]["photos"]])
+    assert np.abs(logits(model, batch) - expected).max() < TOLERANCE
+    if case == "trained_run":
+        assert model.class_names == publish_fixtures.CLASS_NAMES
+
+
+def test_the_walkthrough_pool_and_the_hybrid_go_out_under_timms_names():
+    config, tensors = read_folder(os.path.join(RECORDED, "walkthrough"))
+    assert config["global_pool"] == "avg" and config["model_args"]["pool_include_prefix"] is True
+    assert config["model_args"]["fc_norm"] is False
+    _, tensors = read_folder(os.path.join(RECORDED, "hybrid_stem"))
+    assert "patch_embed.backbone.conv.weight" in tensors and "cls_token" in tensors
+    assert tensors["blocks.0.mlp.fc1.weight"].shape == (128, 32)  # PyTorch's [out, in]
+
+
+def test_the_model_card_names_the_run():
+    with open(os.path.join(RECORDED, "trained_run", "README.md")) as stream:
+        card = stream.read()
+    assert "best validation top-1 80.00%" in card and 'timm.create_model("local-dir:' in card
+
+
+# ---- refusals -------------------------------------------------------------------------------------
+
+def one_error_line(code, err, *fragments):
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_a_model_timm_cannot_express_is_one_error_naming_why(tmp_path):
+    model = ViT(**TOY, position_embedding="sincos_2d", qk_scale=0.5)
+    with pytest.raises(WeightsError, match=r"timm cannot express.*position_embedding 'sincos_2d'.*qk_scale 0.5"):
+        save_pretrained(model, tmp_path / "out")
+    assert not os.listdir(tmp_path)
+    model = ViT(**TOY, layer_norm_epsilon=1e-12)
+    with pytest.raises(WeightsError, match="layer_norm_epsilon 1e-12"):
+        save_pretrained(model, tmp_path / "out")
+
+
+def test_the_cli_refuses_in_one_line(tmp_path, capsys):
+    source = str(tmp_path / "sincos.safetensors")
+    save_weights(ViT(**TOY, position_embedding="sincos_2d"), source)
+    sizes = [argument for key, value in TOY.items() for argument in ("-o", f"{key}={value}")]
+    code = convert_weights.main(["--weights", source, "--model", "vit_tiny_patch16_224", *sizes, "--out",
+                                 str(tmp_path / "out"), "--to", "timm"])
+    one_error_line(code, capsys.readouterr().err, "timm cannot express", "sincos_2d")
+    assert not os.path.exists(tmp_path / "out")
+    code = convert_weights.main(["--weights", source, "--model", "vit_tiny_patch16_224", *sizes, "--out",
+                                 str(tmp_path / "hf"), "--to", "huggingface"])
+    one_error_line(code, capsys.readouterr().err, "ViTForImageClassification cannot compute", "sincos_2d",
+                   "--to timm")
+    assert not os.path.exists(tmp_path / "hf")
+    code = convert_weights.main(["--weights", os.path.join(RECORDED, "walkthrough"), "--out", str(tmp_path / "hf"),
+                                 "--to", "huggingface"])
+    one_error_line(code, capsys.readouterr().err, "pool 'walkthrough' (it reads the class token", "--to timm")
+    folder = os.path.join(RECORDED, "plain_mean")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    code = convert_weights.main(["--weights", folder, "--out", str(tmp_path / "full"), "--to", "timm"])
+    one_error_line(code, capsys.readouterr().err, "not empty", "--overwrite")
+    assert os.listdir(tmp_path / "full") == ["keep.txt"]
+
+
+def test_the_cli_publishes_a_folder_and_overwrites_only_when_asked(tmp_path, capsys):
+    folder = os.path.join(RECORDED, "trained_run")
+    out = tmp_path / "out"
+    out.mkdir()  # an empty folder is fine
+    assert convert_weights.main(["--weights", folder, "--out", str(out), "--to", "timm"]) == 0
+    config, tensors = read_folder(out)
+    recorded_config, recorded = read_folder(folder)
+    assert config["architecture"] == "vit_tiny_patch16_224" and config["label_names"] == recorded_config["label_names"]
+    assert config["pretrained_cfg"] == recorded_config["pretrained_cfg"]
+    assert all(np.array_equal(tensors[name], recorded[name]) for name in recorded)
+    assert convert_weights.main(["--weights", folder, "--out", str(out), "--to", "timm", "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch, built):
+    model, kwargs = built["plain_mean"]
+
+    def fail(path, card):  # after model.safetensors and config.json were written
+        assert os.path.isfile(os.path.join(os.path.dirname(path), "config.json"))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(publish, "_write_card", fail)
+    with pytest.raises(WeightsError, match="No space left on device"):
+        save_pretrained(model, tmp_path / "new", **kwargs)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "keep.txt").write_text("mine")
+    with pytest.raises(WeightsError):
+        save_pretrained(model, tmp_path / "old", overwrite=True, **kwargs)
+    assert os.listdir(tmp_path) == ["old"] and os.listdir(tmp_path / "old") == ["keep.txt"]
+
+    def interrupted(path, card):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish, "_write_card", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_pretrained(model, tmp_path / "new", **kwargs)
+    assert os.listdir(tmp_path) == ["old"]
+
+
+def test_a_training_run_checkpoint_goes_out_with_its_recipe_classes_and_best_top1(tmp_path, capsys):
+    """A run's .pdckpt: the recipe names the model and its preprocessing, the checkpoint its class
+    names, metrics.jsonl the best validation top-1 for the model card."""
+    model, _ = publish_fixtures.build_case("trained_run")
+    run = tmp_path / "runs" / "run-001"
+    (run / "checkpoints").mkdir(parents=True)
+    recipe = load_config(data={"model": {"name": "vit_tiny_patch16_224", **TOY, "num_classes": 5},
+                               "data": {"eval_crop_pct": 1.0, "interpolation": "bilinear", "dataset": "digits"},
+                               "train": {"epochs": 2}})
+    (run / "config.yaml").write_text(yaml.safe_dump(recipe.to_dict()))
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "val_top1": 0.4}\n{"epoch": 2, "val_top1": 0.625}\n')
+    save_checkpoint({"model": model.state_dict(), "model_config": dataclasses.asdict(model.config),
+                     "config": recipe.to_dict(), "class_names": publish_fixtures.CLASS_NAMES},
+                    str(run / "checkpoints" / "last.pdckpt"))
+    out = tmp_path / "published"
+    assert convert_weights.main(["--weights", str(run / "checkpoints" / "last.pdckpt"), "--out", str(out),
+                                 "--to", "timm"]) == 0
+    config, _ = read_folder(out)
+    assert config["label_names"] == publish_fixtures.CLASS_NAMES
+    assert config["pretrained_cfg"]["interpolation"] == "bilinear" and config["pretrained_cfg"]["crop_mode"] == "squash"
+    card = (out / "README.md").read_text()
+    assert "best validation top-1 62.50%" in card and "2 epochs" in card
+    again = create_model(pretrained=str(out))
+    x = REFERENCE["trained_run/input"]
+    assert np.abs(logits(again, x) - logits(model, x)).max() < 1e-6
+
+
+def test_a_map_head_beside_prefix_tokens_reads_the_patch_tokens_as_timms(tmp_path):
+    """timm's MAP head reads the patch tokens only unless pool_include_prefix (timm 1.0.31's
+    VisionTransformer.pool); so does this ViT's: such a model goes out without the flag and comes
+    back the same, and a folder asking for the prefix tokens in the pool is refused."""
+    model = create_model("vit_base_patch16_siglip_224", **dict(TOY, class_token=True, register_tokens=2))
+    folder = save_pretrained(model, tmp_path / "map", name="vit_base_patch16_siglip_224")
+    config, _ = read_folder(folder)
+    assert config["global_pool"] == "map" and "pool_include_prefix" not in config["model_args"]
+    again = create_model(pretrained=folder)
+    x = REFERENCE["plain_mean/input"]
+    assert again.config.pool == "map" and np.abs(logits(again, x) - logits(model, x)).max() < 1e-6
+    config["model_args"]["pool_include_prefix"] = True
+    with open(os.path.join(folder, "config.json"), "w") as stream:
+        json.dump(config, stream)
+    with pytest.raises(WeightsError, match="attention pool over the prefix tokens too"):
+        create_model(pretrained=folder)
