@@ -170,6 +170,9 @@ def test_the_cli_refuses_in_one_line(tmp_path, capsys):
     code = convert_weights.main(["--weights", folder, "--out", str(tmp_path / "full"), "--to", "timm"])
     one_error_line(code, capsys.readouterr().err, "not empty", "--overwrite")
     assert os.listdir(tmp_path / "full") == ["keep.txt"]
+    code = convert_weights.main(["--weights", folder, "--out", str(tmp_path / "model.safetensors"), "--to", "timm"])
+    one_error_line(code, capsys.readouterr().err, "writes a folder", f"--out {tmp_path / 'model'}")
+    assert not (tmp_path / "model.safetensors").exists()
 
 
 def test_the_cli_publishes_a_folder_and_overwrites_only_when_asked(tmp_path, capsys):
@@ -177,6 +180,10 @@ def test_the_cli_publishes_a_folder_and_overwrites_only_when_asked(tmp_path, cap
     out = tmp_path / "out"
     out.mkdir()  # an empty folder is fine
     assert convert_weights.main(["--weights", folder, "--out", str(out), "--to", "timm"]) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {name: os.stat(out / name).st_mode & 0o777 for name in os.listdir(out)} == {
+        name: 0o666 & ~umask for name in ("config.json", "model.safetensors", "README.md")}  # safetensors' 0600 too
     config, tensors = read_folder(out)
     recorded_config, recorded = read_folder(folder)
     assert config["architecture"] == "vit_tiny_patch16_224" and config["label_names"] == recorded_config["label_names"]

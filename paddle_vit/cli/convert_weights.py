@@ -153,6 +153,9 @@ def publish(args):
         source = load_config(args.config).model.pretrained
     if not source:
         raise ConfigError("name the checkpoint to publish: --weights SRC")
+    if args.out.lower().endswith((".safetensors", ".pdparams", ".pth", ".bin", ".json")):
+        raise ConfigError(f"--to {args.to} writes a folder (config.json, model.safetensors, ...), and --out "
+                          f"{args.out} names a file: give a folder, e.g. --out {os.path.splitext(args.out)[0]}")
     check_target(os.path.abspath(os.path.expanduser(args.out)), args.overwrite)  # before the weights are read
     from ..deploy.predict import load_classifier
 

@@ -594,7 +594,10 @@ def _write_folder(directory, export, card):
                 json.dump(export.processor, stream, indent=2)
                 stream.write("\n")
         _write_card(os.path.join(temporary, CARD_FILE), card)
-        os.chmod(temporary, 0o777 & ~_umask())
+        umask = _umask()
+        for name in os.listdir(temporary):  # safetensors writes 0600; the folder's files as any file's
+            os.chmod(os.path.join(temporary, name), 0o666 & ~umask)
+        os.chmod(temporary, 0o777 & ~umask)
         if os.path.isdir(directory):
             if os.listdir(directory):
                 old = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.old-", dir=parent)
