@@ -42,6 +42,18 @@ with open(os.path.join(FIXTURES, "publish_reference.json")) as _stream:
 CASES = sorted(publish_fixtures.CASES)
 TOLERANCE = 1e-4
 TOY = dict(image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=4, num_classes=3)
+HF_TOY = publish_fixtures.HF_TOY
+# today's families to their transformers class: (class, its image processor (PIL), the output compared)
+FAMILY_CASES = {
+    "hf_dinov2": ("Dinov2Model", "BitImageProcessorPil", "pooler_output"),
+    "hf_dinov2_swiglu": ("Dinov2Model", "BitImageProcessorPil", "pooler_output"),
+    "hf_dinov2_reg4": ("Dinov2WithRegistersModel", "BitImageProcessorPil", "pooler_output"),
+    "hf_clip_projection": ("CLIPVisionModelWithProjection", "CLIPImageProcessorPil", "image_embeds"),
+    "hf_clip_gelu": ("CLIPVisionModel", "CLIPImageProcessorPil", "pooler_output"),
+    "hf_siglip": ("SiglipVisionModel", "SiglipImageProcessorPil", "pooler_output"),
+    "hf_deit_distilled": ("DeiTForImageClassificationWithTeacher", "DeiTImageProcessorPil", "logits"),
+}
+PIXEL_TOLERANCE = 1e-5
 
 
 def logits(model, images):
@@ -69,8 +81,10 @@ def test_every_case_was_read_by_its_library():
     assert sorted(TIMM) == CASES
     assert TIMM["walkthrough"]["global_pool"] == "avg" and TIMM["deit_distilled"]["class"] == \
         "VisionTransformerDistilled"
-    assert {TIMM[case]["processor"] for case in CASES if case.startswith("hf_")} == {
+    assert {TIMM[case]["processor"] for case in ("hf_vit", "hf_tanh_bit", "hf_deit_processor")} == {
         "ViTImageProcessorPil", "BitImageProcessorPil", "DeiTImageProcessorPil"}
+    assert {case: (TIMM[case]["class"], TIMM[case]["processor"], TIMM[case]["output"])
+            for case in FAMILY_CASES} == FAMILY_CASES
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -108,6 +122,9 @@ def test_the_folder_read_back_gives_its_librarys_logits_and_preprocessing(case, 
     model = create_model(pretrained=os.path.join(RECORDED, case)).eval()
     assert np.abs(logits(model, REFERENCE[f"{case}/input"]) - REFERENCE[f"{case}/logits"]).max() < TOLERANCE
     batch = np.stack([model.preprocess.read(photos[name]) for name in TIMM[case]["photos"]])
+    if case in FAMILY_CASES:  # the family's image processor's pixels, as paddle-vit reads preprocessor_config.json
+        pixels = np.stack([REFERENCE[f"{case}/photo/{name}/pixels"] for name in TIMM[case]["photos"]])
+        assert np.abs(batch - pixels).max() < PIXEL_TOLERANCE
     expected = np.stack([REFERENCE[f"{case}/photo/{name}/logits"] for name in TIMM[case]["photos"]])
     assert np.abs(logits(model, batch) - expected).max() < TOLERANCE
     if case == "trained_run":
@@ -127,6 +144,73 @@ def test_the_model_card_names_the_run():
     with open(os.path.join(RECORDED, "trained_run", "README.md")) as stream:
         card = stream.read()
     assert "best validation top-1 80.00%" in card and 'timm.create_model("local-dir:' in card
+
+
+def test_the_families_go_out_under_their_transformers_names():
+    """DINOv2 with registers: the class token's position row (folded into our class token) goes
+    back as a zero row; CLIP's class embedding, its projection without bias; SigLIP's q | k | v
+    of the MAP head as nn.MultiheadAttention's in_proj; the distilled DeiT's two classifiers."""
+    model, _ = publish_fixtures.build_case("hf_dinov2_reg4")
+    state = {name: value.numpy() for name, value in model.state_dict().items()}
+    config, tensors = read_folder(os.path.join(RECORDED, "hf_dinov2_reg4"))
+    assert config["num_register_tokens"] == 4 and config["model_type"] == "dinov2_with_registers"
+    positions = tensors["embeddings.position_embeddings"]
+    assert positions.shape == (1, 17, 16) and not positions[:, 0].any()
+    assert np.array_equal(positions[:, 1:], state["patch_embed.position_embedding"])
+    assert np.array_equal(tensors["embeddings.cls_token"], state["patch_embed.class_token"])
+    config, tensors = read_folder(os.path.join(RECORDED, "hf_dinov2_swiglu"))
+    assert config["use_swiglu_ffn"] is True and config["mlp_ratio"] == 1
+    assert tensors["encoder.layer.0.mlp.weights_in.weight"].shape == (32, 16)
+    config, tensors = read_folder(os.path.join(RECORDED, "hf_clip_projection"))
+    assert config["projection_dim"] == 8 and config["hidden_act"] == "quick_gelu"
+    assert tensors["visual_projection.weight"].shape == (8, 16) and "vision_model.embeddings.class_embedding" in tensors
+    config, tensors = read_folder(os.path.join(RECORDED, "hf_siglip"))
+    assert config["hidden_act"] == "gelu" and tensors["head.attention.in_proj_weight"].shape == (48, 16)
+    config, tensors = read_folder(os.path.join(RECORDED, "hf_deit_distilled"))
+    assert list(config["id2label"].values()) == publish_fixtures.CLASS_NAMES
+    assert {"cls_classifier.weight", "distillation_classifier.weight"} <= set(tensors)
+
+
+@pytest.mark.parametrize("name, overrides, preprocess, fragments", [
+    ("vit_small_patch14_dinov2", dict(num_classes=5), None, ["Dinov2Model cannot compute",
+                                                             "Dinov2ForImageClassification"]),
+    ("vit_small_patch14_reg4_dinov2", dict(num_classes=0, no_embed_class=False), None,
+     ["Dinov2WithRegistersModel cannot compute", "no_embed_class"]),
+    ("vit_giant_patch14_dinov2", dict(num_classes=0, mlp_ratio=5.33334), None, ["Dinov2SwiGLUFFN"]),
+    ("vit_base_patch16_clip_224", dict(num_classes=4), None, ["CLIPVisionModelWithProjection cannot compute",
+                                                              "no bias"]),
+    ("vit_base_patch16_siglip_224", dict(num_classes=0), None, ["SiglipImageProcessor", "crop"]),
+    ("vit_base_patch16_siglip_224", dict(num_classes=3), None, ["SiglipVisionModel cannot compute"]),
+    ("deit_small_distilled_patch16_224", dict(num_classes=3), None, ["DeiTImageProcessor", "'shorter_side'"]),
+])
+def test_what_a_family_class_cannot_compute_is_one_error_naming_timm(name, overrides, preprocess, fragments,
+                                                                     tmp_path):
+    model = create_model(name, **dict(HF_TOY, **overrides))
+    if name == "vit_base_patch16_clip_224":  # a classifier head: its bias is not zero
+        state = model.state_dict()
+        state["head.bias"] = paddle.ones_like(state["head.bias"])
+        model.set_state_dict(state)
+    with pytest.raises(WeightsError) as error:
+        save_pretrained(model, tmp_path / "out", format="huggingface", name=name)
+    message = str(error.value)
+    assert "\n" not in message and "--to timm" in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert not os.listdir(tmp_path)
+
+
+def test_the_cli_publishes_a_dinov2_folder_for_transformers(tmp_path):
+    source = os.path.join(FIXTURES, "timm_modern", "vit_small_patch14_dinov2")
+    out = tmp_path / "dinov2"
+    assert convert_weights.main(["--weights", source, "--out", str(out), "--to", "huggingface"]) == 0
+    config, tensors = read_folder(out)
+    assert config["architectures"] == ["Dinov2Model"] and "encoder.layer.1.layer_scale2.lambda1" in tensors
+    with open(out / "preprocessor_config.json") as stream:
+        assert json.load(stream)["image_processor_type"] == "BitImageProcessor"
+    assert "Dinov2Model.from_pretrained" in (out / "README.md").read_text()
+    model, again = create_model(pretrained=source), create_model(pretrained=str(out))
+    x = np.random.default_rng(0).standard_normal((1, 3, 42, 42)).astype("float32")
+    assert np.abs(logits(again, x) - logits(model, x)).max() < 1e-6
 
 
 # ---- refusals -------------------------------------------------------------------------------------

@@ -19,11 +19,13 @@ re-initialised as paddle_vit.load_pretrained does; the report says what happened
 With --to timm, DIR becomes a timm Hub folder (config.json, model.safetensors in timm's names,
 README.md), as timm's save_for_hf writes one: ``timm.create_model("local-dir:DIR",
 pretrained=True)`` loads it and computes the same logits. With --to huggingface, a transformers
-folder (config.json, preprocessor_config.json, model.safetensors, README.md) that
-``ViTForImageClassification.from_pretrained(DIR)`` loads: the plain ViT reading the class token
-only. SRC may then also be a training run's .pdckpt (its recipe names the model and gives the
-preprocessing and class names). A model the target cannot express is one error line saying why;
-an existing non-empty DIR needs --overwrite.
+folder (config.json, preprocessor_config.json, model.safetensors, README.md) for the model's
+transformers class, whose ``from_pretrained(DIR)`` loads it: ViTForImageClassification (the plain
+ViT reading the class token), Dinov2Model, Dinov2WithRegistersModel, CLIPVisionModel[WithProjection],
+SiglipVisionModel or DeiTForImageClassificationWithTeacher. SRC may then also be a training
+run's .pdckpt (its recipe names the model and gives the preprocessing and class names). A model
+the target cannot express is one error line saying why; an existing non-empty DIR needs
+--overwrite.
 """
 import dataclasses
 
@@ -61,7 +63,8 @@ def build_parser():
     parser.add_argument("-c", "--config", help="a YAML recipe: its model section names the model")
     parser.add_argument("--out", required=True, help="output file, .safetensors or .pdparams (with --to: a folder)")
     parser.add_argument("--to", choices=("timm", "huggingface"),
-                        help="publish as a timm Hub folder, or a transformers ViTForImageClassification folder")
+                        help="publish as a timm Hub folder, or a folder for the model's transformers class "
+                             "(ViTForImageClassification, Dinov2Model, CLIPVisionModel, SiglipVisionModel, ...)")
     parser.add_argument("--overwrite", action="store_true", help="with --to: replace a non-empty --out folder")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="model argument override (repeatable), e.g. -o num_classes=10")
@@ -134,7 +137,7 @@ def convert(argv):
 
 def publish(args):
     """--to timm|huggingface: the model SRC gives, written by `save_pretrained` as a timm Hub folder or a
-    transformers ViTForImageClassification folder."""
+    folder for the model's transformers class."""
     import os
 
     from ..weights import save_pretrained
@@ -169,8 +172,12 @@ def publish(args):
         print(f"wrote {folder} (timm Hub folder: config.json, model.safetensors, README.md); load it with "
               f"timm.create_model(\"local-dir:{folder}\", pretrained=True)")
     else:
+        import json
+
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as stream:
+            architecture = json.load(stream)["architectures"][0]
         print(f"wrote {folder} (config.json, preprocessor_config.json, model.safetensors, README.md); load it with "
-              f"ViTForImageClassification.from_pretrained(\"{folder}\")")
+              f"transformers' {architecture}.from_pretrained(\"{folder}\")")
     return 0
 
 

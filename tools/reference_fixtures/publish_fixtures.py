@@ -10,13 +10,17 @@ CLIP with QuickGELU, SigLIP's MAP head, DINOv2 with registers and layer scale) r
 tests/fixtures/timm_modern/<arch>, a plain ViT with mean pooling, the walkthrough's all-token
 average, the tiny stem-only hybrid, a trained-run-like model with class names and the recipe's
 preprocessing; three plain ViTs for transformers' ViTForImageClassification, one per image
-processor) and writes it with ``paddle_vit.weights.save_pretrained`` into
+processor; today's families for their own transformers classes: Dinov2Model (with and without
+SwiGLU), Dinov2WithRegistersModel, CLIPVisionModelWithProjection, CLIPVisionModel,
+SiglipVisionModel, DeiTForImageClassificationWithTeacher) and writes it with ``paddle_vit.weights.save_pretrained`` into
 ``tests/fixtures/publish/<case>/``. (b) loads every folder with
 ``timm.create_model("local-dir:" + folder, pretrained=True)`` (strict) and records its logits for
 a fixed input (and transformers' ``AutoModelForImageClassification.from_pretrained(folder)``,
 its TimmWrapper, for the same input), and its logits for the photos (tests/photos.py) through
 timm's own ``resolve_data_config({}, model=m)`` + ``create_transform(**cfg)``; the transformers
-folders (``--to huggingface``) by ``ViTForImageClassification.from_pretrained`` and
+folders (``--to huggingface``) by their class's ``from_pretrained`` (the class config.json's
+``architectures`` names; its logits, pooler_output or image_embeds, `HF_OUTPUTS`; and the
+processor's pixels of the photos for the family cases) and
 ``AutoImageProcessor.from_pretrained(folder, backend="pil")``, in
 ``tests/fixtures/publish_reference.{npz,json}``.
 
@@ -62,7 +66,26 @@ CASES = {
                                        qkv_bias=False)),
     "hf_deit_processor": dict(name="vit_tiny_patch16_224", overrides=dict(HF_TOY, num_classes=4, gelu="quick"),
                               format="huggingface", squash_crop=0.9),
+    # today's families to their own transformers classes (appended: the cases above draw their inputs first)
+    "hf_dinov2": dict(name="vit_small_patch14_dinov2", overrides=dict(HF_TOY, num_classes=0), format="huggingface"),
+    "hf_dinov2_swiglu": dict(name="vit_giant_patch14_dinov2", overrides=dict(HF_TOY, num_classes=0, mlp_ratio=2.0),
+                             format="huggingface"),
+    "hf_dinov2_reg4": dict(name="vit_small_patch14_reg4_dinov2", overrides=dict(HF_TOY, num_classes=0),
+                           format="huggingface"),
+    "hf_clip_projection": dict(name="vit_base_patch16_clip_quickgelu_224", overrides=dict(HF_TOY, num_classes=8),
+                               format="huggingface", projection=True),
+    "hf_clip_gelu": dict(name="vit_base_patch16_clip_224", overrides=dict(HF_TOY, num_classes=0),
+                         format="huggingface"),
+    "hf_siglip": dict(name="vit_base_patch16_siglip_224", overrides=dict(HF_TOY, num_classes=0), format="huggingface",
+                      square=dict(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])),
+    "hf_deit_distilled": dict(name="deit_small_distilled_patch16_224", overrides=dict(HF_TOY, num_classes=5),
+                              format="huggingface", class_names=CLASS_NAMES, squash_crop=0.9),
 }
+# what each transformers class's output is this ViT's: the logits, the projection, the pooled features
+HF_OUTPUTS = {"ViTForImageClassification": "logits", "DeiTForImageClassificationWithTeacher": "logits",
+              "CLIPVisionModelWithProjection": "image_embeds", "CLIPVisionModel": "pooler_output",
+              "Dinov2Model": "pooler_output", "Dinov2WithRegistersModel": "pooler_output",
+              "SiglipVisionModel": "pooler_output"}
 
 
 def build_case(case):
@@ -87,6 +110,14 @@ def build_case(case):
         state[name] = paddle.to_tensor((value + rng.standard_normal(value.shape) * scale).astype(value.dtype))
     model.set_state_dict(state)
     kwargs = dict(name=spec["name"], format=spec.get("format", "timm"))
+    if spec.get("projection"):  # CLIP's visual projection as the head: no bias, an embedding
+        state = model.state_dict()
+        state["head.bias"] = paddle.zeros_like(state["head.bias"])
+        model.set_state_dict(state)
+        model.head_is_projection = True
+    if "square" in spec:  # a square resize to the model's size (SigLIP's image processor)
+        kwargs["preprocess"] = Preprocess(model.config.image_size, 1.0, resize_mode="both_sides",
+                                          origin="a square resize", **spec["square"])
     if "class_names" in spec:
         model.class_names = list(spec["class_names"])
     if "recipe" in spec:
@@ -188,26 +219,37 @@ def record_transformers(case, folder, photos, references, generator):
     transformers' load_image does)."""
     import torch
     from PIL import Image
-    from transformers import AutoImageProcessor, ViTForImageClassification
+    from transformers import AutoImageProcessor
 
     from common import folder_size
 
-    model, info = ViTForImageClassification.from_pretrained(folder, output_loading_info=True)
+    import transformers
+
+    with open(os.path.join(folder, "config.json")) as stream:
+        architecture = json.load(stream)["architectures"][0]
+    model, info = getattr(transformers, architecture).from_pretrained(folder, output_loading_info=True)
     model.eval()
     assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    output = HF_OUTPUTS[architecture]
     processor = AutoImageProcessor.from_pretrained(folder, backend="pil")
     size = model.config.image_size
+    new = architecture != "ViTForImageClassification"
     with torch.no_grad():
         images = torch.randn(BATCH, 3, size, size, generator=generator)
         references[f"{case}/input"] = images.numpy()
-        references[f"{case}/logits"] = model(pixel_values=images).logits.numpy()
+        references[f"{case}/logits"] = getattr(model(pixel_values=images), output).numpy()
         for name, path in photos.items():
             with Image.open(path) as image:
                 pixels = processor(image.convert("RGB"), return_tensors="pt")["pixel_values"]
-            references[f"{case}/photo/{name}/logits"] = model(pixel_values=pixels).logits.numpy()[0]
-    return {"class": type(model).__name__, "processor": type(processor).__name__,
+            if new:  # the processor's pixels, for paddle-vit's reading of preprocessor_config.json
+                references[f"{case}/photo/{name}/pixels"] = pixels.numpy()[0]
+            references[f"{case}/photo/{name}/logits"] = getattr(model(pixel_values=pixels), output).numpy()[0]
+    info = {"class": type(model).__name__, "processor": type(processor).__name__,
             "attn_implementation": model.config._attn_implementation, "photos": sorted(photos),
             "folder_bytes": folder_size(folder)}
+    if new:
+        info["output"] = output
+    return info
 
 
 def make(args):
