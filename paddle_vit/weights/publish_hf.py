@@ -1,0 +1,538 @@
+"""The transformers half of publishing (`publish.py`): a model as the folder of its transformers
+class (ViTForImageClassification, Dinov2Model, Dinov2WithRegistersModel, CLIPVisionModel[With-
+Projection], SiglipVisionModel, DeiTForImageClassificationWithTeacher): config.json,
+preprocessor_config.json of the class's image processor, the tensors in its names; what a class or
+its processor cannot compute refused naming --to timm."""
+import math
+import re
+
+import numpy as np
+
+from ..errors import WeightsError
+from .family import POSITION_EMBEDDING
+from .publish_timm import FolderExport, default_preprocess
+from .reading import to_numpy
+
+
+# ---- transformers (ViTForImageClassification) ---------------------------------------------------
+
+HF_HIDDEN_ACTS = {"exact": "gelu", "tanh": "gelu_pytorch_tanh", "quick": "quick_gelu"}
+HF_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}
+# ViTConfig fields ViTForImageClassification computes at one value only: (value, what it does instead)
+HF_FIXED = {
+    "pool": ("cls", "it reads the class token (no mean, all-token average or attention pooling)"),
+    "class_token": (True, "it has a class token"),
+    "register_tokens": (0, "it has no register tokens"),
+    "distilled": (False, "it has no distillation token (DeiT's own class does)"),
+    "no_embed_class": (False, "its position embedding covers the class token"),
+    "pre_norm": (False, "it has no LayerNorm before the layers"),
+    "layer_scale": (None, "it has no layer scale"),
+    "mlp": ("standard", "its MLP is Linear, GELU, Linear"),
+    "position_embedding": ("learned", "it learns a 1-D position embedding"),
+    "representation_size": (None, "ViTForImageClassification has no pre-logits layer"),
+    "backbone_layers": (None, "it has no ResNet"),
+    "dynamic_img_size": (False, "it takes other sizes only with interpolate_pos_encoding=True"),
+}
+# our names -> transformers' (q, k and v are split from qkv apart)
+HF_RENAMES = [
+    (r"patch_embed\.class_token", "vit.embeddings.cls_token"),
+    (re.escape(POSITION_EMBEDDING), "vit.embeddings.position_embeddings"),
+    (r"patch_embed\.patch_embedding\.(weight|bias)", r"vit.embeddings.patch_embeddings.projection.\1"),
+    (r"encoder\.layers\.(\d+)\.norm1\.(weight|bias)", r"vit.encoder.layer.\1.layernorm_before.\2"),
+    (r"encoder\.layers\.(\d+)\.norm2\.(weight|bias)", r"vit.encoder.layer.\1.layernorm_after.\2"),
+    (r"encoder\.layers\.(\d+)\.attn\.proj\.(weight|bias)", r"vit.encoder.layer.\1.attention.output.dense.\2"),
+    (r"encoder\.layers\.(\d+)\.mlp\.fc1\.(weight|bias)", r"vit.encoder.layer.\1.intermediate.dense.\2"),
+    (r"encoder\.layers\.(\d+)\.mlp\.fc2\.(weight|bias)", r"vit.encoder.layer.\1.output.dense.\2"),
+    (r"encoder\.norm\.(weight|bias)", r"vit.layernorm.\1"),
+    (r"head\.(weight|bias)", r"classifier.\1"),
+]
+
+
+def hf_refusals(config):
+    """What transformers' ViTForImageClassification cannot compute of a `ViTConfig` (phrases)."""
+    refusals = []
+    for field, (value, why) in HF_FIXED.items():
+        if getattr(config, field) != value:
+            refusals.append(f"{field} {getattr(config, field)!r} ({why})")
+    if config.uses_fc_norm:
+        refusals.append("a LayerNorm after pooling (fc_norm): it normalises before reading the class token")
+    if config.qk_scale is not None and not math.isclose(config.qk_scale, (config.embed_dim // config.num_heads) ** -0.5,
+                                                        rel_tol=1e-6):
+        refusals.append(f"qk_scale {config.qk_scale!r} (it scales q.k by head_dim^-0.5)")
+    if config.num_classes == 0:
+        refusals.append("no head (num_classes 0): ViTForImageClassification classifies")
+    return refusals
+
+
+def hf_preprocessor(preprocess, config):
+    """(preprocessor_config.json, note, exact) of a `Preprocess` for transformers' PIL image processors:
+    ViTImageProcessor (a plain resize), DeiTImageProcessor (a square resize then a centre crop),
+    BitImageProcessor (the shorter side, then a centre crop)."""
+    size, resize = preprocess.image_size, preprocess.resize_size
+    if size != config.image_size:
+        raise WeightsError(f"the preprocessing makes {size} px images, the model takes {config.image_size}")
+    if preprocess.interpolation not in HF_RESAMPLE:
+        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
+    common = {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
+              "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
+              "image_std": [float(v) for v in preprocess.std]}
+    if preprocess.resize_mode == "both_sides" and resize == size:
+        values = dict(image_processor_type="ViTImageProcessor", size={"height": size, "width": size}, **common)
+    elif preprocess.resize_mode == "both_sides":
+        values = dict(image_processor_type="DeiTImageProcessor", size={"height": resize, "width": resize},
+                      do_center_crop=True, crop_size={"height": size, "width": size}, **common)
+    else:
+        values = dict(image_processor_type="BitImageProcessor", size={"shortest_edge": resize}, do_center_crop=True,
+                      crop_size={"height": size, "width": size}, do_convert_rgb=True, **common)
+    exact = preprocess.origin.startswith("Hugging Face image processor")
+    note = (f"transformers' {values['image_processor_type']} computes exactly this model's preprocessing" if exact
+            else f"transformers' {values['image_processor_type']} (PIL backend) is the nearest to this model's "
+                 f"preprocessing ({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it "
+                 f"rescales in float64 and crops at (h - c) // 2")
+    return values, note, exact
+
+
+def hf_tensors(model, config):
+    """{transformers name: numpy array in PyTorch's layout} of a plain ViT's state dict."""
+    tensors = {}
+    width = config.embed_dim
+    for ours, value in model.state_dict().items():
+        array = to_numpy(value)
+        qkv = re.fullmatch(r"encoder\.layers\.(\d+)\.attn\.qkv\.(weight|bias)", ours)
+        if qkv:
+            layer, role = qkv.groups()
+            parts = array.T if role == "weight" else array  # [3 D, D] (q | k | v) or [3 D]
+            for index, part in enumerate(("query", "key", "value")):
+                tensors[f"vit.encoder.layer.{layer}.attention.attention.{part}.{role}"] = np.ascontiguousarray(
+                    parts[index * width:(index + 1) * width])
+            continue
+        for pattern, replacement in HF_RENAMES:
+            if re.fullmatch(pattern, ours):
+                theirs = re.sub(pattern, replacement, ours)
+                break
+        else:
+            raise WeightsError(f"{ours!r} has no name in transformers' ViTForImageClassification: publish with "
+                               f"--to timm")
+        if theirs.endswith("weight") and array.ndim == 2:
+            array = array.T
+        tensors[theirs] = np.ascontiguousarray(array)
+    return tensors
+
+
+def hf_export(model, name=None, preprocess=None, class_names=None):
+    """The export of a `ViT` as its transformers class (`hf_family`: ViTForImageClassification, or
+    DINOv2's, CLIP's, SigLIP's, the distilled DeiT's); a WeightsError naming what the class cannot
+    compute, and --to timm."""
+    config = model.config
+    family = hf_family(config)
+    if family == "clip" and config.num_classes:
+        family = "clip_projection"
+    if family != "vit":
+        return _family_export(model, family, name, preprocess, class_names)
+    refusals = hf_refusals(config)
+    if refusals:
+        raise WeightsError(f"transformers' ViTForImageClassification cannot compute this model: "
+                           f"{'; '.join(refusals)}; publish it with --to timm")
+    preprocess = preprocess if preprocess is not None else default_preprocess(model, name)
+    processor, note, exact = hf_preprocessor(preprocess, config)
+    class_names = class_names if class_names is not None else getattr(model, "class_names", None)
+    if class_names and len(class_names) != config.num_classes:
+        raise WeightsError(f"{len(class_names)} class names for a head of {config.num_classes} classes")
+    labels = [str(label) for label in class_names] if class_names else [f"LABEL_{i}" for i in range(config.num_classes)]
+    values = {
+        "architectures": ["ViTForImageClassification"], "model_type": "vit",
+        "hidden_size": config.embed_dim, "num_hidden_layers": config.depth,
+        "num_attention_heads": config.num_heads, "intermediate_size": int(config.embed_dim * config.mlp_ratio),
+        "hidden_act": HF_HIDDEN_ACTS[config.gelu], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02, "layer_norm_eps": config.layer_norm_epsilon, "image_size": config.image_size,
+        "patch_size": config.patch_size, "num_channels": config.in_channels, "qkv_bias": config.qkv_bias,
+        "encoder_stride": config.patch_size,
+        "id2label": {str(index): label for index, label in enumerate(labels)},
+        "label2id": {label: index for index, label in enumerate(labels)},
+        "dtype": "float32",
+    }
+    return FolderExport(values, hf_tensors(model, config), "ViTForImageClassification", note, exact,
+                      format="huggingface", processor=processor)
+
+
+def _family_export(model, family, name, preprocess, class_names):
+    config = model.config
+    architecture = HF_CLASSES[family][0]
+    refusals = family_refusals(model, family)
+    if refusals:
+        raise WeightsError(f"transformers' {architecture} cannot compute this model: {'; '.join(refusals)}; "
+                           f"publish it with --to timm")
+    preprocess = preprocess if preprocess is not None else default_preprocess(model, name)
+    processor, note, exact = family_processor(preprocess, config, family)
+    class_names = class_names if class_names is not None else getattr(model, "class_names", None)
+    if family != "deit":
+        class_names = None  # an embedding (CLIP's projection) or features: no labels
+    elif class_names and len(class_names) != config.num_classes:
+        raise WeightsError(f"{len(class_names)} class names for a head of {config.num_classes} classes")
+    values = family_config(model, family, class_names)
+    return FolderExport(values, family_tensors(model, family), architecture, note, exact, format="huggingface",
+                      processor=processor)
+
+
+# ---- transformers: today's families (DINOv2, CLIP, SigLIP, distilled DeiT) -----------------------
+
+# the transformers class each family goes out as, its model_type and image processor
+HF_CLASSES = {
+    "vit": ("ViTForImageClassification", "vit", None),
+    "deit": ("DeiTForImageClassificationWithTeacher", "deit", "DeiTImageProcessor"),
+    "dinov2": ("Dinov2Model", "dinov2", "BitImageProcessor"),
+    "dinov2_with_registers": ("Dinov2WithRegistersModel", "dinov2_with_registers", "BitImageProcessor"),
+    "clip": ("CLIPVisionModel", "clip_vision_model", "CLIPImageProcessor"),
+    "clip_projection": ("CLIPVisionModelWithProjection", "clip_vision_model", "CLIPImageProcessor"),
+    "siglip": ("SiglipVisionModel", "siglip_vision_model", "SiglipImageProcessor"),
+}
+
+
+def hf_family(config):
+    """Which transformers class a `ViTConfig` goes out as (a key of HF_CLASSES): the distilled
+    DeiT, SigLIP (no class token, the MAP head), CLIP (a LayerNorm before the layers), DINOv2
+    (layer scale or the SwiGLU MLP; with registers its own class), else the plain ViT."""
+    if config.distilled:
+        return "deit"
+    if not config.class_token and config.pool == "map":
+        return "siglip"
+    if config.pre_norm:
+        return "clip"
+    if config.layer_scale is not None or config.mlp == "swiglu" or config.register_tokens:
+        return "dinov2_with_registers" if config.register_tokens else "dinov2"
+    return "vit"
+
+
+def _common_refusals(config, why):
+    refusals = []
+    if config.position_embedding != "learned":
+        refusals.append(f"position_embedding {config.position_embedding!r} ({why} learns a 1-D position embedding)")
+    if config.representation_size:
+        refusals.append(f"representation_size {config.representation_size} ({why} has no pre-logits layer)")
+    if config.backbone_layers is not None or config.is_hybrid:
+        refusals.append(f"a ResNet backbone ({why} has none)")
+    if config.dynamic_img_size:
+        refusals.append(f"dynamic_img_size True ({why} takes other sizes only with interpolate_pos_encoding)")
+    if config.qk_scale is not None and not math.isclose(config.qk_scale, (config.embed_dim // config.num_heads) ** -0.5,
+                                                        rel_tol=1e-6):
+        refusals.append(f"qk_scale {config.qk_scale!r} ({why} scales q.k by head_dim^-0.5)")
+    if config.uses_fc_norm:
+        refusals.append(f"a LayerNorm after pooling (fc_norm): {why} normalises before pooling")
+    return refusals
+
+
+def _expect(config, field, value, why, refusals):
+    if getattr(config, field) != value:
+        refusals.append(f"{field} {getattr(config, field)!r} ({why})")
+
+
+def family_refusals(model, family):
+    """What transformers' class of `family` cannot compute of `model` (phrases)."""
+    config = model.config
+    cls = HF_CLASSES[family][0]
+    refusals = _common_refusals(config, cls)
+    if family == "deit":
+        for field, value, why in (("class_token", True, "it has a class token"),
+                                  ("register_tokens", 0, "it has no register tokens"),
+                                  ("no_embed_class", False, "its position embedding covers both tokens"),
+                                  ("pre_norm", False, "it has no LayerNorm before the layers"),
+                                  ("layer_scale", None, "it has no layer scale"),
+                                  ("mlp", "standard", "its MLP is Linear, GELU, Linear"),
+                                  ("pool", "cls", "its heads read the class and distillation tokens")):
+            _expect(config, field, value, why, refusals)
+        if config.num_classes == 0:
+            refusals.append("no head (num_classes 0): DeiTForImageClassificationWithTeacher classifies")
+    elif family in ("dinov2", "dinov2_with_registers"):
+        for field, value, why in (("class_token", True, "it has a class token"),
+                                  ("pre_norm", False, "it has no LayerNorm before the layers"),
+                                  ("pool", "cls", "its pooler_output is the class token")):
+            _expect(config, field, value, why, refusals)
+        if config.layer_scale is None:
+            refusals.append("no layer scale (Dinov2Model scales both branches of every layer)")
+        if config.register_tokens and not config.no_embed_class:
+            refusals.append("register tokens with position embedding rows (Dinov2WithRegistersModel inserts the "
+                            "registers after adding the position embedding: no_embed_class)")
+        if not config.register_tokens and config.no_embed_class:
+            refusals.append("no_embed_class True without registers (Dinov2Model's position embedding covers the "
+                            "class token)")
+        if config.mlp not in ("standard", "swiglu"):
+            refusals.append(f"mlp {config.mlp!r} (Dinov2Model has Linear, GELU, Linear or SwiGLU)")
+        elif _dinov2_ratio_refusal(model):
+            refusals.append(_dinov2_ratio_refusal(model))
+        if config.num_classes:
+            refusals.append(f"a head of {config.num_classes} classes (Dinov2Model has none; "
+                            f"Dinov2ForImageClassification reads the class token and the patch mean side by side)")
+    elif family in ("clip", "clip_projection"):
+        for field, value, why in (("class_token", True, "it has a class embedding"),
+                                  ("register_tokens", 0, "it has no register tokens"),
+                                  ("no_embed_class", False, "its position embedding covers the class token"),
+                                  ("layer_scale", None, "it has no layer scale"),
+                                  ("mlp", "standard", "its MLP is Linear, GELU, Linear"),
+                                  ("pool", "cls", "its pooler_output is the class token")):
+            _expect(config, field, value, why, refusals)
+        state = model.state_dict()
+        bias = state.get("patch_embed.patch_embedding.bias")
+        if bias is not None and np.any(to_numpy(bias)):
+            refusals.append("a patch projection bias (CLIP's patch embedding has none)")
+        if config.num_classes and not _head_is_projection(model):
+            refusals.append(f"a classifier head of {config.num_classes} classes with a bias (CLIPVisionModelWith"
+                            f"Projection's visual_projection has no bias; CLIPForImageClassification pools the "
+                            f"patch tokens)")
+    elif family == "siglip":
+        for field, value, why in (("register_tokens", 0, "it has no register tokens"),
+                                  ("pre_norm", False, "it has no LayerNorm before the layers"),
+                                  ("layer_scale", None, "it has no layer scale"),
+                                  ("mlp", "standard", "its MLP is Linear, GELU, Linear")):
+            _expect(config, field, value, why, refusals)
+        if config.num_classes:
+            refusals.append(f"a head of {config.num_classes} classes (SiglipVisionModel has none; "
+                            f"SiglipForImageClassification averages the tokens)")
+    return refusals
+
+
+def _head_is_projection(model):
+    """Whether the head is a projection without bias (CLIP's visual_projection): a zero bias."""
+    bias = model.state_dict().get("head.bias")
+    return bias is not None and not np.any(to_numpy(bias))
+
+
+def _dinov2_mlp_ratio(model):
+    """transformers' Dinov2Config mlp_ratio whose SwiGLU has this model's width, or None."""
+    config = model.config
+    width = config.embed_dim
+    hidden = to_numpy(model.state_dict()["encoder.layers.0.mlp.fc1.weight"]).shape[1] // 2  # Paddle [in, out]
+
+    def swiglu(ratio):
+        return (int(int(width * ratio) * 2 / 3) + 7) // 8 * 8
+
+    for ratio in range(1, 2 * hidden // max(width, 1) + 3):  # Dinov2Config's mlp_ratio is an integer
+        if swiglu(ratio) == hidden:
+            return ratio
+    return None
+
+
+def _dinov2_ratio_refusal(model):
+    """Why Dinov2Config's integer mlp_ratio cannot make this model's MLP width, or None."""
+    config = model.config
+    if config.mlp == "swiglu":
+        if _dinov2_mlp_ratio(model) is None:
+            return ("a SwiGLU width transformers' Dinov2SwiGLUFFN cannot make ((int(2 / 3 x D x mlp_ratio) + 7) // 8 "
+                    "x 8, mlp_ratio an integer)")
+        return None
+    hidden = int(config.embed_dim * config.mlp_ratio)
+    if hidden % config.embed_dim:
+        return f"an MLP width {hidden} that is not a multiple of the width {config.embed_dim} (Dinov2Config's " \
+               f"mlp_ratio is an integer)"
+    return None
+
+
+def _linear(array):
+    return np.ascontiguousarray(array.T if array.ndim == 2 else array)
+
+
+def _split_qkv(array, role, width):
+    parts = array.T if role == "weight" else array
+    return [np.ascontiguousarray(parts[index * width:(index + 1) * width]) for index in range(3)]
+
+
+def family_tensors(model, family):
+    """{transformers name: numpy array in PyTorch's layout} of `model` for `family`'s class."""
+    config = model.config
+    width = config.embed_dim
+    state = {name: to_numpy(value) for name, value in model.state_dict().items()}
+    tensors = {}
+    if family in ("deit", "dinov2", "dinov2_with_registers"):
+        root = "deit." if family == "deit" else ""
+        for ours, array in state.items():
+            layer = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", ours)
+            if layer:
+                index, rest = layer.groups()
+                block = f"{root}encoder.layer.{index}."
+                qkv = re.fullmatch(r"attn\.qkv\.(weight|bias)", rest)
+                if qkv:
+                    for part, value in zip(("query", "key", "value"), _split_qkv(array, qkv.group(1), width)):
+                        tensors[f"{block}attention.attention.{part}.{qkv.group(1)}"] = value
+                    continue
+                names = {"norm1": "norm1" if family != "deit" else "layernorm_before",
+                         "norm2": "norm2" if family != "deit" else "layernorm_after",
+                         "attn.proj": "attention.output.dense", "ls1.gamma": "layer_scale1.lambda1",
+                         "ls2.gamma": "layer_scale2.lambda1"}
+                if family == "deit":
+                    names.update({"mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense"})
+                elif config.mlp == "swiglu":
+                    names.update({"mlp.fc1": "mlp.weights_in", "mlp.fc2": "mlp.weights_out"})
+                else:
+                    names.update({"mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"})
+                match = re.fullmatch(r"(.+?)(?:\.(weight|bias))?", rest)
+                stem, role = match.groups()
+                if stem not in names:
+                    raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish "
+                                       f"with --to timm")
+                theirs = block + names[stem] + (f".{role}" if role else "")
+                tensors[theirs] = _linear(array) if role == "weight" else np.ascontiguousarray(array)
+                continue
+            names = {"patch_embed.class_token": "embeddings.cls_token",
+                     "patch_embed.distillation_token": "embeddings.distillation_token",
+                     "patch_embed.register_tokens": "embeddings.register_tokens",
+                     POSITION_EMBEDDING: "embeddings.position_embeddings",
+                     "patch_embed.patch_embedding.weight": "embeddings.patch_embeddings.projection.weight",
+                     "patch_embed.patch_embedding.bias": "embeddings.patch_embeddings.projection.bias",
+                     "encoder.norm.weight": "layernorm.weight", "encoder.norm.bias": "layernorm.bias"}
+            if ours in names:
+                tensors[root + names[ours]] = np.ascontiguousarray(array)
+            elif family == "deit" and ours in ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias"):
+                head, role = ours.split(".")
+                tensors[f"{'cls' if head == 'head' else 'distillation'}_classifier.{role}"] = _linear(array)
+            else:
+                raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with "
+                                   f"--to timm")
+        if family == "dinov2_with_registers":  # our class token holds its position row (no_embed_class): unfold
+            positions = tensors["embeddings.position_embeddings"]
+            tensors["embeddings.position_embeddings"] = np.ascontiguousarray(
+                np.concatenate([np.zeros_like(positions[:, :1]), positions], axis=1))
+        if family != "deit":  # masked image modelling's token: unused by the forward, zeros so nothing is missing
+            tensors["embeddings.mask_token"] = np.zeros((1, width), dtype=state[POSITION_EMBEDDING].dtype)
+        if "embeddings.patch_embeddings.projection.bias" not in tensors and family != "deit" or \
+                family == "deit" and "deit.embeddings.patch_embeddings.projection.bias" not in tensors:
+            raise WeightsError(f"no patch projection bias: transformers' {HF_CLASSES[family][0]} has one; publish "
+                               f"with --to timm")
+        return tensors
+    # CLIP and SigLIP: transformers' CLIP encoder layer names
+    root = "vision_model." if family == "clip_projection" else ""
+    for ours, array in state.items():
+        layer = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", ours)
+        if layer:
+            index, rest = layer.groups()
+            block = f"{root}encoder.layers.{index}."
+            qkv = re.fullmatch(r"attn\.qkv\.(weight|bias)", rest)
+            if qkv:
+                for part, value in zip("qkv", _split_qkv(array, qkv.group(1), width)):
+                    tensors[f"{block}self_attn.{part}_proj.{qkv.group(1)}"] = value
+                continue
+            names = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attn.proj": "self_attn.out_proj",
+                     "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
+            stem, role = rest.rsplit(".", 1)
+            if stem not in names:
+                raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with "
+                                   f"--to timm")
+            tensors[block + names[stem] + "." + role] = _linear(array) if role == "weight" else np.ascontiguousarray(
+                array)
+            continue
+        embeddings = {POSITION_EMBEDDING: ("embeddings.position_embedding.weight", lambda a: a[0]),
+                      "patch_embed.patch_embedding.weight": ("embeddings.patch_embedding.weight", None),
+                      "patch_embed.patch_embedding.bias": ("embeddings.patch_embedding.bias", None),
+                      "patch_embed.class_token": ("embeddings.class_embedding", lambda a: a.reshape(-1)),
+                      "encoder.norm_pre.weight": ("pre_layrnorm.weight", None),
+                      "encoder.norm_pre.bias": ("pre_layrnorm.bias", None),
+                      "encoder.norm.weight": ("post_layernorm.weight", None),
+                      "encoder.norm.bias": ("post_layernorm.bias", None),
+                      "attn_pool.latent": ("head.probe", None),
+                      "attn_pool.proj.weight": ("head.attention.out_proj.weight", _linear),
+                      "attn_pool.proj.bias": ("head.attention.out_proj.bias", None),
+                      "attn_pool.norm.weight": ("head.layernorm.weight", None),
+                      "attn_pool.norm.bias": ("head.layernorm.bias", None),
+                      "attn_pool.mlp.fc1.weight": ("head.mlp.fc1.weight", _linear),
+                      "attn_pool.mlp.fc1.bias": ("head.mlp.fc1.bias", None),
+                      "attn_pool.mlp.fc2.weight": ("head.mlp.fc2.weight", _linear),
+                      "attn_pool.mlp.fc2.bias": ("head.mlp.fc2.bias", None)}
+        if ours in embeddings:
+            theirs, how = embeddings[ours]
+            if family == "clip" and ours == "patch_embed.patch_embedding.bias":
+                continue  # zero (checked): CLIP's patch embedding has no bias
+            tensors[root + theirs] = np.ascontiguousarray(how(array) if how else array)
+        elif ours in ("attn_pool.q.weight", "attn_pool.q.bias", "attn_pool.kv.weight", "attn_pool.kv.bias"):
+            continue  # stacked below into nn.MultiheadAttention's in_proj
+        elif family == "clip_projection" and ours == "head.weight":
+            tensors["visual_projection.weight"] = _linear(array)
+        elif family == "clip_projection" and ours == "head.bias":
+            continue  # zero (checked): the projection has no bias
+        else:
+            raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with --to timm")
+    if family == "siglip":
+        for role in ("weight", "bias"):
+            q, kv = state[f"attn_pool.q.{role}"], state[f"attn_pool.kv.{role}"]
+            stacked = np.concatenate([q.T, kv.T], axis=0) if role == "weight" else np.concatenate([q, kv])
+            tensors[f"head.attention.in_proj_{role}"] = np.ascontiguousarray(stacked)
+    if not config.qkv_bias:  # transformers' q, k and v always have a bias: zeros compute the same
+        dtype = state[POSITION_EMBEDDING].dtype
+        for index in range(config.depth):
+            for part in "qkv":
+                tensors[f"{root}encoder.layers.{index}.self_attn.{part}_proj.bias"] = np.zeros(width, dtype)
+    return tensors
+
+
+def family_processor(preprocess, config, family):
+    """(preprocessor_config.json, note, exact) of the family's image processor (PIL backend), or
+    a WeightsError naming what it cannot express."""
+    processor_type = HF_CLASSES[family][2]
+    size, resize = preprocess.image_size, preprocess.resize_size
+    if size != config.image_size:
+        raise WeightsError(f"the preprocessing makes {size} px images, the model takes {config.image_size}")
+    if preprocess.interpolation not in HF_RESAMPLE:
+        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
+    common = {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
+              "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
+              "image_std": [float(v) for v in preprocess.std]}
+    mode = preprocess.resize_mode
+    if processor_type in ("BitImageProcessor", "CLIPImageProcessor"):
+        if mode != "shorter_side":
+            raise WeightsError(f"transformers' {processor_type} resizes the shorter side then crops the centre; this "
+                               f"model's preprocessing resizes {mode!r}: publish with --to timm, or give a "
+                               f"shorter-side preprocessing")
+        values = dict(image_processor_type=processor_type, size={"shortest_edge": resize}, do_center_crop=True,
+                      crop_size={"height": size, "width": size}, do_convert_rgb=True, **common)
+    elif processor_type == "DeiTImageProcessor":
+        if mode != "both_sides":
+            raise WeightsError(f"transformers' DeiTImageProcessor resizes both sides to a square then crops the "
+                               f"centre; this model's preprocessing resizes {mode!r}: publish with --to timm, or give "
+                               f"a square-resize preprocessing")
+        values = dict(image_processor_type=processor_type, size={"height": resize, "width": resize},
+                      do_center_crop=True, crop_size={"height": size, "width": size}, **common)
+    else:  # SiglipImageProcessor: a square resize, no crop
+        if mode != "both_sides" or resize != size:
+            raise WeightsError(f"transformers' SiglipImageProcessor resizes both sides to the model's size without "
+                               f"a crop; this model's preprocessing resizes {mode!r} to {resize} px and crops {size}: "
+                               f"publish with --to timm, or give a square resize at crop_pct 1")
+        values = dict(image_processor_type=processor_type, size={"height": size, "width": size}, do_convert_rgb=True,
+                      **common)
+    exact = preprocess.origin.startswith("Hugging Face image processor")
+    note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
+            else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
+                 f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "
+                 f"float64 and crops at (h - c) // 2")
+    return values, note, exact
+
+
+def family_config(model, family, class_names):
+    """config.json of `family`'s transformers class."""
+    config = model.config
+    architecture, model_type, _ = HF_CLASSES[family]
+    values = {"architectures": [architecture], "model_type": model_type, "hidden_size": config.embed_dim,
+              "num_hidden_layers": config.depth, "num_attention_heads": config.num_heads,
+              "hidden_act": HF_HIDDEN_ACTS[config.gelu], "layer_norm_eps": config.layer_norm_epsilon,
+              "image_size": config.image_size, "patch_size": config.patch_size, "num_channels": config.in_channels,
+              "initializer_range": 0.02}
+    hidden = int(config.embed_dim * config.mlp_ratio)
+    if family == "deit":
+        values.update(intermediate_size=hidden, qkv_bias=config.qkv_bias, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0, encoder_stride=config.patch_size)
+        labels = ([str(label) for label in class_names] if class_names else
+                  [f"LABEL_{i}" for i in range(config.num_classes)])
+        values["id2label"] = {str(index): label for index, label in enumerate(labels)}
+        values["label2id"] = {label: index for index, label in enumerate(labels)}
+    elif family in ("dinov2", "dinov2_with_registers"):
+        ratio = (_dinov2_mlp_ratio(model) if config.mlp == "swiglu" else
+                 int(config.embed_dim * config.mlp_ratio) // config.embed_dim)
+        values.update(mlp_ratio=ratio, use_swiglu_ffn=config.mlp == "swiglu", qkv_bias=config.qkv_bias,
+                      layerscale_value=float(config.layer_scale if config.layer_scale is not None else 1.0),
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+                      apply_layernorm=True)
+        if family == "dinov2_with_registers":
+            values["num_register_tokens"] = config.register_tokens
+    elif family in ("clip", "clip_projection"):
+        values.update(intermediate_size=hidden, attention_dropout=0.0, initializer_factor=1.0,
+                      projection_dim=config.num_classes or config.embed_dim)
+    else:  # siglip
+        values.update(intermediate_size=hidden, attention_dropout=0.0, vision_use_head=True)
+    values["dtype"] = "float32"
+    return values

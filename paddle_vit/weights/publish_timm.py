@@ -1,0 +1,265 @@
+"""The timm half of publishing (`publish.py`): a model as a timm Hub folder's config.json
+(architecture, model_args, global_pool, pretrained_cfg) and tensors in timm's names and PyTorch's
+layout, as timm 1.0's ``save_for_hf`` writes them; what timm cannot express refused."""
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+from ..errors import WeightsError
+from .family import POSITION_EMBEDDING
+from .reading import to_numpy
+
+
+# registered names that are not timm's (timm has no such architecture)
+NOT_TIMM = ("vit_walkthrough",)
+# ViTConfig fields -> timm VisionTransformer arguments, one to one
+TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels": "in_chans",
+             "embed_dim": "embed_dim", "depth": "depth", "num_heads": "num_heads", "mlp_ratio": "mlp_ratio",
+             "qkv_bias": "qkv_bias", "class_token": "class_token", "register_tokens": "reg_tokens",
+             "no_embed_class": "no_embed_class", "pre_norm": "pre_norm", "layer_scale": "init_values",
+             "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad"}
+# the class count is config.json's num_classes and pretrained_cfg's (which timm builds the head
+# with), not a model_args entry: transformers' TimmWrapper passes num_classes itself and fails on a
+# second one
+TIMM_ACT_LAYERS = {"exact": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}
+TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough": "avg"}
+# fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them)
+FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon")
+# our names -> timm's (the inverse of timm.py's RENAMES); the stem-only hybrid's is decided per model
+INVERSE_RENAMES = [
+    (r"patch_embed\.class_token", "cls_token"),
+    (re.escape(POSITION_EMBEDDING), "pos_embed"),
+    (r"patch_embed\.register_tokens", "reg_token"),
+    (r"patch_embed\.distillation_token", "dist_token"),
+    (r"patch_embed\.patch_embedding\.(weight|bias)", r"patch_embed.proj.\1"),
+    (r"patch_embed\.backbone\.(.+)", r"patch_embed.backbone.\1"),
+    (r"encoder\.layers\.(\d+)\.(.+)", r"blocks.\1.\2"),
+    (r"encoder\.norm_pre\.(weight|bias)", r"norm_pre.\1"),
+    (r"encoder\.norm\.(weight|bias)", r"norm.\1"),
+    (r"(attn_pool\..+|fc_norm\.(?:weight|bias)|head_dist\.(?:weight|bias)|head\.(?:weight|bias))", r"\1"),
+]
+
+
+@dataclasses.dataclass
+class FolderExport:
+    """What goes into a timm Hub folder: config.json's values and the tensors in timm's names
+    (or, `format` "huggingface", a transformers folder: `processor` is preprocessor_config.json)."""
+    config: dict
+    tensors: dict
+    architecture: str
+    preprocess_note: str
+    preprocess_exact: bool
+    format: str = "timm"
+    processor: dict = None
+
+
+# ---- config.json ------------------------------------------------------------------------------
+
+def _registered():
+    from ..models import get_model_config, list_models
+    return {name: get_model_config(name) for name in list_models() if name not in NOT_TIMM}
+
+
+def _differences(config, registered):
+    """{timm argument: value} of `config` against the architecture `registered`, and the list of
+    what timm cannot express."""
+    args, refusals = {}, []
+    for field in FIXED_FIELDS:
+        ours, theirs = getattr(config, field), getattr(registered, field)
+        if ours != theirs and not (isinstance(ours, float) and math.isclose(ours, theirs, rel_tol=1e-9)):
+            refusals.append(f"{field} {ours!r} (the architecture has {theirs!r}; timm has no argument for it)")
+    for field, argument in TIMM_ARGS.items():
+        ours, theirs = getattr(config, field), getattr(registered, field)
+        if ours != theirs:
+            if field == "image_size":
+                ours = [ours, ours]
+            elif field == "register_tokens":
+                ours = int(ours)
+            args[argument] = ours
+    if config.gelu != registered.gelu:
+        args["act_layer"] = TIMM_ACT_LAYERS[config.gelu]
+    if config.position_embedding != registered.position_embedding:
+        if config.position_embedding in ("learned", "none"):
+            args["pos_embed"] = "learn" if config.position_embedding == "learned" else "none"
+        else:
+            refusals.append(f"position_embedding {config.position_embedding!r} (timm's VisionTransformer learns a "
+                            f"1-D one, or none)")
+    pool = TIMM_GLOBAL_POOLS.get(config.pool)
+    if pool is None:
+        refusals.append(f"pool {config.pool!r} (timm pools by token, avg or map)")
+    else:
+        theirs_pool = TIMM_GLOBAL_POOLS.get(registered.pool)
+        if pool != theirs_pool or config.pool != registered.pool:
+            args["global_pool"] = pool
+        if config.pool == "walkthrough":
+            args["pool_include_prefix"] = True  # every token: timm's avg pools the patch tokens only
+        timm_fc_norm = (pool == "avg") if registered.fc_norm is None else registered.fc_norm
+        if config.uses_fc_norm != timm_fc_norm or "global_pool" in args and config.fc_norm is not None:
+            args["fc_norm"] = config.uses_fc_norm
+    if config.qk_scale is not None and not math.isclose(config.qk_scale, (config.embed_dim // config.num_heads) ** -0.5,
+                                                        rel_tol=1e-6):
+        refusals.append(f"qk_scale {config.qk_scale!r} (timm scales q.k by head_dim^-0.5)")
+    if config.representation_size:
+        refusals.append(f"representation_size {config.representation_size} (timm 1.0's VisionTransformer has no "
+                        f"pre-logits layer)")
+    if config.is_hybrid and config.backbone_style != "timm":
+        refusals.append(f"backbone_style {config.backbone_style!r} (timm's ResNet-v2 standardises its weights "
+                        f"as backbone_style 'timm')")
+    if config.dynamic_img_size and config.pos_embed_resample not in (None, "bicubic_antialias"):
+        refusals.append(f"pos_embed_resample {config.pos_embed_resample!r} (timm resamples bicubic with antialias)")
+    return args, refusals
+
+
+def timm_architecture(config, name=None):
+    """(timm's architecture name, model_args) for a `ViTConfig`: `name` when it is a registered
+    timm name whose fixed parts (ResNet, MLP, distillation, epsilon) the model has, else the
+    registered timm name that needs the fewest model_args. A WeightsError says in one line what
+    timm cannot express."""
+    registered = _registered()
+    if name in registered:
+        args, refusals = _differences(config, registered[name])
+        if not refusals:
+            return name, args
+    best = None
+    for candidate, architecture in registered.items():
+        args, refusals = _differences(config, architecture)
+        if not refusals and (best is None or len(args) < len(best[1])):
+            best = (candidate, args)
+    if best is not None:
+        return best
+    base = registered.get(name) or registered[_closest(config, registered)]
+    _, refusals = _differences(config, base)
+    raise WeightsError(f"timm cannot express this model: {'; '.join(refusals)}; publish a model timm builds "
+                       f"(paddle_vit.list_models() names timm's architectures)")
+
+
+def _closest(config, registered):
+    """The registered name with the fewest refusals, for the error message."""
+    return min(registered, key=lambda candidate: len(_differences(config, registered[candidate])[1]))
+
+
+def timm_pretrained_cfg(preprocess, config, num_classes):
+    """(timm's pretrained_cfg, a note on how exact it is, whether it is exact) of a `Preprocess`."""
+    if preprocess.image_size != config.image_size:
+        raise WeightsError(f"the preprocessing makes {preprocess.image_size} px images, the model takes "
+                           f"{config.image_size}")
+    crop_pct = float(preprocess.eval_crop_pct)
+    mode = {"shorter_side": "center", "both_sides": "squash", "longer_side": "border"}.get(preprocess.resize_mode)
+    if mode is None:
+        raise WeightsError(f"the preprocessing resizes {preprocess.resize_mode!r}, which timm's eval transform does "
+                           f"not (center, squash or border crop)")
+    size, resize = preprocess.image_size, preprocess.resize_size
+    if resize != math.floor(size / crop_pct):  # a crop_pct whose timm scale_size = floor(S / crop_pct) is `resize`
+        crop_pct = size / resize if math.floor(size / (size / resize)) == resize else size / (resize + 0.5)
+    differences = [] if preprocess.origin.startswith("timm pretrained_cfg") else _timm_differences(preprocess, mode)
+    exact = not differences
+    note = ("timm's eval transform computes exactly this model's preprocessing" if exact else
+            f"timm's eval transform is the nearest to this model's preprocessing ({preprocess.origin or 'its own'}), "
+            f"not the same: {'; '.join(differences)}")
+    cfg = {
+        "custom_load": False,
+        "input_size": [config.in_channels, config.image_size, config.image_size],
+        "fixed_input_size": not config.dynamic_img_size,
+        "interpolation": preprocess.interpolation,
+        "crop_pct": crop_pct,
+        "crop_mode": mode,
+        "mean": [float(v) for v in preprocess.mean],
+        "std": [float(v) for v in preprocess.std],
+        "num_classes": num_classes,
+        "pool_size": None,
+        "first_conv": _first_conv(config),
+        "classifier": ["head", "head_dist"] if config.distilled else "head",
+    }
+    return cfg, note, exact
+
+
+def _timm_differences(preprocess, mode):
+    """How timm's eval transform of `mode` differs from `preprocess` (a list of phrases, [] when it
+    computes the same)."""
+    differences = []
+    if mode == "center" and preprocess.long_side != "truncate":
+        differences.append(f"the longer side after the resize is truncated by timm, {preprocess.long_side} here "
+                           f"(a pixel at most)")
+    if preprocess.crop_offset != "round":
+        differences.append(f"the crop offset is rounded by timm, {preprocess.crop_offset} here")
+    if mode == "border" and preprocess.crop_fill != "mean":
+        differences.append("timm pads a small image with the mean, with zeros here")
+    if preprocess.backend != "pil":
+        differences.append(f"timm resizes with PIL, {preprocess.backend} here")
+    if preprocess.rescale != "float32_divide":
+        differences.append(f"timm rescales float32(pixel) / 255, {preprocess.rescale} here")
+    if preprocess.rgb != "convert" or preprocess.read_rgb not in (None, "convert"):
+        differences.append(f"timm converts images to RGB with PIL's convert('RGB') (transparency dropped), "
+                           f"{preprocess.rgb} here")
+    if preprocess.exif_transpose:
+        differences.append("timm does not turn images upright by their EXIF orientation, this model does")
+    return differences
+
+
+def _first_conv(config):
+    if not config.is_hybrid:
+        return "patch_embed.proj"
+    return "patch_embed.backbone.conv" if not config.backbone_layers else "patch_embed.backbone.stem.conv"
+
+
+def default_preprocess(model, name):
+    """``model.preprocess``, else timm's default pretrained_cfg of `name`, else the recipe defaults."""
+    from ..config import DataConfig
+    from ..data.preprocessing import Preprocess, preprocess_for_checkpoint
+    from ..models import timm_eval_config
+
+    own = getattr(model, "preprocess", None)
+    if own is not None:
+        return own
+    timm_config = timm_eval_config(name) if name else None
+    if timm_config is not None:
+        return preprocess_for_checkpoint({"pipeline": "timm", "config": timm_config}, model.config.image_size,
+                                         f"timm's default pretrained_cfg of {name}")
+    return Preprocess.from_config(DataConfig(), model.config.image_size, origin="this project's recipe defaults")
+
+
+def timm_tensors(model_or_state, config):
+    """{timm name: numpy array in PyTorch's layout} of a model's state dict."""
+    state = model_or_state.state_dict() if hasattr(model_or_state, "state_dict") else model_or_state
+    stem_only = config.is_hybrid and not config.backbone_layers
+    tensors = {}
+    for ours, value in state.items():
+        for pattern, replacement in INVERSE_RENAMES:
+            if re.fullmatch(pattern, ours):
+                theirs = re.sub(pattern, replacement, ours)
+                break
+        else:
+            raise WeightsError(f"{ours!r} has no name in timm's VisionTransformer; timm cannot express this model")
+        if stem_only:
+            theirs = re.sub(r"^patch_embed\.backbone\.stem\.", "patch_embed.backbone.", theirs)
+        array = to_numpy(value)
+        if array is None:
+            raise WeightsError(f"cannot publish {ours!r}: a {type(value).__name__} is not an array")
+        if theirs.endswith("weight") and array.ndim == 2:  # a Linear: Paddle's [in, out] -> PyTorch's [out, in]
+            array = array.T
+        if theirs in tensors:
+            raise WeightsError(f"two tensors of the model map to timm's {theirs}")
+        tensors[theirs] = np.ascontiguousarray(array, dtype=array.dtype)
+    return tensors
+
+
+def timm_export(model, name=None, preprocess=None, class_names=None):
+    """The `FolderExport` of a `ViT` (a WeightsError naming what timm cannot express)."""
+    config = model.config
+    architecture, model_args = timm_architecture(config, name)
+    preprocess = preprocess if preprocess is not None else default_preprocess(model, name or architecture)
+    pretrained_cfg, note, exact = timm_pretrained_cfg(preprocess, config, config.num_classes)
+    class_names = class_names if class_names is not None else getattr(model, "class_names", None)
+    values = {"architecture": architecture, "num_classes": config.num_classes,
+              "num_features": config.representation_size or config.embed_dim,
+              "global_pool": TIMM_GLOBAL_POOLS[config.pool]}
+    if class_names:
+        if len(class_names) != config.num_classes:
+            raise WeightsError(f"{len(class_names)} class names for a head of {config.num_classes} classes")
+        values["label_names"] = [str(label) for label in class_names]
+    if model_args:
+        values["model_args"] = model_args
+    values["pretrained_cfg"] = pretrained_cfg
+    return FolderExport(values, timm_tensors(model, config), architecture, note, exact)
