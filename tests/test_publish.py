@@ -347,3 +347,19 @@ def test_a_map_head_beside_prefix_tokens_reads_the_patch_tokens_as_timms(tmp_pat
         json.dump(config, stream)
     with pytest.raises(WeightsError, match="attention pool over the prefix tokens too"):
         create_model(pretrained=folder)
+
+
+@pytest.mark.parametrize("weights, name, backbone_layers", [("timm_hybrid_stage", "vit_base_r50_s16_224", [1]),
+                                                            ("timm_hybrid_stem", "vit_tiny_r_s16_p8_224", [])])
+def test_a_hybrids_tensors_go_out_under_the_names_and_layout_timm_saved_them_with(weights, name, backbone_layers):
+    """The hybrids' ResNet-v2 stages: the file timm itself wrote (tests/fixtures/timm_hybrid_*),
+    read here and written back by the timm writer, is the same file, name for name, value for
+    value (a full R26/R50 folder is too large for a fixture; its names are these)."""
+    from paddle_vit.weights.publish_timm import timm_tensors
+    path = os.path.join(FIXTURES, f"{weights}.safetensors")
+    model = create_model(name, pretrained=path, embed_dim=32, depth=2, num_heads=4, image_size=32, patch_size=2,
+                         mlp_ratio=4, backbone_layers=backbone_layers)
+    original, written = load_file(path), timm_tensors(model, model.config)
+    assert sorted(written) == sorted(original)
+    for key, array in original.items():
+        np.testing.assert_array_equal(written[key], array, err_msg=key)
