@@ -1,6 +1,6 @@
-"""The photos the reference fixtures fed through each library's own pipeline: scikit-learn's
-china.jpg and the variants tools/reference_fixtures/timm_hub_fixtures.photos makes from it (the
-same code): an RGBA PNG (alpha a horizontal ramp), grayscale, a tiny portrait crop."""
+"""The photos the reference fixtures fed through each library's own pipeline and the tests feed
+through ours: scikit-learn's china.jpg and variants made from it (the reference fixture makers
+import this file): an RGBA PNG (alpha a horizontal ramp), grayscale, a tiny portrait crop."""
 import importlib.util
 import os
 

@@ -19,8 +19,8 @@ calls):
 import json
 import os
 import shutil
+import sys
 
-import numpy as np
 import torch
 
 from common import folder_size, write_reference  # tools/reference_fixtures is on sys.path
@@ -36,6 +36,7 @@ from PIL import Image  # noqa: E402
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform, resolve_data_config  # noqa: E402
 from timm.models import save_for_hf  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER = "timm_hub_folder"
 ARCHITECTURE = "vit_tiny_patch16_224"
 MODEL_ARGS = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=5)
@@ -46,21 +47,13 @@ BATCH = 2
 
 
 def photos(folder):
-    """{name: path} of scikit-learn's china.jpg and variants made from it (the same code runs in
-    tests/test_hub_folders.py): an RGBA PNG (alpha a horizontal ramp), a grayscale PNG, and a
-    tiny 17x11 portrait crop."""
-    source = os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images", "china.jpg")
-    image = Image.open(source)
-    image.load()
-    alpha = Image.fromarray(np.tile(np.linspace(0, 255, image.width).astype(np.uint8), (image.height, 1)))
-    rgba = image.convert("RGBA")
-    rgba.putalpha(alpha)
-    paths = {"china.jpg": source}
-    for name, variant in (("china_rgba.png", rgba), ("china_gray.png", image.convert("L")),
-                          ("china_tiny.png", image.crop((200, 100, 211, 117)).resize((11, 17), Image.NEAREST))):
-        paths[name] = os.path.join(folder, name)
-        variant.save(paths[name])
-    return paths
+    """{name: path} of scikit-learn's china.jpg and the variants tests/photos.py makes from it in
+    `folder` (the one definition, which the tests run too): an RGBA PNG (alpha a horizontal ramp),
+    a grayscale PNG, and a tiny 17x11 portrait crop."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests"))
+    from photos import make_photos
+
+    return make_photos(folder)
 
 
 @torch.no_grad()
