@@ -64,18 +64,25 @@ def hf_refusals(config):
     return refusals
 
 
+def _processor_common(preprocess, config):
+    """The keys every transformers image processor written here shares (resample, rescale, mean,
+    std), after checking the preprocessing makes the model's size with a resample transformers has."""
+    if preprocess.image_size != config.image_size:
+        raise WeightsError(f"the preprocessing makes {preprocess.image_size} px images, the model takes "
+                           f"{config.image_size}")
+    if preprocess.interpolation not in HF_RESAMPLE:
+        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
+    return {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
+            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
+            "image_std": [float(v) for v in preprocess.std]}
+
+
 def hf_preprocessor(preprocess, config):
     """(preprocessor_config.json, note, exact) of a `Preprocess` for transformers' PIL image processors:
     ViTImageProcessor (a plain resize), DeiTImageProcessor (a square resize then a centre crop),
     BitImageProcessor (the shorter side, then a centre crop)."""
     size, resize = preprocess.image_size, preprocess.resize_size
-    if size != config.image_size:
-        raise WeightsError(f"the preprocessing makes {size} px images, the model takes {config.image_size}")
-    if preprocess.interpolation not in HF_RESAMPLE:
-        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
-    common = {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
-              "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
-              "image_std": [float(v) for v in preprocess.std]}
+    common = _processor_common(preprocess, config)
     if preprocess.resize_mode == "both_sides" and resize == size:
         values = dict(image_processor_type="ViTImageProcessor", size={"height": size, "width": size}, **common)
     elif preprocess.resize_mode == "both_sides":
@@ -466,13 +473,7 @@ def family_processor(preprocess, config, family):
     a WeightsError naming what it cannot express."""
     processor_type = HF_CLASSES[family][2]
     size, resize = preprocess.image_size, preprocess.resize_size
-    if size != config.image_size:
-        raise WeightsError(f"the preprocessing makes {size} px images, the model takes {config.image_size}")
-    if preprocess.interpolation not in HF_RESAMPLE:
-        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
-    common = {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
-              "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
-              "image_std": [float(v) for v in preprocess.std]}
+    common = _processor_common(preprocess, config)
     mode = preprocess.resize_mode
     if processor_type in ("BitImageProcessor", "CLIPImageProcessor"):
         if mode != "shorter_side":
