@@ -255,12 +255,13 @@ def test_a_run_with_fewshot_evaluation_trains_to_the_same_weights_as_one_without
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--shots", "1,x"], "--shots must be different positive integers separated by commas"),
-    (["--shots", "0"], "--shots must be different positive integers separated by commas"),
-    (["--shots", "5,5"], "--shots must be different positive integers separated by commas"),
-    (["--l2-reg", "-3"], "--l2-reg must be a finite number >= 0"),
-    (["--l2-reg", "nan"], "--l2-reg must be a finite number >= 0"),
-    (["--seeds", "0"], "--seeds must be a whole number >= 1"),
+    (["--shots", "1,x"], "argument --shots: expected different integers >= 1 separated by commas, e.g. 1,5,10,25"),
+    (["--shots", "0"], "argument --shots: expected different integers >= 1 separated by commas"),
+    (["--shots", "5,5"], "argument --shots: expected different integers >= 1 separated by commas, e.g. 1,5,10,25, got '5,5'"),
+    (["--l2-reg", "-3"], "argument --l2-reg: expected a finite number >= 0, got '-3'"),
+    (["--l2-reg", "nan"], "argument --l2-reg: expected a finite number >= 0, got 'nan'"),
+    (["--seeds", "0"], "argument --seeds: expected an integer >= 1, got '0'"),
+    (["--seeds", "\u00b2"], "argument --seeds: expected an integer >= 1"),  # str.isdigit() said yes: a traceback
     (["--protocol", "linear"], "invalid choice: 'linear'"),
     (["--protocol", "fewshot", "--confusion-matrix", "c.png"], "--confusion-matrix draws the head's predictions"),
 ])
@@ -272,8 +273,9 @@ def test_bad_fewshot_options_of_eval_are_one_error_line(tmp_path, capsys, option
     assert load_tool("eval").main(argv + (["--protocol", "fewshot"] if needs_protocol else [])) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("error: ") and message in error[0], error
-    if needs_protocol:  # without --protocol fewshot the option is a mistake too
-        assert load_tool("eval").main(argv) == 2
+    if needs_protocol:  # without --protocol fewshot even a good value is a mistake
+        good = {"--shots": "1,5", "--l2-reg": "1", "--seeds": "2"}[options[0]]
+        assert load_tool("eval").main([*argv[:4], options[0], good]) == 2
         assert "add --protocol fewshot" in capsys.readouterr().err
 
 

@@ -24,6 +24,7 @@ import os
 import sys
 
 from . import ArgumentParser, add_common_arguments, in_process
+from .numbers import integer, number
 from ..errors import ConfigError
 
 DEFAULT_MODEL = "vit_small_patch16_224"
@@ -50,15 +51,15 @@ def build_parser():
                         help="fp32; bf16 (GPU, or on CPU --engine predictor: oneDNN's bfloat16 kernels); fp16 (GPU); "
                              "int8 (--engine onnxruntime: the export quantized dynamically, int8 weights per channel)")
     parser.add_argument("--device", default="cpu", choices=DEVICES)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--image-size", type=int, help="input side (default: the model's)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
-    parser.add_argument("--iters", type=int, default=5, help="timed iterations per round")
-    parser.add_argument("--rounds", type=int, default=4, help="rounds (alternating with --compare)")
-    parser.add_argument("--threads", type=int, help="CPU threads for both frameworks (default: all cores)")
-    parser.add_argument("--peak-tflops", type=float, help="the device's peak TFLOP/s for --dtype, to report MFU")
+    parser.add_argument("--batch-size", type=integer(1), default=8)
+    parser.add_argument("--image-size", type=integer(1), help="input side (default: the model's)")
+    parser.add_argument("--warmup", type=integer(0), default=3, help="untimed iterations first")
+    parser.add_argument("--iters", type=integer(1), default=5, help="timed iterations per round")
+    parser.add_argument("--rounds", type=integer(1), default=4, help="rounds (alternating with --compare)")
+    parser.add_argument("--threads", type=integer(1), help="CPU threads for both frameworks (default: all cores)")
+    parser.add_argument("--peak-tflops", type=number(above=0), help="the device's peak TFLOP/s for --dtype, to report MFU")
     parser.add_argument("--dataset", help="mode data: digits, synthetic, ... (default: the config's, else synthetic)")
-    parser.add_argument("--num-workers", type=int, help="mode data: DataLoader workers (default: the config's)")
+    parser.add_argument("--num-workers", type=integer(0), help="mode data: DataLoader workers (default: the config's)")
     parser.add_argument("--onednn", action=argparse.BooleanOptionalAction, default=True,
                         help="engine predictor on CPU: Paddle Inference's oneDNN kernels (default on, as in "
                              "tools/predict.py; --no-onednn for its plain CPU kernels)")

@@ -14,31 +14,21 @@ import json
 import os
 
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from .numbers import integer, number
 from ..errors import ConfigError, DataError
 
 
 def experiment(argv):
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.1, 0.25, 0.5, 1.0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of every run (default 150)")
-    parser.add_argument("--shots", type=int, nargs="+", default=[1, 5, 10],
+    parser.add_argument("--fractions", type=number(above=0, maximum=1), nargs="+", default=[0.1, 0.25, 0.5, 1.0])
+    parser.add_argument("--seeds", type=integer(0, 2 ** 32 - 1), nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=integer(1), default=150, help="optimizer steps of every run (default 150)")
+    parser.add_argument("--shots", type=integer(1), nargs="+", default=[1, 5, 10],
                         help="few-shot evaluation: images of each class (default 1 5 10)")
-    parser.add_argument("--workers", type=int, help="runs side by side (default: one per core, at most 4)")
+    parser.add_argument("--workers", type=integer(1), help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
-    if any(not 0 < fraction <= 1 for fraction in args.fractions):
-        raise ConfigError(f"every --fractions value must be in (0, 1], got {' '.join(map(str, args.fractions))}")
-    if any(not 0 <= seed < 2 ** 32 for seed in args.seeds):
-        raise ConfigError(f"every --seeds value must be in [0, 2**32 - 1] (numpy's and Paddle's seeds), got "
-                          f"{' '.join(map(str, args.seeds))}")
-    if any(shots < 1 for shots in args.shots):
-        raise ConfigError(f"every --shots value must be >= 1, got {' '.join(map(str, args.shots))}")
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     from ..experiments import BATCH_SIZE, training_images
 
     kept, smallest = training_images(args.fractions)  # a run needs a whole batch: said now, not after the others

@@ -20,10 +20,10 @@ folders, PaddleClas/PLSC, JAX .npz, torchvision state dicts): the model is built
 import collections
 import contextlib
 import json
-import math
 import os
 
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from .numbers import integer, integer_list, number
 from ..errors import ConfigError
 
 
@@ -42,11 +42,11 @@ def evaluate(argv):
     parser.add_argument("--protocol", choices=("classification", "fewshot"), default="classification",
                         help="classification (default): the head's accuracy; fewshot: the few-shot linear accuracy "
                              "of the frozen representation (the paper's Figure 4/5 metric)")
-    parser.add_argument("--shots", metavar="K,K,...",
+    parser.add_argument("--shots", metavar="K,K,...", type=integer_list(1, distinct=True, example="1,5,10,25"),
                         help="(fewshot) images per class, comma-separated (default: eval.fewshot_shots, 1,5,10,25)")
-    parser.add_argument("--l2-reg", metavar="L2",
+    parser.add_argument("--l2-reg", metavar="L2", type=number(0),
                         help="(fewshot) the ridge penalty (default: eval.fewshot_l2_reg, 1024)")
-    parser.add_argument("--seeds", metavar="N", help="(fewshot) draws, seeds 0 .. N-1 (default: eval.fewshot_seeds, 3)")
+    parser.add_argument("--seeds", metavar="N", type=integer(1), help="(fewshot) draws, seeds 0 .. N-1 (default: eval.fewshot_seeds, 3)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -136,26 +136,9 @@ def fewshot_options(args, config):
     """(shots, l2_reg, seeds) from --shots, --l2-reg, --seeds or the recipe's eval.fewshot_* keys."""
     shots = list(config.eval.fewshot_shots)
     if args.shots is not None:
-        try:
-            shots = [int(part) for part in args.shots.split(",")]
-        except ValueError:
-            shots = []
-        if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
-            raise ConfigError(f"--shots must be different positive integers separated by commas, e.g. 1,5,10,25; "
-                              f"got {args.shots!r}")
-    l2_reg = config.eval.fewshot_l2_reg
-    if args.l2_reg is not None:
-        try:
-            l2_reg = float(args.l2_reg)
-        except ValueError:
-            l2_reg = -1.0
-        if not math.isfinite(l2_reg) or l2_reg < 0:
-            raise ConfigError(f"--l2-reg must be a finite number >= 0, e.g. 1024; got {args.l2_reg!r}")
-    seeds = config.eval.fewshot_seeds
-    if args.seeds is not None:
-        seeds = int(args.seeds) if args.seeds.strip().isdigit() else 0
-        if seeds < 1:
-            raise ConfigError(f"--seeds must be a whole number >= 1 (the draws use seeds 0 .. N-1); got {args.seeds!r}")
+        shots = args.shots
+    l2_reg = config.eval.fewshot_l2_reg if args.l2_reg is None else args.l2_reg
+    seeds = config.eval.fewshot_seeds if args.seeds is None else args.seeds
     return shots, l2_reg, seeds
 
 

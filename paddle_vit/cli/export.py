@@ -17,6 +17,7 @@ import logging
 
 from ..errors import ConfigError
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from .numbers import integer
 
 
 def build_parser():
@@ -43,13 +44,13 @@ def build_parser():
     parser.add_argument("--format", action="append", choices=("paddle", "onnx"), metavar="{paddle,onnx}",
                         help="what to write (repeatable; default paddle): the Paddle inference model and/or "
                              "model.onnx through paddle2onnx")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset version (default 17, the first with "
+    parser.add_argument("--opset", type=integer(1), default=17, help="ONNX opset version (default 17, the first with "
                                                             "LayerNormalization)")
     parser.add_argument("--quantize", choices=("int8",), help="also write model.int8.onnx (implies --format onnx): "
                                                              "onnxruntime's int8, dynamic unless --calibration "
                                                              "is given, with its accuracy gate against fp32 on "
                                                              "the recipe's val images")
-    parser.add_argument("--calibration", type=int, metavar="N",
+    parser.add_argument("--calibration", type=integer(1), metavar="N",
                         help="static int8 (QDQ) calibrated on N images of the recipe's train split (or of "
                              "--gate-images)")
     parser.add_argument("--gate-images", nargs="+", metavar="PATH",

@@ -12,6 +12,7 @@ import argparse
 import logging
 
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from .numbers import integer
 from ..errors import ConfigError, DataError
 
 EPILOG = """\
@@ -55,8 +56,8 @@ def build_parser():
                         help="config override for --weights (repeatable), e.g. -o model.image_size=384")
     parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
     parser.add_argument("--labels", metavar="FILE", help="class names, one per line, in class-index order")
-    parser.add_argument("--topk", type=int, default=5, help="how many classes to print per image (default 5)")
-    parser.add_argument("--batch-size", type=int, default=8, help="images per forward pass (default 8)")
+    parser.add_argument("--topk", type=integer(1), default=5, help="how many classes to print per image (default 5)")
+    parser.add_argument("--batch-size", type=integer(1), default=8, help="images per forward pass (default 8)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object per image: {"file", "predictions": [{"index", "label", '
                              '"probability"}, ...]}')
@@ -71,7 +72,7 @@ def build_parser():
                              "--precision int8); --weights: onnxruntime runs the model exported to ONNX on the fly "
                              "(auto: eager, which starts fastest; onnxruntime for --precision int8)")
     deploy.add_argument("--no-mkldnn", action="store_true", help="switch oneDNN (MKLDNN) off on CPU")
-    deploy.add_argument("--cpu-threads", type=int,
+    deploy.add_argument("--cpu-threads", type=integer(1),
                         help="threads of the CPU math library (default: all cores this process may use)")
     deploy.add_argument("--tensorrt", action="store_true", help="TensorRT subgraphs on GPU (needs --device gpu)")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16", "int8"), default="fp32",
@@ -85,10 +86,6 @@ def build_parser():
 
 
 def check_arguments(args):
-    if args.topk < 1:
-        raise ConfigError(f"--topk must be >= 1, got {args.topk}")
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.inference_model:
         given = [flag for flag, value in (("-c", args.config), ("--model", args.model), ("-o", args.override),
                                           ("--ema", args.ema)) if value]

@@ -5,39 +5,24 @@ replace with measurements once GPUs are available.
     paddle-vit scaling-estimate                      # ViT-B/16 and ViT-H/14, the paper's batch 4096
     paddle-vit scaling-estimate vit_large_patch16_224 --gpus 8 16 --micro-batch 32 --mfu 0.35
 """
-import argparse
 import json
-import math
 
 from . import ArgumentParser, add_common_arguments, in_process
+from .numbers import integer, number
 from ..errors import ConfigError
 
 DEFAULT_MICRO_BATCH = {"vit_base_patch16_224": 128, "vit_huge_patch14_224": 32}
 
 
-def positive(kind):
-    expected = "an integer > 0" if kind is int else "a finite number > 0"
-
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-    return parse
-
-
 def estimate(argv):
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["vit_base_patch16_224", "vit_huge_patch14_224"])
-    parser.add_argument("--gpus", nargs="+", type=positive(int), default=[1, 8, 64])
-    parser.add_argument("--global-batch", type=positive(int), default=4096, help="images per update (paper: 4096)")
-    parser.add_argument("--micro-batch", type=positive(int), help="images per GPU and step (default: per model)")
-    parser.add_argument("--peak-tflops", type=positive(float), default=312.0, help="16-bit peak (A100: 312)")
-    parser.add_argument("--mfu", type=positive(float), default=0.4, help="fraction of the peak a step reaches")
-    parser.add_argument("--memory-gib", type=positive(float), default=80.0)
+    parser.add_argument("--gpus", nargs="+", type=integer(above=0), default=[1, 8, 64])
+    parser.add_argument("--global-batch", type=integer(above=0), default=4096, help="images per update (paper: 4096)")
+    parser.add_argument("--micro-batch", type=integer(above=0), help="images per GPU and step (default: per model)")
+    parser.add_argument("--peak-tflops", type=number(above=0), default=312.0, help="16-bit peak (A100: 312)")
+    parser.add_argument("--mfu", type=number(above=0), default=0.4, help="fraction of the peak a step reaches")
+    parser.add_argument("--memory-gib", type=number(above=0), default=80.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     add_common_arguments(parser)
     args = parser.parse_args(argv)

@@ -9,7 +9,7 @@ VisualDL's image tab. --weights takes what tools/eval.py takes.
 import os
 
 from . import ArgumentParser, add_common_arguments, in_process, setup_logging
-from ..errors import ConfigError
+from .numbers import integer
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 
@@ -25,9 +25,9 @@ def visualize(argv):
     parser.add_argument("-o", "--override", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--ema", action="store_true", help="use the EMA weights of a .pdckpt")
     parser.add_argument("--vdl", action="store_true", help="also log the figures to DIR/vdl (VisualDL images)")
-    parser.add_argument("--rows", type=int, default=8, metavar="N",
+    parser.add_argument("--rows", type=integer(1), default=8, metavar="N",
                         help="draw the attention maps of the first N images (the distance uses all)")
-    parser.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs")
+    parser.add_argument("--dpi", type=integer(1, MAX_DPI), default=100, help="resolution of the PNGs")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -36,10 +36,6 @@ def visualize(argv):
     from ..deploy.predict import list_images
 
     setup_logging()
-    if args.rows < 1:
-        raise ConfigError(f"--rows must be >= 1 (the images whose attention maps are drawn), got {args.rows}")
-    if not 1 <= args.dpi <= MAX_DPI:
-        raise ConfigError(f"--dpi must be in [1, {MAX_DPI}], got {args.dpi}")
     config = load_config(args.config, args.override)
     paths = list_images(args.image)
     with fileio.output_folder(args.out, "--out"):  # checked before the model is loaded and run; gone on failure
