@@ -1,8 +1,12 @@
 """Atomic file writes: a reader (or a killed writer) never sees half a file; the checks of a path
-made before any work (a folder one can write in, a file name, what a non-file is); and output
-folders a command makes, gone again when the command fails."""
+made before any work (a folder one can write in, a file name, what a non-file is); output
+folders a command makes, gone again when the command fails; and folders of several files (an
+export, a published model) written whole into any folder, a mount point included."""
 import contextlib
+import errno
 import os
+import re
+import shutil
 import stat
 import tempfile
 
@@ -138,3 +142,192 @@ def output_file(path, what, extensions):
     path = os.path.expanduser(os.fspath(path))
     with provisional_folders(os.path.dirname(os.path.abspath(path))):
         yield writable_file(path, what, extensions)
+
+
+# ---- folders of several files, written whole -------------------------------------------------
+
+LOW_SPACE_BYTES = 64 * 1024
+NOT_CONTENT = ("lost+found",)  # what mkfs puts at the top of a disk: a mounted volume holds it
+
+
+def file_system_full(path):
+    """Whether the file system holding `path` has (almost) no room left for this process: less
+    than 64 KiB (root may also use the blocks reserved for it). Some writers (paddle.jit.save,
+    the C++ writers of onnx and ONNX Runtime) leave a truncated file without an error when the
+    disk fills up; this is how such a write is recognised afterwards."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    blocks = stats.f_bfree if os.geteuid() == 0 else stats.f_bavail
+    return blocks * stats.f_frsize < LOW_SPACE_BYTES
+
+
+def staging_prefix(kind):
+    """The name every staging folder of `kind` ("export", "publish") starts with: hidden."""
+    return f".{kind}-"
+
+
+def leftover_staging(folder, kind):
+    """The staging folders of `kind` in `folder` (names): left by a run killed before its end."""
+    prefix = staging_prefix(kind)
+    return sorted(name for name in os.listdir(folder)
+                  if name.startswith(prefix) and os.path.isdir(os.path.join(folder, name)))
+
+
+def output_entries(folder, kind):
+    """What `folder` holds besides leftover staging folders of `kind` and a disk's lost+found:
+    the names that make it empty or not."""
+    leftovers = set(leftover_staging(folder, kind))
+    return sorted(name for name in os.listdir(folder)
+                  if name not in leftovers and not (name in NOT_CONTENT and os.path.isdir(os.path.join(folder, name))))
+
+
+def interrupted_output(folder, kind, files):
+    """Whether `folder` is what a commit of `staged_folder` killed half-way leaves: a staging
+    folder of `kind`, and besides it only names among `files` (the files that kind of output
+    writes). Such a folder is a previous output: the next run replaces it."""
+    return bool(leftover_staging(folder, kind)) and set(output_entries(folder, kind)) <= set(files)
+
+
+def describe_os_error(error, staging):
+    """`error.strerror`, and the file being written when it is one in `staging`: 'No space left
+    on device (writing model.onnx)'."""
+    text = error.strerror or str(error)
+    name = _staged_name(str(error.filename), staging) if error.filename else None
+    return f"{text} (writing {name})" if name else text
+
+
+def _staged_name(text, staging):
+    """The output file a path in `staging` found in `text` stands for (an `atomic_write`
+    temporary `.NAME.XXXX.tmp` is NAME), or None."""
+    match = re.search(re.escape(staging + os.sep) + r"([^\s:'\"]+)", text)
+    if match is None:
+        return None
+    name = match.group(1)
+    temporary = re.fullmatch(r"\.(.+)\.[^.]+\.tmp", os.path.basename(name))
+    return os.path.join(os.path.dirname(name), temporary.group(1)) if temporary else name
+
+
+@contextlib.contextmanager
+def staged_folder(out_dir, kind, marker, *, error_type, description):
+    """Write an output of several files into the folder `out_dir`, whole or not at all.
+
+    `out_dir` must already have been checked by the caller: absent, empty, or a previous output
+    of this kind (`output_entries`, `interrupted_output`). It is made when missing. The block
+    gets a hidden staging folder inside `out_dir` (``out_dir/.KIND-XXXX``: the same file system,
+    even when `out_dir` is a mount point, so that files move out of it by rename) and writes
+    there. Then the commit, which never renames `out_dir` itself (a mount point cannot be):
+
+    1. the old `marker` (the file that says an output is complete: ``preprocess.json``,
+       ``config.json``) is removed: from now on the folder is not taken for a complete output;
+    2. what the new output does not have is removed (older files, older staging leftovers);
+    3. the new files, flushed to disk, are moved in one by one with `os.replace`, `marker` last;
+    4. the staging folder, now empty, is removed.
+
+    A failure, or Ctrl-C, before the commit removes the staging folder and leaves `out_dir` as
+    it was (a folder it made is removed again). A kill during the commit (a few renames) leaves
+    `out_dir` without its marker and with the staging folder still in it: `interrupted_output`
+    recognises that, so rerunning the command replaces it; a kill after step 3 leaves a
+    complete output and an empty staging folder, which the next run removes.
+
+    Errors, one line each: an OSError is `error_type` "cannot write DESCRIPTION to OUT_DIR:
+    <strerror> (writing FILE)"; any failure while the file system is full (or a file system
+    found full before the commit) is "... No space left on device": writers that do not say so
+    leave truncated files that fail later as something else; an `error_type` raised in the
+    block names `out_dir` where it said the staging folder."""
+    out_dir = os.path.abspath(os.path.expanduser(os.fspath(out_dir)))
+
+    def failure(reason):
+        return error_type(f"cannot write {description} to {out_dir}: {reason}")
+
+    with provisional_folders(out_dir):
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir)
+        except OSError as error:
+            raise failure(error.strerror or error) from None
+        try:
+            yield staging
+            _flush_staged(staging)
+        except BaseException as error:
+            full = file_system_full(staging)  # before the staging folder's removal frees space
+            shutil.rmtree(staging, ignore_errors=True)
+            raise _named_failure(error, staging, out_dir, full, error_type, failure) from None
+        try:
+            _commit(staging, out_dir, marker)
+        except OSError as error:
+            raise failure(f"{describe_os_error(error, staging)}, while moving the new files in; the folder is "
+                          f"incomplete: run the command again to replace it") from None
+
+
+def _named_failure(error, staging, out_dir, full, error_type, failure):
+    """The error to raise for `error`, raised in the block of `staged_folder` (`full`: whether
+    the file system was full then): what failed named as the output, not the staging folder."""
+    if isinstance(error, OSError):
+        return failure(describe_os_error(error, staging))
+    if not isinstance(error, Exception):  # Ctrl-C
+        return error
+    message = str(error)
+    if isinstance(error, error_type) and not (full and "no space left" not in message.lower()):
+        error.args = (message.replace(staging, out_dir),) + error.args[1:]
+        return error
+    if full:  # whatever failed, a write stopped short first
+        name = _staged_name(message, staging)
+        return failure(os.strerror(errno.ENOSPC) + (f" (writing {name})" if name else ""))
+    return error
+
+
+def _flush_staged(staging):
+    """Before the commit: the staged files on disk (fsync; its errors are the write's), and no
+    full file system, where a writer may have stopped short without saying so."""
+    for name in os.listdir(staging):
+        path = os.path.join(staging, name)
+        if os.path.isfile(path):
+            descriptor = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+    if file_system_full(staging):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _commit(staging, out_dir, marker):
+    """Steps 1-4 of `staged_folder`: the staged files replace what `out_dir` held, `marker` last."""
+    new = sorted(os.listdir(staging))
+    if os.path.lexists(os.path.join(out_dir, marker)):
+        os.remove(os.path.join(out_dir, marker))
+        _fsync_path(out_dir)
+    ours = os.path.basename(staging)
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        replaced_by_a_file = name in new and os.path.isdir(path) and not os.path.islink(path)
+        if (name not in new or replaced_by_a_file) and name != ours and not (name in NOT_CONTENT
+                                                                              and os.path.isdir(path)):
+            _remove(path)
+    for name in [name for name in new if name != marker] + [name for name in new if name == marker]:
+        os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    _fsync_path(out_dir)
+    os.rmdir(staging)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _fsync_path(path):
+    """Flush a folder's entries to disk (as `atomic_write` does), where the file system can."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -16,15 +16,15 @@ The folder written by `export_classifier`:
 - ``preprocess.json``: the eval preprocessing (`paddle_vit.deploy.predict.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
-Everything is written to a hidden staging folder beside the target first and exchanged with it
-as a whole at the end, so a failed or killed export leaves the previous one as it was.
+Everything is written to a hidden staging folder inside the target first (``--out/.export-XXXX``)
+and moved into place at the end, ``preprocess.json`` last (`paddle_vit.fileio.staged_folder`):
+the target may be a mount point, a failed export leaves the previous one as it was, and a folder
+killed while the files were moved in has no ``preprocess.json`` and is replaced by the next export.
 """
 import dataclasses
 import json
 import logging
 import os
-import shutil
-import tempfile
 
 from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
@@ -42,6 +42,11 @@ METADATA_FILE = "preprocess.json"
 MODEL_PREFIX = "inference"  # inference.json / inference.pdmodel + inference.pdiparams
 WEIGHTS_FILE = "model.safetensors"
 FORMATS = ("paddle", "onnx")
+STAGING_KIND = "export"  # the staging folder: OUT/.export-XXXX
+# every file an export writes (Paddle 2 wrote .pdmodel and .pdiparams.info): what a folder killed
+# while they were moved in may hold
+EXPORT_FILES = (METADATA_FILE, WEIGHTS_FILE, ONNX_FILE, INT8_FILE, f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel",
+                f"{MODEL_PREFIX}.pdiparams", f"{MODEL_PREFIX}.pdiparams.info")
 
 
 def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metadata):
@@ -79,23 +84,24 @@ def build_metadata(classifier, softmax, files):
     }
 
 
-def _prepare(out_dir):
-    """A staging folder beside `out_dir` (on the same file system, so that it can be renamed
-    into place); `out_dir` itself must be absent, empty or an earlier export (its files are
-    replaced as a whole, never mixed with others). An OS error is an ExportError."""
-    if os.path.exists(out_dir):
-        if not os.path.isdir(out_dir):
-            kind = "a file" if os.path.isfile(out_dir) else fileio.kind_of_special_file(out_dir)
-            raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
-        if os.listdir(out_dir) and not _is_export(out_dir):
-            raise ExportError(f"--out {out_dir} holds files that are not an export; give a new or empty folder, "
-                              f"or an earlier export to replace")
-    parent = os.path.dirname(os.path.abspath(out_dir))
+def _check_out(out_dir):
+    """`out_dir` must be absent, empty or an earlier export (complete, or one whose files were
+    being moved in when it was killed): its files are replaced as a whole, never mixed with
+    others. Checked before any work is done."""
+    if not os.path.lexists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        kind = "a file" if os.path.isfile(out_dir) else fileio.kind_of_special_file(out_dir)
+        raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
     try:
-        os.makedirs(parent, exist_ok=True)
-        return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.export-", dir=parent)
+        holds = fileio.output_entries(out_dir, STAGING_KIND)
+        replaceable = not holds or _is_export(out_dir) or fileio.interrupted_output(out_dir, STAGING_KIND,
+                                                                                   EXPORT_FILES)
     except OSError as error:
-        raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
+        raise ExportError(f"cannot read --out {out_dir}: {error.strerror or error}") from None
+    if not replaceable:
+        raise ExportError(f"--out {out_dir} holds files that are not an export; give a new or empty folder, "
+                          f"or an earlier export to replace")
 
 
 def _is_export(folder):
@@ -104,30 +110,6 @@ def _is_export(folder):
             return json.load(stream).get("format") == EXPORT_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _exchange(staging, out_dir):
-    """Put the finished `staging` folder at `out_dir`, replacing an earlier export as a whole: an
-    atomic exchange of the two folders (Linux renameat2 RENAME_EXCHANGE), then the old one
-    deleted. Where the exchange is not available, two renames (a kill between them leaves the
-    old export beside, named .NAME.export-*)."""
-    import ctypes
-
-    out_dir = os.path.abspath(out_dir)
-    if not os.path.exists(out_dir):
-        os.replace(staging, out_dir)
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    at_fdcwd, rename_exchange = -100, 2
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is not None and renameat2(at_fdcwd, staging.encode(), at_fdcwd, out_dir.encode(),
-                                           rename_exchange) == 0:
-        shutil.rmtree(staging, ignore_errors=True)  # now the old export
-        return
-    old = staging + ".old"
-    os.replace(out_dir, old)
-    os.replace(staging, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclasses.dataclass
@@ -154,8 +136,9 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     int8: an `Int8Export`: also write ``model.int8.onnx`` (needs "onnx" in formats) and record its
         quantization and accuracy gate under "int8" in ``preprocess.json``.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
-    is written to a staging folder first and put in place at once: a failed or killed export
-    leaves the earlier one whole.
+    is written to a staging folder inside `out_dir` first and moved into place at the end,
+    ``preprocess.json`` last: a failed export leaves the earlier one whole, and one killed while
+    its files were moved in is replaced by the next (`paddle_vit.fileio.staged_folder`).
     """
 
     formats = list(dict.fromkeys(formats))
@@ -167,44 +150,44 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     if "onnx" in formats:
         import_paddle2onnx()  # say what to install before any work is done
     out_dir = os.fspath(out_dir)
-    with fileio.provisional_folders(out_dir):  # a failed export leaves no folder it made
-        staging = _prepare(out_dir)
-        try:
-            files = {}
-            if "paddle" in formats:
-                model_file, params_file = save_traced(classifier.model, os.path.join(staging, MODEL_PREFIX), softmax)
-                files["paddle_model"] = os.path.basename(model_file)
-                files["paddle_params"] = os.path.basename(params_file)
-            if "onnx" in formats:
-                files["onnx"] = ONNX_FILE
-            if int8 is not None:
-                files["onnx_int8"] = INT8_FILE
-            files["weights"] = WEIGHTS_FILE
-            metadata = build_metadata(classifier, softmax, files)
-            if "onnx" in formats:
-                report = export_onnx(classifier.model, os.path.join(staging, ONNX_FILE), opset=opset_version,
-                                     softmax=softmax, metadata=metadata)
-                metadata["onnx_graph"] = report
-                logger.info("ONNX graph: opset %d, %d nodes (%s), %d initializers", report["opset"], report["nodes"],
-                            ", ".join(f"{op} {count}" for op, count in report["node_counts"].items()),
-                            report["initializers"])
-            if int8 is not None:
-                metadata["int8"] = _write_int8(os.path.join(staging, ONNX_FILE), os.path.join(staging, INT8_FILE),
-                                               int8)
-            save_weights(classifier.model, os.path.join(staging, WEIGHTS_FILE))
-            with open(os.path.join(staging, METADATA_FILE), "w", encoding="utf-8") as stream:
-                json.dump(metadata, stream, indent=2, ensure_ascii=False)
-                stream.write("\n")
-            os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; an export is not
-            _exchange(staging, out_dir)
-        except OSError as error:
-            raise ExportError(f"cannot write the export to {out_dir}: {error.strerror or error}") from None
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    _check_out(out_dir)
+    with fileio.staged_folder(out_dir, STAGING_KIND, METADATA_FILE, error_type=ExportError,
+                              description="the export") as staging:
+        files = _write_export(classifier, staging, softmax, formats, opset_version, int8)
     written = {role: os.path.join(out_dir, name) for role, name in files.items()}
     written["metadata"] = os.path.join(out_dir, METADATA_FILE)
     logger.info("exported %s to %s: %s", classifier.model_name, out_dir, ", ".join(sorted(files.values())))
     return written
+
+
+def _write_export(classifier, folder, softmax, formats, opset_version, int8):
+    """Write the export's files into `folder` (the staging folder), ``preprocess.json`` too;
+    returns the "files" entry of ``preprocess.json``: {role: file name}."""
+    files = {}
+    if "paddle" in formats:
+        model_file, params_file = save_traced(classifier.model, os.path.join(folder, MODEL_PREFIX), softmax)
+        files["paddle_model"] = os.path.basename(model_file)
+        files["paddle_params"] = os.path.basename(params_file)
+    if "onnx" in formats:
+        files["onnx"] = ONNX_FILE
+    if int8 is not None:
+        files["onnx_int8"] = INT8_FILE
+    files["weights"] = WEIGHTS_FILE
+    metadata = build_metadata(classifier, softmax, files)
+    if "onnx" in formats:
+        report = export_onnx(classifier.model, os.path.join(folder, ONNX_FILE), opset=opset_version,
+                             softmax=softmax, metadata=metadata)
+        metadata["onnx_graph"] = report
+        logger.info("ONNX graph: opset %d, %d nodes (%s), %d initializers", report["opset"], report["nodes"],
+                    ", ".join(f"{op} {count}" for op, count in report["node_counts"].items()),
+                    report["initializers"])
+    if int8 is not None:
+        metadata["int8"] = _write_int8(os.path.join(folder, ONNX_FILE), os.path.join(folder, INT8_FILE), int8)
+    save_weights(classifier.model, os.path.join(folder, WEIGHTS_FILE))
+    with open(os.path.join(folder, METADATA_FILE), "w", encoding="utf-8") as stream:
+        json.dump(metadata, stream, indent=2, ensure_ascii=False)
+        stream.write("\n")
+    return files
 
 
 def _write_int8(fp32_path, int8_path, int8):
@@ -218,8 +201,3 @@ def _write_int8(fp32_path, int8_path, int8):
     summary["gate"] = gate
     return summary
 
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -28,12 +28,14 @@ with VPMADDUBSW, whose 16-bit sums can saturate; 7-bit weights cannot. None choo
 CPU: off where it has AVX512-VNNI, AVX-VNNI or AMX, on otherwise.
 """
 import contextlib
+import errno
 import logging
 import os
 
 import numpy as np
 
 from ..errors import ExportError
+from ..fileio import file_system_full
 from ..runtime import cpu_vendor_and_flags
 from .onnx_export import import_onnx_extra, work_folder
 from .onnx_fusion import fuse_attention
@@ -162,17 +164,20 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
         source = os.fspath(fp32_path)
         if fused:
             source = os.path.join(work, "fused.onnx")
-            onnx.save(model, source)
-        try:
-            with _quiet_root_logger():
-                _run_quantizer(quantization, mode, source, staged, model, calibration_batches, common)
-        except ExportError:
-            raise
-        except Exception as error:  # onnxruntime's own failures: one line
-            raise ExportError(f"onnxruntime could not quantize {fp32_path} ({mode}): "
-                              f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from None
-        int8_model = onnx.load(staged)
-        os.replace(staged, os.fspath(int8_path))
+            with _writing(int8_path, folder, f"its attention-fused float32 copy of {fp32_path}"):
+                onnx.save(model, source)
+        with _writing(int8_path, folder):
+            try:
+                with _quiet_root_logger():
+                    _run_quantizer(quantization, mode, source, staged, model, calibration_batches, common)
+            except (ExportError, OSError):
+                raise
+            except Exception as error:  # onnxruntime's own failures: one line
+                _raise_if_disk_full(folder, int8_path)
+                raise ExportError(f"onnxruntime could not quantize {fp32_path} ({mode}): {_first_line(error)}") \
+                    from None
+            int8_model = _load_written(onnx, staged, folder, int8_path)
+            os.replace(staged, os.fspath(int8_path))
     counts = {}
     for node in int8_model.graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
@@ -186,6 +191,45 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
         "nodes": len(int8_model.graph.node),
         "node_counts": dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))),
     }
+
+
+@contextlib.contextmanager
+def _writing(int8_path, folder, what=None):
+    """Run a write of the int8 file (or of `what` for it): an OSError is an ExportError naming
+    the write; no space left on device says so (never what a truncated file then looks like)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno == errno.ENOSPC or file_system_full(folder):
+            raise _no_space(int8_path, what) from None
+        raise ExportError(f"cannot write {int8_path}{f' ({what})' if what else ''}: "
+                          f"{error.strerror or error}") from None
+
+
+def _no_space(int8_path, what=None):
+    return ExportError(f"no space left on device while writing {int8_path}{f' ({what})' if what else ''}")
+
+
+def _raise_if_disk_full(folder, int8_path):
+    """onnxruntime's quantizer writes (a shape-inferred copy, the int8 file) through onnx's C++
+    writer, which leaves a truncated file without an error when the disk fills: whatever fails
+    after that is really the full disk."""
+    if file_system_full(folder):
+        raise _no_space(int8_path) from None
+
+
+def _load_written(onnx, staged, folder, int8_path):
+    """The int8 file the quantizer wrote, read back; truncated by a full disk, it says so."""
+    try:
+        return onnx.load(staged)
+    except Exception as error:  # protobuf's DecodeError, onnx's errors
+        _raise_if_disk_full(folder, int8_path)
+        raise ExportError(f"the int8 file onnxruntime wrote cannot be read back: {_first_line(error)}") from None
+
+
+def _first_line(error):
+    text = str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _run_quantizer(quantization, mode, fp32_path, target, model, calibration_batches, common):

@@ -28,15 +28,17 @@ tests/test_publish.py checks both against the libraries' own reading, recorded i
 tests/fixtures/publish_reference.*. What the target cannot express (timm: a 2-D position
 embedding, a q.k scale other than head_dim^-0.5, a LayerNorm epsilon or ResNet its architecture
 does not have, ...; transformers: any pooling but the class token's, today's tokens and options)
-is refused in one WeightsError before anything is written. The folder is written into a
-temporary folder beside the target and moved into place at the end: a failure leaves nothing.
+is refused in one WeightsError before anything is written. The folder is written into a hidden
+staging folder inside the target (``.publish-XXXX``) and its files moved into place at the end,
+``config.json`` last (`paddle_vit.fileio.staged_folder`): the target may be a mount point, a
+failure leaves nothing new, and a folder killed while the files were moved in has no
+``config.json`` and is replaced by the next run.
 """
 import json
 import logging
 import os
-import shutil
-import tempfile
 
+from .. import fileio
 from ..errors import WeightsError
 from .publish_hf import hf_export
 from .publish_timm import timm_export
@@ -47,6 +49,8 @@ WEIGHTS_FILE = "model.safetensors"
 PROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
+STAGING_KIND = "publish"  # the staging folder: OUT/.publish-XXXX
+PUBLISHED_FILES = (CONFIG_FILE, WEIGHTS_FILE, PROCESSOR_FILE, CARD_FILE)
 
 
 def save_pretrained(model, directory, format="timm", overwrite=False, *, name=None, preprocess=None,
@@ -82,9 +86,19 @@ def save_pretrained(model, directory, format="timm", overwrite=False, *, name=No
 
 
 def check_target(directory, overwrite):
+    """`directory` must be absent, empty (leftover staging folders and a disk's lost+found aside)
+    or what a run killed while moving its files in left (`fileio.interrupted_output`), unless
+    `overwrite`, which replaces whatever it holds."""
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise WeightsError(f"--out {directory} exists and is not a folder")
-    if os.path.isdir(directory) and os.listdir(directory) and not overwrite:
+    if not os.path.isdir(directory) or overwrite:
+        return
+    try:
+        taken = (fileio.output_entries(directory, STAGING_KIND)
+                 and not fileio.interrupted_output(directory, STAGING_KIND, PUBLISHED_FILES))
+    except OSError as error:
+        raise WeightsError(f"cannot read --out {directory}: {error.strerror or error}") from None
+    if taken:
         raise WeightsError(f"--out {directory} exists and is not empty: choose a new folder, or --overwrite to "
                            f"replace what it holds")
 
@@ -200,47 +214,28 @@ def run_summary(checkpoint_path):
 # ---- writing ----------------------------------------------------------------------------------
 
 def _write_folder(directory, export, card):
-    """Write the folder into a temporary folder beside `directory`, then move it into place."""
+    """Write the folder's files into a staging folder inside `directory`, then move them into
+    place, ``config.json`` last (`fileio.staged_folder`)."""
+    with fileio.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
+                              description=f"the {export.format} folder") as staging:
+        _write_files(staging, export, card)
+
+
+def _write_files(folder, export, card):
     from safetensors.numpy import save_file
 
-    parent = os.path.dirname(directory)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.partial-", dir=parent)
-    except OSError as error:
-        raise WeightsError(f"cannot write {directory}: {error.strerror or error}") from error
-    old = None
-    try:
-        save_file(export.tensors, os.path.join(temporary, WEIGHTS_FILE), metadata={"format": "pt"})
-        with open(os.path.join(temporary, CONFIG_FILE), "w", encoding="utf-8") as stream:
-            json.dump(export.config, stream, indent=2)
+    save_file(export.tensors, os.path.join(folder, WEIGHTS_FILE), metadata={"format": "pt"})
+    with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as stream:
+        json.dump(export.config, stream, indent=2)
+        stream.write("\n")
+    if export.processor is not None:
+        with open(os.path.join(folder, PROCESSOR_FILE), "w", encoding="utf-8") as stream:
+            json.dump(export.processor, stream, indent=2)
             stream.write("\n")
-        if export.processor is not None:
-            with open(os.path.join(temporary, PROCESSOR_FILE), "w", encoding="utf-8") as stream:
-                json.dump(export.processor, stream, indent=2)
-                stream.write("\n")
-        _write_card(os.path.join(temporary, CARD_FILE), card)
-        umask = _umask()
-        for name in os.listdir(temporary):  # safetensors writes 0600; the folder's files as any file's
-            os.chmod(os.path.join(temporary, name), 0o666 & ~umask)
-        os.chmod(temporary, 0o777 & ~umask)
-        if os.path.isdir(directory):
-            if os.listdir(directory):
-                old = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.old-", dir=parent)
-                os.rmdir(old)
-                os.rename(directory, old)
-            else:
-                os.rmdir(directory)
-        os.rename(temporary, directory)
-    except BaseException as error:
-        shutil.rmtree(temporary, ignore_errors=True)
-        if old is not None and not os.path.exists(directory):
-            os.rename(old, directory)
-        if isinstance(error, OSError):
-            raise WeightsError(f"cannot write {directory}: {error.strerror or error}") from error
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    _write_card(os.path.join(folder, CARD_FILE), card)
+    umask = _umask()
+    for name in os.listdir(folder):  # safetensors writes 0600; the folder's files as any file's
+        os.chmod(os.path.join(folder, name), 0o666 & ~umask)
 
 
 def _write_card(path, card):

@@ -1,0 +1,225 @@
+"""Exports and published folders onto any folder, inflicted for real on small mounted file
+systems: a mount point (which cannot be renamed), a read-only mount, a disk that fills up, and a
+folder left by a run killed while its files were moved in. One clear line and exit code 2,
+nothing half written, the previous output whole; docs/troubleshooting.md's fault table lists
+these cases. (To be merged into tests/test_failures.py.)"""
+import json
+import os
+
+import pytest
+
+from paddle_vit import create_model, fileio
+from paddle_vit.cli import convert_weights
+from paddle_vit.weights import save_weights
+
+from conftest import mounted_tmpfs
+from repo_paths import REPO, load_tool
+from test_failures import assert_one_line_error, run_tool
+
+EXPORT = load_tool("export")
+SMALL = {"image_size": 14, "embed_dim": 16, "depth": 2, "num_heads": 2, "num_classes": 4}
+MODEL_FLAGS = ["--model", "vit_walkthrough"] + [argument for key, value in SMALL.items()
+                                                for argument in ("-o", f"model.{key}={value}")]
+EXPORT_FILES = ["inference.json", "inference.pdiparams", "model.safetensors", "preprocess.json"]
+RECORDED = os.path.join(REPO, "tests", "fixtures", "publish")
+PUBLISHED = {"timm": ("plain_mean", ["README.md", "config.json", "model.safetensors"]),
+             "huggingface": ("hf_vit", ["README.md", "config.json", "model.safetensors", "preprocessor_config.json"])}
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """The walkthrough ViT at 14 x 14 px (a few thousand weights): a .safetensors file."""
+    path = tmp_path_factory.mktemp("weights") / "small.safetensors"
+    save_weights(create_model("vit_walkthrough", **SMALL), str(path))
+    return path
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """A 40 MiB file system mounted at the folder given as --out."""
+    yield from mounted_tmpfs(tmp_path / "volume", "size=40m")
+
+
+def export(weights, out, capsys, *extra):
+    return run_tool(EXPORT, ["--weights", str(weights), *MODEL_FLAGS, "--out", str(out), *extra], capsys)
+
+
+def publish(out, capsys, to="timm", *extra):
+    return run_tool(convert_weights, ["--weights", os.path.join(RECORDED, PUBLISHED[to][0]), "--out", str(out),
+                                      "--to", to, *extra], capsys)
+
+
+def fill(disk):
+    """Fill the file system of `disk` to the last byte with a file `disk`/balloon."""
+    with open(os.path.join(disk, "balloon"), "wb", buffering=0) as balloon:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    balloon.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+def contents(folder):
+    """{name: bytes} of every file in `folder`, hidden ones included (a folder is named only)."""
+    found = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as stream:
+                found[name] = stream.read()
+        else:
+            found[name] = "a folder"
+    return found
+
+
+# ---- export --------------------------------------------------------------------------------
+
+@pytest.mark.root
+def test_an_export_onto_a_mount_point_is_written_there_and_the_next_replaces_it(weights, mount_point, capsys):
+    """The export was renamed over --out at its end: a mount point is busy (EBUSY)."""
+    assert export(weights, mount_point, capsys)[0] == 0
+    assert sorted(os.listdir(mount_point)) == EXPORT_FILES
+    assert json.loads((mount_point / "preprocess.json").read_text())["output"] == "logits"
+    (mount_point / "model.onnx").write_bytes(b"stale, from an older export with ONNX")
+    assert export(weights, mount_point, capsys, "--softmax")[0] == 0
+    assert sorted(os.listdir(mount_point)) == EXPORT_FILES  # no staging folder, the stale file gone
+    assert json.loads((mount_point / "preprocess.json").read_text())["output"] == "probabilities"
+
+
+@pytest.mark.root
+def test_an_export_onto_a_read_only_mount_says_so_in_one_line(weights, read_only_folder, capsys):
+    for out in (read_only_folder, read_only_folder / "new"):
+        assert_one_line_error(*export(weights, out, capsys), f"cannot write the export to {out}",
+                              "Read-only file system")
+    assert os.listdir(read_only_folder) == []
+
+
+@pytest.mark.root
+def test_an_export_onto_a_full_disk_says_so_and_leaves_the_previous_export_whole(weights, tiny_disk, capsys):
+    out = tiny_disk / "export"
+    assert export(weights, out, capsys)[0] == 0
+    before = contents(out)
+    fill(tiny_disk)
+    assert_one_line_error(*export(weights, out, capsys, "--softmax"), f"cannot write the export to {out}",
+                          "No space left on device")
+    assert contents(out) == before  # no staging folder, every file as the first export wrote it
+    assert_one_line_error(*export(weights, tiny_disk / "new", capsys), "No space left on device")
+    assert not (tiny_disk / "new").exists()
+
+
+@pytest.mark.slow
+def test_a_folder_left_by_an_export_killed_while_moving_its_files_in_is_replaced(weights, tmp_path, capsys,
+                                                                                monkeypatch):
+    out = tmp_path / "export"
+    assert export(weights, out, capsys)[0] == 0
+    real_replace, moved = os.replace, []
+
+    def killed_after_two_files(source, target):
+        if os.path.dirname(target) == str(out):  # the commit's renames, not the writes into the staging folder
+            if len(moved) == 2:
+                raise KeyboardInterrupt  # as a kill: nothing after this runs
+            moved.append(os.path.basename(target))
+        real_replace(source, target)
+    monkeypatch.setattr(fileio.os, "replace", killed_after_two_files)
+    code, lines = export(weights, out, capsys, "--softmax")
+    monkeypatch.undo()
+    assert code == 130 and lines == ["error: interrupted"]
+    assert "preprocess.json" not in os.listdir(out) and "preprocess.json" not in moved  # not taken for complete
+    assert [name for name in os.listdir(out) if name.startswith(".export-")]  # the evidence of an interrupted run
+    assert export(weights, out, capsys, "--softmax")[0] == 0
+    assert sorted(os.listdir(out)) == EXPORT_FILES
+    assert json.loads((out / "preprocess.json").read_text())["output"] == "probabilities"
+
+
+def test_a_killed_commit_is_replaced_and_a_folder_of_other_files_never_is(weights, tmp_path, capsys):
+    """What a SIGKILL during the commit leaves: export files without preprocess.json, and the
+    staging folder. Without the staging folder, the same files may be the user's own."""
+    out = tmp_path / "killed"
+    (out / ".export-k1ll3d").mkdir(parents=True)
+    (out / ".export-k1ll3d" / "preprocess.json").write_text("{}")
+    (out / "inference.json").write_text("half")
+    (out / "model.onnx").write_text("old")
+    assert export(weights, out, capsys)[0] == 0
+    assert sorted(os.listdir(out)) == EXPORT_FILES
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "model.safetensors").write_text("my own weights")
+    assert_one_line_error(*export(weights, mine, capsys), "holds files that are not an export")
+    assert os.listdir(mine) == ["model.safetensors"]
+
+
+# ---- int8 ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.parametrize("fills_before", ["_run_quantizer", "fuse_attention"])
+def test_an_int8_export_onto_a_disk_that_fills_names_the_write_not_protobuf(weights, tiny_disk, tmp_path, capsys,
+                                                                            monkeypatch, fills_before):
+    """The disk fills while the int8 file (or its attention-fused float32 copy, written first)
+    is written: onnx's C++ writer leaves a truncated file and said nothing, and the tool said
+    what reading it back gave (invalid protobuf, 'Failed to find proper ai.onnx domain')."""
+    pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+    pytest.importorskip("onnxruntime.quantization", reason="int8 needs the optional extra: pip install -e '.[onnx]'")
+    from PIL import Image
+
+    from paddle_vit.deploy import quantize
+
+    Image.new("RGB", (20, 20), (120, 60, 30)).save(tmp_path / "gate.png")
+    real = getattr(quantize, fills_before)
+
+    def fill_then(*args, **kwargs):
+        fill(tiny_disk)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(quantize, fills_before, fill_then)
+    out = tiny_disk / "int8"
+    code, lines = export(weights, out, capsys, "--quantize", "int8", "--gate-images", str(tmp_path / "gate.png"))
+    assert_one_line_error(code, lines, f"no space left on device while writing {out / 'model.int8.onnx'}")
+    assert "protobuf" not in lines[0] and ".export-" not in lines[0]
+    assert not out.exists()
+
+
+# ---- timm and Hugging Face folders ------------------------------------------------------------
+
+@pytest.mark.root
+@pytest.mark.parametrize("to", ["timm", "huggingface"])
+def test_a_folder_published_onto_a_mount_point_is_written_there_and_overwritten_when_asked(mount_point, capsys, to):
+    assert publish(mount_point, capsys, to)[0] == 0
+    assert sorted(os.listdir(mount_point)) == PUBLISHED[to][1]
+    assert_one_line_error(*publish(mount_point, capsys, to), "not empty", "--overwrite")
+    (mount_point / "notes.txt").write_text("replaced with the rest")
+    assert publish(mount_point, capsys, to, "--overwrite")[0] == 0
+    assert sorted(os.listdir(mount_point)) == PUBLISHED[to][1]  # no staging folder left
+
+
+@pytest.mark.root
+def test_a_folder_published_onto_a_read_only_mount_says_so_in_one_line(read_only_folder, capsys):
+    for out in (read_only_folder, read_only_folder / "new"):
+        assert_one_line_error(*publish(out, capsys), f"cannot write the timm folder to {out}", "Read-only file system")
+    assert os.listdir(read_only_folder) == []
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("to", ["timm", "huggingface"])
+def test_a_folder_published_onto_a_full_disk_says_so_and_the_previous_stays_whole(tiny_disk, capsys, to):
+    out = tiny_disk / "published"
+    assert publish(out, capsys, to)[0] == 0
+    before = contents(out)
+    fill(tiny_disk)
+    assert_one_line_error(*publish(out, capsys, to, "--overwrite"), f"cannot write the {to} folder to {out}",
+                          "No space left on device")
+    assert contents(out) == before
+    assert_one_line_error(*publish(tiny_disk / "new", capsys, to), "No space left on device")
+    assert not (tiny_disk / "new").exists()
+
+
+def test_a_folder_left_by_a_publish_killed_while_moving_its_files_in_is_replaced(tmp_path, capsys):
+    out = tmp_path / "killed"
+    (out / ".publish-k1ll3d").mkdir(parents=True)
+    (out / ".publish-k1ll3d" / "config.json").write_text("{}")
+    (out / "model.safetensors").write_text("half")
+    (out / "README.md").write_text("old")
+    assert publish(out, capsys)[0] == 0  # no --overwrite needed: it is no complete folder
+    assert sorted(os.listdir(out)) == PUBLISHED["timm"][1]
+    assert json.loads((out / "config.json").read_text())["architecture"]
+
