@@ -79,21 +79,29 @@ def with_checkpoint_preprocess(model):
     checkpoint's own pipeline computes at the model's image size (timm's pretrained_cfg, a
     Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), or None when the checkpoint
     implies none. A pipeline made for another size than the model's is scaled to it (the crop
-    the model's size, the resize in proportion), and says so in its origin."""
+    the model's size, the resize in proportion), and says so in its origin.
+
+    A value of the checkpoint's pipeline that cannot be used is a ConfigError naming its file
+    and key: falling back to the recipe's preprocessing would feed the weights other inputs
+    than their library does, and nobody reads a note in the load report."""
     report, size = model.load_report, model.config.image_size
     model.preprocess = None
-    if report.preprocessing is not None:
+    if report.preprocessing is None:
+        return model
+    try:
+        model.preprocess = preprocess_for_checkpoint(report.preprocessing, size)
+    except ConfigError:
+        own = preprocess_for_checkpoint(report.preprocessing, None)  # a bad value raises here, naming it
+        if own.image_size == size:
+            raise
+        scaled = dataclasses.replace(
+            own, image_size=size, resize_size=max(1, round(own.resize_size * size / own.image_size)),
+            origin=f"{own.origin}, scaled from {own.image_size} to the model's {size}")
         try:
-            model.preprocess = preprocess_for_checkpoint(report.preprocessing, size)
-        except ConfigError:
-            try:
-                own = preprocess_for_checkpoint(report.preprocessing, None)
-            except ConfigError as error:
-                report.notes.append(f"the checkpoint's preprocessing cannot be used: {error}")
-                return model
-            model.preprocess = dataclasses.replace(
-                own, image_size=size, resize_size=max(1, round(own.resize_size * size / own.image_size)),
-                origin=f"{own.origin}, scaled from {own.image_size} to the model's {size}")
+            scaled._validate()
+        except ConfigError as error:
+            raise ConfigError(f"{own.origin}, scaled from {own.image_size} to the model's {size}: {error}") from None
+        model.preprocess = scaled
     return model
 
 

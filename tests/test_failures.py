@@ -1,5 +1,7 @@
 """Every failure a user can meet, inflicted for real: one clear line and exit code 2, nothing
-half-written, nothing lost. docs/troubleshooting.md's fault table lists these cases."""
+half-written, nothing lost. docs/troubleshooting.md's fault table lists these cases; the ones of
+checkpoint folders from strangers are in test_failures_folders.py, those of exports and published
+folders written onto mounts, read-only and full disks in test_failures_exports.py."""
 import errno
 import json
 import os

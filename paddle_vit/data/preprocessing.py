@@ -44,7 +44,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ..config import DataConfig
-from ..errors import ConfigError, close_matches
+from ..errors import ConfigError, DataError, close_matches
 from .imagefolder import to_rgb as composite_on_white
 from .resize_kernels import cv2_resize_linear, tf_resize_bilinear
 from .transforms import INTERPOLATIONS, build_transforms
@@ -61,6 +61,19 @@ BACKENDS = ("pil", "cv2", "tf")
 RESCALES = ("float32_divide", "float32_multiply", "float64_multiply")
 RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "convert_shift16", "convert_after_resize")
 PIPELINES = ("timm", "huggingface", "torchvision", "paddleclas", "vit_jax", "openclip")
+
+# Every resize is bounded before it allocates (docs/pretrained.md, "What a folder's values must be"):
+# - MAX_IMAGE_SIDE: the largest model input accepted; the registered models take at most 896
+#   (and 224 - 518 mostly), so 4096 is more than four times beyond any of them;
+# - MAX_RESIZE_FACTOR: the resize aims at most 4 x the crop (a crop_pct of at least 0.25); timm's
+#   registered cfgs use 0.875 - 1.0, transformers' processors 1.0 - 1.15 (DeiT's 256 for 224);
+# - MAX_RESIZE_SIDE: and at most 8192 pixels whatever the crop;
+# - MAX_RESIZED_PIXELS: per image, the resized image has at most 2^26 pixels (201 MB as RGB
+#   bytes): a 1 x 60000 panorama resized shorter side to 256 would be 256 x 15 million.
+MAX_IMAGE_SIDE = 4096
+MAX_RESIZE_FACTOR = 4
+MAX_RESIZE_SIDE = 8192
+MAX_RESIZED_PIXELS = 2 ** 26
 
 
 def _choice(name, value, allowed):
@@ -128,7 +141,8 @@ class Preprocess:
             self.resize_mode = "both_sides" if self.eval_crop_pct == 1.0 else "shorter_side"
         if self.resize_size is None:
             crop_pct = self.eval_crop_pct
-            self.resize_size = self.image_size if crop_pct == 1.0 else int(self.image_size / crop_pct)
+            usable = isinstance(crop_pct, (int, float)) and 0 < crop_pct < 1  # else `_validate` refuses it
+            self.resize_size = int(self.image_size / crop_pct) if usable else self.image_size
         self.resize_size = int(self.resize_size)
 
     # ---- construction ------------------------------------------------------------------------
@@ -184,25 +198,27 @@ class Preprocess:
         recipe's values (its "resize" and "resize_size" were derived from eval_crop_pct), and
         loads to the same transform as it did.
         """
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: the preprocessing entry must be a JSON object, got {type(values).__name__}")
+        entry = _Entry(values, where)
+        preprocess = cls(entry.integer("image_size"), entry.number("eval_crop_pct", 1.0),
+                         entry.numbers("mean"), entry.numbers("std"),
+                         entry.text("interpolation", "bicubic"),
+                         resize_mode=entry.text("resize", None), resize_size=entry.integer("resize_size", None),
+                         long_side=entry.text("long_side", "round"),
+                         crop_offset=entry.text("crop_offset", "round"),
+                         crop_fill=entry.text("crop_fill", "zero"),
+                         backend=entry.text("backend", "pil"),
+                         rescale=entry.text("rescale", "float32_divide"),
+                         rescale_factor=entry.number("rescale_factor", 1.0 / 255.0),
+                         rgb=entry.text("rgb_conversion", "composite_white"),
+                         read_rgb=entry.text("read_rgb_conversion", None),
+                         exif_transpose=entry.flag("exif_transpose", True),
+                         origin=str(values.get("origin", "")))
         try:
-            preprocess = cls(int(values["image_size"]), float(values.get("eval_crop_pct", 1.0)),
-                             [float(v) for v in values["mean"]], [float(v) for v in values["std"]],
-                             str(values.get("interpolation", "bicubic")),
-                             resize_mode=values.get("resize"), resize_size=values.get("resize_size"),
-                             long_side=str(values.get("long_side", "round")),
-                             crop_offset=str(values.get("crop_offset", "round")),
-                             crop_fill=str(values.get("crop_fill", "zero")),
-                             backend=str(values.get("backend", "pil")),
-                             rescale=str(values.get("rescale", "float32_divide")),
-                             rescale_factor=float(values.get("rescale_factor", 1.0 / 255.0)),
-                             rgb=str(values.get("rgb_conversion", "composite_white")),
-                             read_rgb=values.get("read_rgb_conversion"),
-                             exif_transpose=bool(values.get("exif_transpose", True)),
-                             origin=str(values.get("origin", "")))
-        except (KeyError, TypeError, ValueError) as error:
-            raise ConfigError(f"{where}: the preprocessing entry is incomplete or malformed "
-                              f"({type(error).__name__}: {error})") from None
-        preprocess.transform()  # validates every value
+            preprocess.transform()  # validates every value
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
         return preprocess
 
     # ---- use ---------------------------------------------------------------------------------
@@ -218,7 +234,7 @@ class Preprocess:
         if self.is_recipe_default:
             data_config = DataConfig(mean=list(self.mean), std=list(self.std), interpolation=self.interpolation,
                                      eval_crop_pct=self.eval_crop_pct)
-            return _RecipeTransform(build_transforms(data_config, self.image_size, train=False))
+            return _RecipeTransform(build_transforms(data_config, self.image_size, train=False), self)
         return _LibraryTransform(self)
 
     def read(self, path):
@@ -232,16 +248,24 @@ class Preprocess:
                 image = image.copy()
         if self.read_rgb is not None:
             image = to_rgb(image, self.read_rgb)
-        return self.transform()(image)
+        try:
+            return self.transform()(image)
+        except TooLargeToResize as error:
+            raise TooLargeToResize(f"{os.fspath(path)}: {error}") from None
 
     def _validate(self):
         if self.image_size < 1 or self.resize_size < 1:
             raise ConfigError(f"preprocess sizes must be >= 1, got image_size {self.image_size}, "
                               f"resize_size {self.resize_size}")
+        if self.image_size > MAX_IMAGE_SIDE:
+            raise ConfigError(f"preprocess image_size {self.image_size} is larger than any model takes "
+                              f"(at most {MAX_IMAGE_SIDE})")
+        check_resize_bound(self.resize_size, self.image_size, "preprocess", "resize_size")
         if not 0 < self.eval_crop_pct <= 1:
             raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {self.eval_crop_pct}")
-        if len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std):
-            raise ConfigError(f"data.mean and data.std need 3 values each (std > 0), got {list(self.mean)}, "
+        if (len(self.mean) != 3 or len(self.std) != 3 or any(s <= 0 for s in self.std) or
+                not all(math.isfinite(v) for v in list(self.mean) + list(self.std))):
+            raise ConfigError(f"data.mean and data.std need 3 finite values each (std > 0), got {list(self.mean)}, "
                               f"{list(self.std)}")
         _choice("interpolation", self.interpolation, tuple(INTERPOLATIONS))
         _choice("resize", self.resize_mode, RESIZE_MODES)
@@ -256,6 +280,76 @@ class Preprocess:
         if self.backend != "pil" and self.interpolation != "bilinear":
             raise ConfigError(f"preprocess backend {self.backend!r} resizes bilinearly only, "
                               f"got interpolation {self.interpolation!r}")
+        if not (math.isfinite(self.rescale_factor) and self.rescale_factor > 0):
+            raise ConfigError(f"preprocess rescale_factor must be a number > 0, got {self.rescale_factor!r}")
+
+
+def resize_limit(image_size):
+    """The largest resize side accepted for a model input of `image_size` (see MAX_RESIZE_FACTOR)."""
+    return min(MAX_RESIZE_FACTOR * int(image_size), MAX_RESIZE_SIDE)
+
+
+def check_resize_bound(resize_size, image_size, where, key):
+    """Refuse, in one line naming `where` and `key`, a resize no model could need: beyond
+    `resize_limit` of the crop. Checked when the preprocessing is built, before any image."""
+    if resize_size > resize_limit(image_size):
+        raise ConfigError(f"{where}: {key} makes a resize to {resize_size} pixels for a {image_size} x "
+                          f"{image_size} input; at most {MAX_RESIZE_FACTOR} x the input (a crop of at least "
+                          f"1/{MAX_RESIZE_FACTOR} of the resized image) and {MAX_RESIZE_SIDE} pixels are accepted")
+
+
+class TooLargeToResize(DataError):
+    """An image whose resized size would exceed MAX_RESIZED_PIXELS: refused before the resize."""
+
+
+def check_resized_pixels(width, height, new_width, new_height):
+    """Refuse an image whose resized size would exceed MAX_RESIZED_PIXELS, before the resize
+    allocates it (a DataError: that image is skipped, the others are read)."""
+    if new_width * new_height > MAX_RESIZED_PIXELS:
+        raise TooLargeToResize(f"a {width} x {height} image would be resized to {new_width} x {new_height} "
+                        f"({new_width * new_height} pixels, more than the {MAX_RESIZED_PIXELS} accepted); "
+                        f"crop it to the part to classify")
+
+
+class _Entry:
+    """The values of a preprocess.json entry, each read with its type checked: a wrong one is a
+    ConfigError naming the file and the key. A missing key takes `default` (none: required)."""
+    _REQUIRED = object()
+
+    def __init__(self, values, where):
+        self.values, self.where = values, where
+
+    def _get(self, key, default, accepted, wanted):
+        if key not in self.values or (self.values[key] is None and default is None):
+            if default is self._REQUIRED:
+                raise ConfigError(f"{self.where}: the preprocessing entry has no {key}")
+            return default
+        value = self.values[key]
+        if isinstance(value, bool) and bool not in accepted or not isinstance(value, accepted):
+            raise ConfigError(f"{self.where}: {key} must be {wanted}, got {value!r}")
+        return value
+
+    def integer(self, key, default=_REQUIRED):
+        return self._get(key, default, (int,), "an integer")
+
+    def number(self, key, default=_REQUIRED):
+        value = self._get(key, default, (int, float), "a number")
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"{self.where}: {key} must be a finite number, got {value!r}")
+        return None if value is None else float(value)
+
+    def text(self, key, default=_REQUIRED):
+        return self._get(key, default, (str,), "a string")
+
+    def flag(self, key, default=_REQUIRED):
+        return self._get(key, default, (bool,), "true or false")
+
+    def numbers(self, key):
+        value = self._get(key, self._REQUIRED, (list, tuple), "three numbers")
+        if len(value) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                      for v in value):
+            raise ConfigError(f"{self.where}: {key} must be three finite numbers, got {value!r}")
+        return [float(v) for v in value]
 
 
 # ---- the steps ---------------------------------------------------------------------------------
@@ -364,12 +458,14 @@ class _LibraryTransform:
         p = self.preprocess
         if p.rgb == "convert_after_resize":  # OpenCLIP: Resize and CenterCrop, then convert
             new_width, new_height = resized_size(image.width, image.height, p)
+            check_resized_pixels(image.width, image.height, new_width, new_height)
             if (new_width, new_height) != image.size:
                 image = image.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
             pixels = np.asarray(to_rgb(image, "convert"))  # [H, W, 3] uint8
             return normalize(_crop_array(pixels, p), p)
         rgb = to_rgb(image, p.rgb)
         new_width, new_height = resized_size(rgb.width, rgb.height, p)
+        check_resized_pixels(rgb.width, rgb.height, new_width, new_height)
         if p.backend == "pil":
             if (new_width, new_height) != rgb.size:
                 rgb = rgb.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
@@ -389,10 +485,12 @@ class _LibraryTransform:
 class _RecipeTransform:
     """This project's own eval transform, after converting any PIL mode to RGB on white."""
 
-    def __init__(self, transform):
+    def __init__(self, transform, preprocess):
         self.transform = transform
+        self.preprocess = preprocess
 
     def __call__(self, image, rng=None):
+        check_resized_pixels(image.width, image.height, *resized_size(image.width, image.height, self.preprocess))
         return self.transform(composite_on_white(image), rng)
 
     def __repr__(self):
@@ -401,37 +499,103 @@ class _RecipeTransform:
 
 # ---- what a checkpoint implies -----------------------------------------------------------------
 
+# timm's resolve_data_config (timm/data/config.py) reads each of these as
+# ``pretrained_cfg.get(key, None)`` and takes the default when that is false (None, 0, "", []);
+# input_size only when it is None. A folder's false value is that default, said in a warning.
+TIMM_DEFAULTS = {"input_size": (3, 224, 224), "interpolation": "bicubic", "crop_pct": 0.875, "crop_mode": "center",
+                 "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+TIMM_CROP_MODES = ("center", "squash", "border")
+# interpolations timm names (str_to_interp_mode) that this project does not compute
+TIMM_OTHER_INTERPOLATIONS = ("box", "hamming", "lanczos", "random")
+
+
+def timm_fallbacks(config):
+    """[(key, stated value, timm's default)] for the keys of a pretrained_cfg that timm's
+    `resolve_data_config` replaces by its default: stated, but false (input_size: None)."""
+    fallbacks = []
+    for key, default in TIMM_DEFAULTS.items():
+        if key in config and (config[key] is None if key == "input_size" else not config[key]):
+            fallbacks.append((key, config[key], default))
+    return fallbacks
+
+
+def _timm_value(config, key):
+    value = config.get(key)
+    return TIMM_DEFAULTS[key] if (value is None if key == "input_size" else not value) else value
+
+
+def _timm_input_size(value, where):
+    """The square side of a pretrained_cfg input_size [C, H, W]."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 3 or
+            not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise ConfigError(f"{where}: pretrained_cfg.input_size must be [channels, height, width] (positive "
+                          f"integers), got {value!r}")
+    if value[1] != value[2]:
+        raise ConfigError(f"{where}: pretrained_cfg.input_size {list(value)} is not square; this project's models "
+                          f"take square images")
+    if value[1] > MAX_IMAGE_SIDE:
+        raise ConfigError(f"{where}: pretrained_cfg.input_size {list(value)} is larger than any model takes (a side "
+                          f"of at most {MAX_IMAGE_SIDE})")
+    return value[1]
+
+
+def _timm_crop_pct(value, where):
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 < value <= 1):
+        raise ConfigError(f"{where}: pretrained_cfg.crop_pct must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _timm_interpolation(value, where):
+    if value in INTERPOLATIONS:
+        return value
+    if value in TIMM_OTHER_INTERPOLATIONS:
+        raise ConfigError(f"{where}: pretrained_cfg.interpolation {value!r} is timm's, but this project resizes "
+                          f"with {', '.join(INTERPOLATIONS)} only")
+    raise ConfigError(f"{where}: pretrained_cfg.interpolation must be one of {', '.join(INTERPOLATIONS)}, "
+                      f"got {value!r}{close_matches(str(value), INTERPOLATIONS)}")
+
+
+def _timm_statistics(value, where, key):
+    """Three finite floats of a pretrained_cfg mean or std (std > 0)."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 3 or
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+            or (key == "std" and not all(v > 0 for v in value))):
+        wanted = "three numbers > 0 (R, G, B)" if key == "std" else "three numbers (R, G, B)"
+        raise ConfigError(f"{where}: pretrained_cfg.{key} must be {wanted}, got {value!r}")
+    return [float(v) for v in value]
+
+
 def _timm(config, image_size, where):
-    """timm's `resolve_data_config(pretrained_cfg=...)` + `transforms_imagenet_eval`."""
+    """timm's `resolve_data_config(pretrained_cfg=...)` + `transforms_imagenet_eval`; each value
+    checked, a false one replaced by timm's default as `resolve_data_config` does."""
     config = dict(config or {})
     if isinstance(config.get("pretrained_cfg"), dict):  # a whole Hub config.json was given
         config = config["pretrained_cfg"]
-    input_size = config.get("input_size") or (3, 224, 224)
-    height, width = int(input_size[-2]), int(input_size[-1])
-    if height != width:
-        raise ConfigError(f"{where}: input_size {list(input_size)} is not square; this project's models take "
-                          f"square images")
+    input_size = _timm_value(config, "input_size")
+    height = _timm_input_size(input_size, where)
+    crop_pct = _timm_crop_pct(_timm_value(config, "crop_pct"), where)
+    crop_mode = _timm_value(config, "crop_mode")
+    if crop_mode not in TIMM_CROP_MODES:
+        raise ConfigError(f"{where}: pretrained_cfg.crop_mode must be one of {', '.join(TIMM_CROP_MODES)}, got "
+                          f"{crop_mode!r}{close_matches(str(crop_mode), TIMM_CROP_MODES)}")
+    interpolation = _timm_interpolation(_timm_value(config, "interpolation"), where)
+    mean = _timm_statistics(_timm_value(config, "mean"), where, "mean")
+    std = _timm_statistics(_timm_value(config, "std"), where, "std")
+    check_resize_bound(math.floor(height / crop_pct), height, where, f"pretrained_cfg.crop_pct {crop_pct!r}")
     if image_size is not None and int(image_size) != height:
         height = int(image_size)  # the model can only take its own size; the crop follows it
         where += f" (input_size {input_size[-1]} replaced by the model's {height})"
-    crop_pct = config.get("crop_pct") or 0.875
-    crop_mode = config.get("crop_mode") or "center"
-    interpolation = config.get("interpolation") or "bicubic"
-    mean = config.get("mean") or IMAGENET_MEAN
-    std = config.get("std") or IMAGENET_STD
-    if interpolation not in INTERPOLATIONS:
-        raise ConfigError(f"{where}: interpolation {interpolation!r} is not one of {', '.join(INTERPOLATIONS)}")
     scale_size = math.floor(height / crop_pct)
-    common = dict(mean=[float(v) for v in mean], std=[float(v) for v in std], interpolation=interpolation,
+    check_resize_bound(scale_size, height, where, f"pretrained_cfg.crop_pct {crop_pct!r}")
+    common = dict(mean=mean, std=std, interpolation=interpolation,
                   resize_size=scale_size, crop_offset="round", rescale="float32_divide",
                   rgb="convert", exif_transpose=False, origin=f"timm pretrained_cfg of {where}")
     if crop_mode == "squash":  # Resize((s, s)) then CenterCrop
-        return Preprocess(height, float(crop_pct), resize_mode="both_sides", **common)
+        return Preprocess(height, crop_pct, resize_mode="both_sides", **common)
     if crop_mode == "border":  # ResizeKeepRatio(longest=1) then CenterCropOrPad(fill=mean)
-        return Preprocess(height, float(crop_pct), resize_mode="longer_side", crop_fill="mean", **common)
-    if crop_mode != "center":
-        raise ConfigError(f"{where}: crop_mode {crop_mode!r} is not one of center, squash, border")
-    return Preprocess(height, float(crop_pct), resize_mode="shorter_side", long_side="truncate", **common)
+        return Preprocess(height, crop_pct, resize_mode="longer_side", crop_fill="mean", **common)
+    return Preprocess(height, crop_pct, resize_mode="shorter_side", long_side="truncate", **common)
 
 
 _HF_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
@@ -500,7 +664,7 @@ def _hf_statistics(value, where, key):
     if (not isinstance(values, (list, tuple)) or len(values) != 3 or
             not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)):
         raise ConfigError(f"{where}: {key} {value!r} must be a number or three numbers (R, G, B)")
-    if key == "image_std" and not all(v > 0 for v in values):
+    if key.endswith("std") and not all(v > 0 for v in values):
         raise ConfigError(f"{where}: {key} {value!r} must be > 0")
     return [float(v) for v in values]
 
@@ -536,6 +700,11 @@ def _huggingface(config, image_size, where):
     final = crop if do_crop else resize_size
     if final is None:
         final = int(image_size)
+    if final > MAX_IMAGE_SIDE:
+        raise ConfigError(f"{where}: {'crop_size' if do_crop else 'size'} makes {final} x {final} inputs, larger "
+                          f"than any model takes (at most {MAX_IMAGE_SIDE})")
+    if resize_size is not None:
+        check_resize_bound(resize_size, final, where, f"size {settings['size']!r}")
     if image_size is not None and int(image_size) != final:
         raise ConfigError(f"{where}: the processor makes {final} x {final} inputs but the model takes "
                           f"{image_size} x {image_size}")
@@ -600,6 +769,16 @@ def _paddleclas_number(value, where, key):
     raise ConfigError(f"{where}: {key} {value!r} is not a number or 'a/b'")
 
 
+def _paddleclas_side(value, where, key):
+    """A positive integer side of a ResizeImage or CropImage (N, or a square [N, N])."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and value[0] == value[1]:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: {key} must be a positive integer (or a square [N, N]; the models take square "
+                          f"images), got {value!r}")
+    return value
+
+
 def _paddleclas_ops(config, image_size, where):
     """A PaddleClas eval ``transform_ops`` list (paddleclas/deploy/python/preprocess.py, the
     arithmetic of ppcls/data/preprocess/ops/operators.py): DecodeImage(to_rgb=True) (cv2.imdecode:
@@ -614,6 +793,8 @@ def _paddleclas_ops(config, image_size, where):
     for op in ops:
         (name, arguments), = op.items()
         _choice("transform_ops", name, _PADDLECLAS_OPS)
+        if arguments is not None and not isinstance(arguments, dict):
+            raise ConfigError(f"{where}: transform_ops {name} must hold its arguments as a mapping, got {arguments!r}")
         steps[name] = dict(arguments or {})
     if not steps.get("DecodeImage", {}).get("to_rgb", True):
         raise ConfigError(f"{where}: DecodeImage to_rgb false keeps OpenCV's BGR order; the models take RGB")
@@ -623,19 +804,15 @@ def _paddleclas_ops(config, image_size, where):
     backend = str(resize.get("backend", "cv2")).lower()
     interpolation = str(resize.get("interpolation") or "bilinear").lower()  # either backend's default
     if resize.get("resize_short"):
-        resize_mode, resize_size = "shorter_side", int(resize["resize_short"])
+        resize_mode, resize_size = "shorter_side", _paddleclas_side(resize["resize_short"], where,
+                                                                     "ResizeImage resize_short")
     else:
-        size = resize.get("size")
-        if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1]:
-            size = size[0]
-        if not isinstance(size, int):
-            raise ConfigError(f"{where}: ResizeImage size {size!r} is not square; the models take square images")
-        resize_mode, resize_size = "both_sides", size
+        resize_mode, resize_size = "both_sides", _paddleclas_side(resize.get("size"), where, "ResizeImage size")
     crop = steps.get("CropImage", {}).get("size", resize_size) if "CropImage" in steps else resize_size
-    if isinstance(crop, (list, tuple)) and len(crop) == 2 and crop[0] == crop[1]:
-        crop = crop[0]
-    if not isinstance(crop, int):
-        raise ConfigError(f"{where}: CropImage size {crop!r} is not square; the models take square images")
+    crop = _paddleclas_side(crop, where, "CropImage size")
+    if crop > MAX_IMAGE_SIDE:
+        raise ConfigError(f"{where}: CropImage size {crop} is larger than any model takes (at most {MAX_IMAGE_SIDE})")
+    check_resize_bound(resize_size, crop, where, f"ResizeImage {resize_size}")
     if image_size is not None and int(image_size) != crop:
         raise ConfigError(f"{where}: the transform makes {crop} x {crop} inputs but the model takes "
                           f"{image_size} x {image_size}")
@@ -644,8 +821,8 @@ def _paddleclas_ops(config, image_size, where):
         raise ConfigError(f"{where}: NormalizeImage order {normalize.get('order')!r} normalises an HWC image by "
                           f"channel-first statistics; PaddleClas's eval configs give order ''")
     scale = _paddleclas_number(normalize.get("scale", "1.0/255.0"), where, "NormalizeImage scale")
-    mean = [float(v) for v in normalize.get("mean", IMAGENET_MEAN)]
-    std = [float(v) for v in normalize.get("std", IMAGENET_STD)]
+    mean = _hf_statistics(normalize.get("mean", IMAGENET_MEAN), where, "NormalizeImage mean")
+    std = _hf_statistics(normalize.get("std", IMAGENET_STD), where, "NormalizeImage std")
     preprocess = Preprocess(crop, crop / resize_size, mean, std, interpolation, resize_mode=resize_mode,
                             resize_size=resize_size, long_side="scale_round", crop_offset="floor", backend=backend,
                             rescale="float32_multiply", rescale_factor=scale, rgb="convert_shift16",
@@ -676,16 +853,25 @@ def preprocess_for_checkpoint(hint, image_size, where=None):
         raise ConfigError(f"a preprocessing hint is a dict with a 'pipeline' key, got {hint!r}")
     pipeline = _choice("pipeline", hint["pipeline"], PIPELINES)
     where = where or hint.get("source") or f"the {pipeline} checkpoint"
+    preprocess = _build(pipeline, hint.get("config"), image_size, where)
+    try:
+        preprocess._validate()  # every value and the resize bound now, not per image
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    return preprocess
+
+
+def _build(pipeline, config, image_size, where):
     if pipeline == "timm":
-        return _timm(hint.get("config"), image_size, where)
+        return _timm(config, image_size, where)
     if pipeline == "huggingface":
-        return _huggingface(hint.get("config"), image_size, where)
+        return _huggingface(config, image_size, where)
     if pipeline == "torchvision":
         return _torchvision(image_size, where)
     if pipeline == "openclip":  # timm's pretrained_cfg arithmetic, the RGB conversion after the resize
-        preprocess = _timm(hint.get("config"), image_size, where)
+        preprocess = _timm(config, image_size, where)
         return dataclasses.replace(preprocess, rgb="convert_after_resize",
                                    origin=f"OpenCLIP's image_transform ({where})")
     if pipeline == "paddleclas":
-        return _paddleclas(hint.get("config"), image_size, where)
+        return _paddleclas(config, image_size, where)
     return _vit_jax(image_size, where)

@@ -22,7 +22,7 @@ import numpy as np
 from ..checkpoint import load_checkpoint
 from ..config import keys_set, load_config
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
-from ..data.preprocessing import Preprocess  # re-exported too: its home was here
+from ..data.preprocessing import Preprocess, TooLargeToResize  # Preprocess re-exported too: its home was here
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
 from ..hub import check_model_name, eval_preprocess, model_for_evaluation, name_for_folder
@@ -101,6 +101,11 @@ def iter_batches(paths, transform, batch_size, skipped=None):
     for path in paths:
         try:
             array = read_image(path, transform)
+        except TooLargeToResize as error:  # refused before the resize allocates it: the message names the sizes
+            logger.warning("skipping %s", error)
+            if skipped is not None:
+                skipped.append(path)
+            continue
         except Exception as error:  # a corrupt file can make a decoder raise anything
             logger.warning("skipping unreadable image %s (%s)", path, _one_line(error))
             if skipped is not None:

@@ -27,6 +27,7 @@ from typing import Optional
 from ..errors import WeightsError
 from ..models import ViTConfig, get_model_config, list_models
 from .family import Implied
+from .folder_values import check_folder_values
 from .reading import HF_CONFIG, read_json
 
 # timm names of the same network under another name (DeiT's non-distilled models are timm's
@@ -120,7 +121,10 @@ def folder_config(checkpoint_or_path):
             raise
         return None
     kind = config_kind(values)
-    return FolderConfig(kind, config_path, values) if kind else None
+    if kind is None:
+        return None
+    check_folder_values(kind, config_path, values)  # every value, once, before anything is computed
+    return FolderConfig(kind, config_path, values)
 
 
 # ---- timm --------------------------------------------------------------------------------------

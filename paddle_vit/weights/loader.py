@@ -32,7 +32,8 @@ import paddle
 from ..errors import ConfigError, WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
-from .folders import describe_folder, model_image_size, resolve_name
+from .folder_values import check_against_weights
+from .folders import describe_folder, folder_config, model_image_size, resolve_name
 from .reading import names, read_checkpoint
 from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
 
@@ -133,6 +134,10 @@ def _read(source):
     checkpoint = read_checkpoint(source)
     family = detect_family(checkpoint)
     converted = family.convert(checkpoint)
+    config = folder_config(checkpoint)
+    if config is not None:  # what the folder's config.json says against what the tensors are
+        check_against_weights(config.kind, config.path, config.values, converted, checkpoint.description,
+                              family.head_is_projection(checkpoint, converted))
     implied = options_from_tensors(converted)
     implied.update(family.implied_options(checkpoint, converted))
     return _Reading(checkpoint, family, converted, implied)
