@@ -251,7 +251,8 @@ def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path,
     Image.fromarray(rng.integers(0, 256, (14, 14), dtype=np.uint8)).save(tmp_path / "grey.png")
     Image.fromarray(rng.integers(0, 256, (16, 16, 4), dtype=np.uint8)).save(tmp_path / "alpha.png")
     out = tmp_path / "figures"
-    command = [sys.executable, os.path.join(TOOLS, "visualize.py"), "-c", str(run_dir / "config.yaml"),
+    # no -c: the .pdckpt stores the recipe it trained with, as eval and predict read it
+    command = [sys.executable, os.path.join(TOOLS, "visualize.py"),
                "--weights", str(run_dir / "checkpoints" / "last.pdckpt"), "--out", str(out), "--vdl",
                "--image", str(tmp_path / "colour.jpg"), str(tmp_path / "grey.png"), str(tmp_path / "alpha.png")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -273,6 +274,17 @@ def test_visualize_tool_writes_the_four_pngs_from_a_trained_checkpoint(tmp_path,
     assert load_tool("visualize").main(arguments) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: image or folder {tmp_path / 'missing.png'} does not exist"]
+    # weights that do not say what model they are need -c or --model, said before any work
+    plain = ["--weights", str(run_dir / "checkpoints" / "last.pdparams"), "--out", str(tmp_path / "plain"),
+             "--image", str(tmp_path / "colour.jpg")]
+    assert load_tool("visualize").main(plain) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "name the model with a recipe (-c CONFIG) or a registered name (--model NAME)" in \
+        error[0], error
+    assert not (tmp_path / "plain").exists()
+    config_path = str(run_dir / "config.yaml")
+    assert load_tool("visualize").main(["-c", config_path, "--model", "vit_walkthrough", *plain]) == 2
+    assert "not both" in capsys.readouterr().err
 
     broken = tmp_path / "broken.png"  # skipped with a warning, as tools/predict.py skips it
     broken.write_bytes((tmp_path / "grey.png").read_bytes()[:40])

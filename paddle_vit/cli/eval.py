@@ -73,33 +73,10 @@ def evaluate(argv):
 
 
 def evaluation_config(args):
-    """The config to evaluate with: the recipe, or the default one for --model NAME, or the one a
-    training checkpoint (.pdckpt) stores, or for the model a timm Hub or Hugging Face folder given
-    as --weights says it is; a name that contradicts such a folder is an error naming both."""
-    from ..config import load_config
-    from ..hub import check_model_name, name_for_folder
-    from ..weights.folders import describe_folder
+    """The config to evaluate with: `paddle_vit.recipe.config_for_weights` of the options."""
+    from ..recipe import config_for_weights
 
-    if args.config and args.model:
-        raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), not both")
-    if args.config:
-        config = load_config(args.config, args.override)
-        check_model_name(config.model.name, config, args.weights, f"{args.config}: model.name")
-        return config
-    if args.model:
-        config = load_config(data={"model": {"name": args.model}}, overrides=args.override)
-        check_model_name(args.model, config, args.weights, "--model")
-        return config
-    if str(args.weights).endswith(".pdckpt"):  # a training checkpoint stores the recipe it trained with
-        from ..checkpoint import load_checkpoint
-        stored = load_checkpoint(args.weights).get("config")
-        if isinstance(stored, dict):
-            return load_config(data=stored, overrides=args.override)
-    if describe_folder(args.weights) is None:
-        raise ConfigError(f"name the model with a recipe (-c CONFIG) or a registered name (--model NAME): "
-                          f"{args.weights} is neither a training checkpoint (.pdckpt) nor a folder whose "
-                          f"config.json says what model it is")
-    return load_config(data={"model": {"name": name_for_folder(args.weights)}}, overrides=args.override)
+    return config_for_weights(args.weights, args.config, args.model, args.override)
 
 
 def unique_class_keys(names):

@@ -1,10 +1,11 @@
 """Draw what a trained ViT learned (paper Fig. 6 and 7):
-paddle-vit visualize -c CONFIG --weights PATH --image FILE [FILE ...] --out DIR [--vdl]
+paddle-vit visualize --weights PATH [-c CONFIG | --model NAME] --image FILE [FILE ...] --out DIR [--vdl]
 
 Writes to DIR (created; checked writable before any work): attention_maps.png (attention rollout and the last layer's class-token attention
 per head over the first --rows images), position_embedding_similarity.png, embedding_filters.png
 and attention_distance.png (averaged over all the given images). --vdl also logs them to DIR/vdl for
-VisualDL's image tab. --weights takes what tools/eval.py takes.
+VisualDL's image tab. --weights takes what tools/eval.py takes, and the recipe is found as there:
+-c, else --model, else the one a .pdckpt stores, else the model a timm or Hugging Face folder names.
 """
 import os
 
@@ -17,7 +18,10 @@ MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 def visualize(argv):
     parser = ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
                                                  "embedding filters and attention distance of a ViT.")
-    parser.add_argument("-c", "--config", required=True, help="the YAML recipe the weights were trained with")
+    parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with (a .pdckpt stores "
+                                               "its own)")
+    parser.add_argument("--model", metavar="NAME", help="a registered model name instead of a recipe (optional for "
+                                                        "a timm Hub or Hugging Face folder, which says what it is)")
     parser.add_argument("--weights", required=True, help=".pdckpt, .pdparams, .safetensors or .npz weights")
     parser.add_argument("--image", required=True, nargs="+", metavar="FILE",
                         help="images (or folders of images) to look at; unreadable ones are skipped with a warning")
@@ -32,11 +36,11 @@ def visualize(argv):
     args = parser.parse_args(argv)
 
     from .. import fileio
-    from ..config import load_config
     from ..deploy.predict import list_images
+    from ..recipe import config_for_weights
 
     setup_logging()
-    config = load_config(args.config, args.override)
+    config = config_for_weights(args.weights, args.config, args.model, args.override)
     paths = list_images(args.image)
     with fileio.output_folder(args.out, "--out"):  # checked before the model is loaded and run; gone on failure
         draw(args, config, paths)

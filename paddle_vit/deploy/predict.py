@@ -20,13 +20,13 @@ from typing import List, Optional
 import numpy as np
 
 from ..checkpoint import load_checkpoint
-from ..config import keys_set, load_config
+from ..config import keys_set
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.preprocessing import Preprocess, TooLargeToResize  # Preprocess re-exported too: its home was here
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
-from ..hub import check_model_name, eval_preprocess, model_for_evaluation, name_for_folder
-from ..weights.folders import describe_folder
+from ..hub import eval_preprocess, model_for_evaluation
+from ..recipe import config_for_weights
 from ..variants import use_cpu_fast_paths
 
 logger = logging.getLogger("paddle_vit")
@@ -256,23 +256,8 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         raise WeightsError(f"weights file {weights} does not exist")
     if os.path.isdir(weights) and os.path.isfile(os.path.join(weights, "preprocess.json")):
         raise WeightsError(f"{weights} is an exported model folder; it goes to --inference-model, not --weights")
-    if config_path and model_name:
-        raise ConfigError("give the recipe (-c CONFIG) or the model name (--model NAME), not both")
     checkpoint = load_checkpoint(weights) if weights.endswith(".pdckpt") else None
-    if config_path:
-        config = load_config(config_path, overrides)
-        check_model_name(config.model.name, config, weights, f"{config_path}: model.name")
-    elif model_name:
-        config = load_config(data={"model": {"name": model_name}}, overrides=overrides)
-        check_model_name(model_name, config, weights, "--model")
-    elif checkpoint is not None and isinstance(checkpoint.get("config"), dict):
-        config = load_config(data=checkpoint["config"], overrides=overrides)
-    elif describe_folder(weights) is not None:  # a timm Hub or Hugging Face folder says what it is
-        config = load_config(data={"model": {"name": name_for_folder(weights)}}, overrides=overrides)
-    else:
-        raise ConfigError(f"{weights} is neither a training checkpoint (.pdckpt) nor a folder whose config.json "
-                          f"says what model it is (timm Hub, Hugging Face), so the model cannot be read from it: "
-                          f"name its recipe with -c CONFIG or its architecture with --model NAME")
+    config = config_for_weights(weights, config_path, model_name, overrides, stored=checkpoint)
 
     model = use_cpu_fast_paths(model_for_weights(config, weights, use_ema))
 
