@@ -18,12 +18,12 @@ import pytest
 from PIL import Image
 
 from paddle_vit import ConfigError, PaddleVitError, create_model
-from paddle_vit.cli import run
 from paddle_vit.data import preprocessing
 from paddle_vit.models import list_models, timm_eval_config
 from paddle_vit.weights import folder_values
 
 from repo_paths import REPO, TOOLS, load_tool
+from test_failures import assert_one_line_error, run_tool
 
 PREDICT, EVAL = load_tool("predict"), load_tool("eval")
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -31,20 +31,6 @@ TIMM = os.path.join(FIXTURES, "timm_modern", "deit3_small_patch16_224")  # 32 x 
 HF_CLASSIFIER = os.path.join(FIXTURES, "hf_vit_classifier")  # ViTForImageClassification, 10 classes
 HF_DINOV2 = os.path.join(FIXTURES, "hf_modern", "dinov2")  # with a preprocessor_config.json
 DELETE = object()
-
-
-def run_tool(tool, argv, capsys):
-    """Run a tool's main in-process as the command line would; (exit code, stderr lines)."""
-    code = run(tool.main, argv)
-    captured = capsys.readouterr()
-    return code, [line for line in captured.err.splitlines() if line.strip()]
-
-
-def assert_one_line_error(code, lines, *fragments):
-    assert code == 2, lines
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def edited(tmp_path, source, changes, file="config.json"):
