@@ -29,6 +29,15 @@ def close_matches(word, candidates, n=3):
     return f" (did you mean: {', '.join(matches)}?)" if matches else ""
 
 
+def check_choice(name, value, choices, error=ConfigError):
+    """`value` when it is one of `choices`; otherwise `error` (a `PaddleVitError` class) with the
+    one line ``NAME must be one of A, B, got 'V' (did you mean: A?)``."""
+    if value not in choices:
+        raise error(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}"
+                    f"{close_matches(value, choices)}")
+    return value
+
+
 class TrainingError(PaddleVitError, RuntimeError):
     """A run that cannot go on: out of memory, a diverged loss, an output it cannot write."""
 
