@@ -1,6 +1,7 @@
 """Typed configuration: YAML file + ``-o section.key=value`` overrides, validated once at load.
 
 A config has the sections model, data, optimizer, schedule, train and eval, one dataclass each.
+The data section, `DataConfig`, and the values its keys take are paddle_vit/data/config.py's.
 Every key has a default; a YAML file names only what differs. Values given with ``-o`` are
 parsed as YAML scalars (``-o train.epochs=3``, ``-o data.mean=[0.5,0.5,0.5]``), never ``eval``-ed.
 """
@@ -14,77 +15,11 @@ from typing import List, Optional
 import yaml
 
 from . import fileio
-from .errors import ConfigError, close_matches
+from .data.config import BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CROPS, DataConfig
+from .device import DEVICES
+from .errors import ConfigError, check_choice, close_matches
 from .models import ViTConfig, get_model_config  # the registry is the authority on architectures
 from .weights import RESAMPLE_METHODS
-
-
-@dataclasses.dataclass
-class DataConfig:
-    """Where the images come from and how they are transformed.
-
-    dataset: "digits" (scikit-learn's 8x8 handwritten digits, offline), "imagefolder",
-        "filelist", "cifar10", "cifar100" or "synthetic".
-    root: the ImageFolder root (holding train/ and val/), the folder the filelist's paths are
-        relative to, or the CIFAR archive (cifar-10-python.tar.gz / cifar-100-python.tar.gz);
-        None downloads CIFAR.
-    train_list, val_list: the filelist's lists of "relative/path label" lines (PaddleClas's
-        train_list.txt / val_list.txt), relative to root unless absolute.
-    class_names: optional file naming the filelist's classes: PaddleClas's label_list form
-        ("0 tench" lines) or one name per line; None names them "0", "1", ...
-    list_separator: what separates path and label in a list line; None: any run of spaces or
-        tabs (the label is the last field, so a path may hold spaces).
-    val_fraction, split_seed: the fixed train/val split of the digits.
-    train_fraction: train on this stratified fraction of the training split (every class kept
-        in proportion, at least one image each; a smaller fraction is a subset of a larger one;
-        drawn by data.split_seed and train.seed, the validation split unchanged): the data-size
-        experiment of paper Section 4.3.
-    synthetic_train_size, synthetic_val_size, synthetic_classes: the synthetic set.
-    num_workers: DataLoader worker processes (0 loads in the main process).
-    mean, std: normalisation; 0.5/0.5 is what the ViT checkpoints expect, ImageNet's
-        (0.485, 0.456, 0.406)/(0.229, 0.224, 0.225) is DeiT's.
-    interpolation: "bicubic", "bilinear" or "nearest" for every resize.
-    train_crop: "resize" (plain resize to the model input), "random_resized_crop" or
-        "pad_crop" (pad by crop_padding pixels, then a random crop: small-image recipes).
-    crop_scale: the area range of random_resized_crop.
-    crop_padding: pixels of padding for pad_crop.
-    hflip: probability of a horizontal flip (0 for digits: a mirrored 2 is no 2).
-    randaugment_num_ops, randaugment_magnitude: RandAugment (0 ops switches it off).
-    random_erasing: probability of erasing a random rectangle (DeiT: 0.25).
-    mixup_alpha, cutmix_alpha: Beta parameters of mixup / cutmix (0 switches each off).
-    mix_prob: probability of mixing a batch at all; switch_prob: of cutmix over mixup when both.
-    eval_crop_pct: eval resizes to size / eval_crop_pct, then centre-crops (1.0: plain resize).
-    on_bad_image: "skip" a corrupt or unreadable image (counted in the log) or "error".
-    """
-    dataset: str = "digits"
-    root: Optional[str] = None
-    train_list: Optional[str] = None
-    val_list: Optional[str] = None
-    class_names: Optional[str] = None
-    list_separator: Optional[str] = None
-    val_fraction: float = 0.2
-    split_seed: int = 0
-    train_fraction: float = 1.0
-    synthetic_train_size: int = 64
-    synthetic_val_size: int = 32
-    synthetic_classes: int = 4
-    num_workers: int = 0
-    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    interpolation: str = "bicubic"
-    train_crop: str = "resize"
-    crop_scale: List[float] = dataclasses.field(default_factory=lambda: [0.08, 1.0])
-    crop_padding: int = 4
-    hflip: float = 0.0
-    randaugment_num_ops: int = 0
-    randaugment_magnitude: int = 9
-    random_erasing: float = 0.0
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    mix_prob: float = 1.0
-    switch_prob: float = 0.5
-    eval_crop_pct: float = 1.0
-    on_bad_image: str = "skip"
 
 
 class _ModelSection:
@@ -251,6 +186,10 @@ class TrainConfig:
 
 SHARDING_LEVELS = ("os", "os_g", "p_g_os")
 OPTIMIZERS = ("adamw", "sgd")
+SCHEDULES = ("cosine", "constant")
+AMP_DTYPES = ("none", "bf16", "fp16")
+AMP_LEVELS = ("O1", "O2")
+WEIGHTS_FORMATS = ("pdparams", "safetensors")
 EVAL_ENGINES = ("auto", "predictor", "dynamic", "to_static", "onnxruntime")
 EVAL_PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -504,11 +443,6 @@ def _check_type(key, value, annotation):
     raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
 
 
-def _choice(key, value, choices):
-    if value not in choices:
-        raise ConfigError(f"{key} must be one of {', '.join(choices)}, got {value!r}{close_matches(value, choices)}")
-
-
 def _at_least(key, value, low, exclusive=False):
     if value < low or (exclusive and value == low):
         raise ConfigError(f"{key} must be {'>' if exclusive else '>='} {low}, got {value!r}")
@@ -540,8 +474,18 @@ def _check_filelist_keys(data):
 
 def validate(config):
     """Check value ranges and that the model can be built; raise ConfigError naming the key."""
+    vit = _validate_model(config.model)
+    _validate_data(config.data)
+    _validate_optimizer(config.optimizer)
+    _validate_schedule(config.schedule)
+    _validate_train(config.train)
+    _validate_eval(config.eval, vit)
+    return config
 
-    model = config.model
+
+def _validate_model(model):
+    """The model section; returns the `ViTConfig` it builds (the class count a stand-in when the
+    data decides it)."""
     try:
         vit = get_model_config(model.name, **model.vit_overrides()).replace(
             num_classes=model.num_classes if model.num_classes is not None else 10).validate()
@@ -549,36 +493,50 @@ def validate(config):
         message = str(error)
         raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
     if model.pretrained_resample is not None:
-        _choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
+        check_choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
     if model.freeze is not None:
-        _choice("model.freeze", model.freeze, FREEZE_CHOICES)
+        check_choice("model.freeze", model.freeze, FREEZE_CHOICES)
         if vit.num_classes == 0:
             raise ConfigError("model.freeze: backbone trains the classifier head alone, and model.num_classes is 0 "
                               "(no head): set model.num_classes: null to follow the data")
+    if vit.in_channels != 3:
+        raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
+                          f"RGBA and CMYK ones are converted): set model.in_channels: 3")
+    return vit
 
-    data = config.data
-    _choice("data.dataset", data.dataset, ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic"))
+
+def _validate_data(data):
+    check_choice("data.dataset", data.dataset, DATASETS)
     if data.dataset == "imagefolder" and not data.root:
         raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
     if data.dataset == "filelist":
         _check_filelist_keys(data)
+    _validate_data_split(data)
+    for key in ("synthetic_train_size", "synthetic_val_size"):
+        _at_least(f"data.{key}", getattr(data, key), 1)
+    _at_least("data.synthetic_classes", data.synthetic_classes, 2)
+    _at_least("data.num_workers", data.num_workers, 0)
+    _validate_data_transforms(data)
+    check_choice("data.on_bad_image", data.on_bad_image, BAD_IMAGE_POLICIES)
+
+
+def _validate_data_split(data):
     _fraction("data.val_fraction", data.val_fraction)
     _seed("data.split_seed", data.split_seed)
     if not 0.0 < data.train_fraction <= 1.0:
         raise ConfigError(f"data.train_fraction must be in (0, 1], got {data.train_fraction!r}")
     if data.dataset == "digits":
         _at_least("data.val_fraction", data.val_fraction, 0.0, exclusive=True)
-    for key in ("synthetic_train_size", "synthetic_val_size"):
-        _at_least(f"data.{key}", getattr(data, key), 1)
-    _at_least("data.synthetic_classes", data.synthetic_classes, 2)
-    _at_least("data.num_workers", data.num_workers, 0)
+
+
+def _validate_data_transforms(data):
     for key in ("mean", "std"):
         if len(getattr(data, key)) != 3:
             raise ConfigError(f"data.{key} must be a list of 3 numbers (R, G, B), got {getattr(data, key)!r}")
     if any(value <= 0 for value in data.std):
         raise ConfigError(f"data.std must be > 0 for every channel, got {data.std!r}")
-    _choice("data.interpolation", data.interpolation, ("bicubic", "bilinear", "nearest"))
-    _choice("data.train_crop", data.train_crop, ("resize", "random_resized_crop", "pad_crop"))
+    check_choice("data.interpolation", data.interpolation, INTERPOLATIONS)
+    check_choice("data.train_crop", data.train_crop, TRAIN_CROPS)
     if len(data.crop_scale) != 2 or not 0 < data.crop_scale[0] <= data.crop_scale[1] <= 1:
         raise ConfigError(f"data.crop_scale must be [low, high] with 0 < low <= high <= 1, got {data.crop_scale!r}")
     _at_least("data.crop_padding", data.crop_padding, 0)
@@ -591,10 +549,10 @@ def validate(config):
     _at_least("data.cutmix_alpha", data.cutmix_alpha, 0.0)
     if not 0 < data.eval_crop_pct <= 1:
         raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data.eval_crop_pct!r}")
-    _choice("data.on_bad_image", data.on_bad_image, ("skip", "error"))
 
-    optimizer = config.optimizer
-    _choice("optimizer.name", optimizer.name, OPTIMIZERS)
+
+def _validate_optimizer(optimizer):
+    check_choice("optimizer.name", optimizer.name, OPTIMIZERS)
     _at_least("optimizer.lr", optimizer.lr, 0.0, exclusive=True)
     _at_least("optimizer.weight_decay", optimizer.weight_decay, 0.0)
     _fraction("optimizer.beta1", optimizer.beta1)
@@ -610,46 +568,47 @@ def validate(config):
         raise ConfigError(f"optimizer.layer_decay must be in (0, 1] (e.g. 0.75), or null for none, "
                           f"got {optimizer.layer_decay!r}")
 
-    schedule = config.schedule
-    _choice("schedule.name", schedule.name, ("cosine", "constant"))
+
+def _validate_schedule(schedule):
+    check_choice("schedule.name", schedule.name, SCHEDULES)
     _at_least("schedule.warmup_epochs", schedule.warmup_epochs, 0.0)
     _at_least("schedule.warmup_start_lr", schedule.warmup_start_lr, 0.0)
     _at_least("schedule.min_lr", schedule.min_lr, 0.0)
 
-    train = config.train
+
+def _validate_train(train):
     _at_least("train.epochs", train.epochs, 1)
     _seed("train.seed", train.seed)
     _at_least("train.batch_size", train.batch_size, 1)
     _at_least("train.accumulate_steps", train.accumulate_steps, 1)
     _fraction("train.label_smoothing", train.label_smoothing)
-    _choice("train.device", train.device, ("auto", "gpu", "cpu"))
-    _choice("train.amp", train.amp, ("none", "bf16", "fp16"))
-    _choice("train.amp_level", train.amp_level, ("O1", "O2"))
+    check_choice("train.device", train.device, DEVICES)
+    check_choice("train.amp", train.amp, AMP_DTYPES)
+    check_choice("train.amp_level", train.amp_level, AMP_LEVELS)
     _fraction("train.ema_decay", train.ema_decay)
     _at_least("train.log_interval", train.log_interval, 1)
     _at_least("train.save_interval", train.save_interval, 0)
     _at_least("train.keep_last", train.keep_last, 1)
     _at_least("train.checkpoint_steps", train.checkpoint_steps, 0)
     _at_least("train.max_bad_steps", train.max_bad_steps, 1)
-    _choice("train.weights_format", train.weights_format, ("pdparams", "safetensors"))
+    check_choice("train.weights_format", train.weights_format, WEIGHTS_FORMATS)
     if train.sharding is not None:
-        _choice("train.sharding", train.sharding, SHARDING_LEVELS)
+        check_choice("train.sharding", train.sharding, SHARDING_LEVELS)
 
-    _at_least("eval.batch_size", config.eval.batch_size, 1)
-    _at_least("eval.interval", config.eval.interval, 1)
-    _at_least("eval.attention_map_interval", config.eval.attention_map_interval, 0)
-    _at_least("eval.fewshot_interval", config.eval.fewshot_interval, 0)
-    shots = config.eval.fewshot_shots
+
+def _validate_eval(evaluation, vit):
+    """The eval section, against the `ViTConfig` the model section builds."""
+    _at_least("eval.batch_size", evaluation.batch_size, 1)
+    _at_least("eval.interval", evaluation.interval, 1)
+    _at_least("eval.attention_map_interval", evaluation.attention_map_interval, 0)
+    _at_least("eval.fewshot_interval", evaluation.fewshot_interval, 0)
+    shots = evaluation.fewshot_shots
     if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
         raise ConfigError(f"eval.fewshot_shots must be a non-empty list of different positive integers, got {shots!r}")
-    _at_least("eval.fewshot_l2_reg", config.eval.fewshot_l2_reg, 0.0)
-    _at_least("eval.fewshot_seeds", config.eval.fewshot_seeds, 1)
-    if vit.in_channels != 3:
-        raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
-                          f"RGBA and CMYK ones are converted): set model.in_channels: 3")
-    if config.eval.attention_map_interval and vit.depth == 0:
+    _at_least("eval.fewshot_l2_reg", evaluation.fewshot_l2_reg, 0.0)
+    _at_least("eval.fewshot_seeds", evaluation.fewshot_seeds, 1)
+    if evaluation.attention_map_interval and vit.depth == 0:
         raise ConfigError("eval.attention_map_interval draws the attention of the encoder layers, and model.depth is 0 "
                           "(no Transformer): set eval.attention_map_interval=0")
-    _choice("eval.engine", config.eval.engine, EVAL_ENGINES)
-    _choice("eval.precision", config.eval.precision, EVAL_PRECISIONS)
-    return config
+    check_choice("eval.engine", evaluation.engine, EVAL_ENGINES)
+    check_choice("eval.precision", evaluation.precision, EVAL_PRECISIONS)

@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 
 from paddle_vit import ConfigError, DataError
-from paddle_vit.config import DataConfig, load_config
-from paddle_vit.data import (MixupCutmix, ResumableBatchSampler, batch_rng, build_dataloader, build_datasets,
-                             build_transforms, one_hot_smoothed, sample_rng)
+from paddle_vit.config import load_config
+from paddle_vit.data import (DataConfig, MixupCutmix, ResumableBatchSampler, batch_rng, build_dataloader,
+                             build_datasets, build_transforms, one_hot_smoothed, sample_rng)
 from paddle_vit.data.imagefolder import decode_image
 from paddle_vit.data.randaugment import OPERATIONS, RandAugment
 

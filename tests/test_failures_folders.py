@@ -215,7 +215,6 @@ def test_every_real_folder_loads_without_a_warning(config, said):
 # ---- every resize bounded ----------------------------------------------------------------------
 
 def test_the_limits_are_one_and_every_registered_timm_cfg_is_inside_them():
-    assert folder_values.MAX_IMAGE_SIDE == preprocessing.MAX_IMAGE_SIDE
     for name in list_models():
         config = timm_eval_config(name)
         if config is not None:  # the 104 default pretrained_cfgs of timm's names (crop_pct 0.9 - 1)

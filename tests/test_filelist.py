@@ -11,8 +11,8 @@ from PIL import Image
 
 from paddle_vit import ConfigError, DataError
 from paddle_vit.cli import run
-from paddle_vit.config import DataConfig, load_config
-from paddle_vit.data import build_datasets
+from paddle_vit.config import load_config
+from paddle_vit.data import DataConfig, build_datasets
 from paddle_vit.data.filelist import parse_list, read_class_names
 from paddle_vit.data.preprocessing import preprocess_for_checkpoint
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from paddle_vit.config import DataConfig
+from paddle_vit.data.config import DataConfig
 from paddle_vit.data.preprocessing import (Preprocess, crop_box, preprocess_for_checkpoint, resized_size,
                                            to_rgb)
 from paddle_vit.data.resize_kernels import cv2_resize_linear, tf_resize_bilinear
@@ -47,11 +47,6 @@ def test_preprocess_json_written_before_the_library_fields_loads_to_the_recipe_t
     expected = build_transforms(DataConfig(mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_pct=0.875), 14,
                                 train=False)(image, None)
     np.testing.assert_array_equal(preprocess.transform()(image), expected)
-
-
-def test_predict_module_still_exports_preprocess():
-    from paddle_vit.deploy import predict
-    assert predict.Preprocess is Preprocess
 
 
 @pytest.mark.parametrize("hint", [timm_hint(crop_pct=0.9, crop_mode="border"),
@@ -226,7 +221,7 @@ def test_read_applies_exif_only_where_the_library_does(tmp_path):
 
 
 # ---- parity with each library's own pipeline (tests/fixtures/preprocess_reference.*) ---------------
-# Recorded by tools/reference_fixtures/preprocess_fixtures.py with timm, transformers, torchvision,
+# Recorded by tests/fixtures/make/preprocess_fixtures.py with timm, transformers, torchvision,
 # PaddleClas's own operators (OpenCV) and TensorFlow, on scikit-learn's two photos and variants.
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")

@@ -3,9 +3,30 @@
 Every random choice comes from a numpy Generator keyed by what it is for (see `rng.py`), so a
 run resumed mid-epoch, with any number of worker processes, sees the same batches and the
 same augmentations as an uninterrupted one.
+
+The names below are imported on first use, so that `paddle_vit.data.preprocessing` (numpy and
+PIL only: predict, export and the inference runtime) does not bring in Paddle with the loader.
 """
-from .datasets import DATASETS, AugmentedDataset, build_datasets, stratified_split
-from .loader import ResumableBatchSampler, ResumableDataLoader, build_dataloader
-from .mixup import MixupCutmix, one_hot_smoothed
-from .rng import batch_rng, sample_rng, shuffle_rng
-from .transforms import build_transforms
+from ..lazy import lazy_names
+
+# public name -> the module of this package that defines it (PEP 562)
+_LAZY = {
+    "DataConfig": "config",
+    "DATASETS": "config",
+    "AugmentedDataset": "datasets",
+    "build_datasets": "datasets",
+    "stratified_split": "datasets",
+    "ResumableBatchSampler": "loader",
+    "ResumableDataLoader": "loader",
+    "build_dataloader": "loader",
+    "MixupCutmix": "mixup",
+    "one_hot_smoothed": "mixup",
+    "batch_rng": "rng",
+    "sample_rng": "rng",
+    "shuffle_rng": "rng",
+    "build_transforms": "transforms",
+}
+
+__all__ = list(_LAZY)
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -12,6 +12,7 @@ import pickle
 import tarfile
 
 import numpy as np
+from paddle.vision.datasets import Cifar10, Cifar100
 
 from ..errors import DataError
 
@@ -58,8 +59,6 @@ def _class_names(name, path, members):
 
 
 def _load_split(name, path, mode):
-    from paddle.vision.datasets import Cifar10, Cifar100
-
     dataset_class = Cifar10 if name == "cifar10" else Cifar100
     try:
         dataset = dataset_class(data_file=path, mode=mode, download=path is None, backend="cv2")

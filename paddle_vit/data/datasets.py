@@ -14,17 +14,15 @@ import numpy as np
 import paddle
 from PIL import Image
 
-from ..config import DataConfig
-from ..errors import ConfigError, DataError, close_matches
+from ..errors import ConfigError, DataError, check_choice
 from .cifar import load_cifar
+from .config import BAD_IMAGE_POLICIES, DATASETS, DataConfig
 from .filelist import build_filelist_sources
 from .imagefolder import build_imagefolder_sources
 from .rng import STREAM_SPLIT, STREAM_SUBSET, STREAM_SYNTHETIC, keyed_rng, sample_rng
 from .shared import SharedBytes
 from .transforms import build_transforms
 
-DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
-BAD_IMAGE_POLICIES = ("skip", "error")
 _WORKER_ERROR_BYTES = 8192
 _DATA_PROBLEM, _BUG = "D", "B"  # first character of a worker's error report
 logger = logging.getLogger("paddle_vit")
@@ -133,7 +131,7 @@ class SubsetSource:
 
 def digits_sources(val_fraction, split_seed):
     """scikit-learn's 1,797 8x8 digits (values 0..16) as uint8 grayscale, split stratified."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # here: scikit-learn is slow to import and only the digits need it
 
     if not 0 < val_fraction < 1:
         raise ConfigError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
@@ -269,7 +267,7 @@ class AugmentedDataset(paddle.io.Dataset):
 
 def build_sources(data_config, image_size):
     """(train source, val source, class names) of `data_config.dataset`."""
-    name = data_config.dataset
+    name = check_choice("data.dataset", data_config.dataset, DATASETS, error=DataError)
     if name == "digits":
         return digits_sources(data_config.val_fraction, data_config.split_seed)
     if name == "imagefolder":
@@ -280,13 +278,11 @@ def build_sources(data_config, image_size):
         train_images, train_labels, test_images, test_labels, class_names = load_cifar(name, data_config.root)
         return (ArraySource(train_images, train_labels, class_names),
                 ArraySource(test_images, test_labels, class_names), class_names)
-    if name == "synthetic":
-        train = SyntheticSource(data_config.synthetic_train_size, data_config.synthetic_classes,
-                                image_size, data_config.split_seed, split=1)
-        val = SyntheticSource(data_config.synthetic_val_size, data_config.synthetic_classes,
-                              image_size, data_config.split_seed, split=2)
-        return train, val, train.class_names
-    raise DataError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}{close_matches(name, DATASETS)}")
+    train = SyntheticSource(data_config.synthetic_train_size, data_config.synthetic_classes,
+                            image_size, data_config.split_seed, split=1)
+    val = SyntheticSource(data_config.synthetic_val_size, data_config.synthetic_classes,
+                          image_size, data_config.split_seed, split=2)
+    return train, val, train.class_names  # synthetic
 
 
 class Prepared:
@@ -305,9 +301,7 @@ def build_datasets(data_config, image_size, seed=0, eval_preprocess=None):
     (a `paddle_vit.data.preprocessing.Preprocess`, e.g. a checkpoint's own pipeline) when given,
     which for an image folder also decodes the files as that pipeline's library does.
     """
-    if data_config.on_bad_image not in BAD_IMAGE_POLICIES:
-        raise ConfigError(f"data.on_bad_image must be 'skip' or 'error', got {data_config.on_bad_image!r}"
-                          f"{close_matches(data_config.on_bad_image, BAD_IMAGE_POLICIES)}")
+    check_choice("data.on_bad_image", data_config.on_bad_image, BAD_IMAGE_POLICIES)
     if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral) or image_size <= 0:
         raise ConfigError(f"image_size must be a positive integer, got {image_size!r}")
     image_size = int(image_size)

@@ -43,11 +43,11 @@ from typing import List, Optional
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..config import DataConfig
-from ..errors import ConfigError, DataError, close_matches
+from ..errors import ConfigError, DataError, check_choice
+from .config import INTERPOLATIONS, DataConfig
 from .imagefolder import to_rgb as composite_on_white
 from .resize_kernels import cv2_resize_linear, tf_resize_bilinear
-from .transforms import INTERPOLATIONS, build_transforms
+from .transforms import PIL_FILTERS, build_transforms
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -74,13 +74,6 @@ MAX_IMAGE_SIDE = 4096
 MAX_RESIZE_FACTOR = 4
 MAX_RESIZE_SIDE = 8192
 MAX_RESIZED_PIXELS = 2 ** 26
-
-
-def _choice(name, value, allowed):
-    if value not in allowed:
-        raise ConfigError(f"preprocess.{name} must be one of {', '.join(allowed)}, "
-                          f"got {value!r}{close_matches(str(value), allowed)}")
-    return value
 
 
 @dataclasses.dataclass
@@ -267,16 +260,16 @@ class Preprocess:
                 not all(math.isfinite(v) for v in list(self.mean) + list(self.std))):
             raise ConfigError(f"data.mean and data.std need 3 finite values each (std > 0), got {list(self.mean)}, "
                               f"{list(self.std)}")
-        _choice("interpolation", self.interpolation, tuple(INTERPOLATIONS))
-        _choice("resize", self.resize_mode, RESIZE_MODES)
-        _choice("long_side", self.long_side, LONG_SIDE_RULES)
-        _choice("crop_offset", self.crop_offset, CROP_OFFSETS)
-        _choice("crop_fill", self.crop_fill, CROP_FILLS)
-        _choice("backend", self.backend, BACKENDS)
-        _choice("rescale", self.rescale, RESCALES)
-        _choice("rgb_conversion", self.rgb, RGB_CONVERSIONS)
+        check_choice("preprocess.interpolation", self.interpolation, INTERPOLATIONS)
+        check_choice("preprocess.resize", self.resize_mode, RESIZE_MODES)
+        check_choice("preprocess.long_side", self.long_side, LONG_SIDE_RULES)
+        check_choice("preprocess.crop_offset", self.crop_offset, CROP_OFFSETS)
+        check_choice("preprocess.crop_fill", self.crop_fill, CROP_FILLS)
+        check_choice("preprocess.backend", self.backend, BACKENDS)
+        check_choice("preprocess.rescale", self.rescale, RESCALES)
+        check_choice("preprocess.rgb_conversion", self.rgb, RGB_CONVERSIONS)
         if self.read_rgb is not None:
-            _choice("read_rgb_conversion", self.read_rgb, RGB_CONVERSIONS)
+            check_choice("preprocess.read_rgb_conversion", self.read_rgb, RGB_CONVERSIONS)
         if self.backend != "pil" and self.interpolation != "bilinear":
             raise ConfigError(f"preprocess backend {self.backend!r} resizes bilinearly only, "
                               f"got interpolation {self.interpolation!r}")
@@ -460,7 +453,7 @@ class _LibraryTransform:
             new_width, new_height = resized_size(image.width, image.height, p)
             check_resized_pixels(image.width, image.height, new_width, new_height)
             if (new_width, new_height) != image.size:
-                image = image.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
+                image = image.resize((new_width, new_height), PIL_FILTERS[p.interpolation])
             pixels = np.asarray(to_rgb(image, "convert"))  # [H, W, 3] uint8
             return normalize(_crop_array(pixels, p), p)
         rgb = to_rgb(image, p.rgb)
@@ -468,7 +461,7 @@ class _LibraryTransform:
         check_resized_pixels(rgb.width, rgb.height, new_width, new_height)
         if p.backend == "pil":
             if (new_width, new_height) != rgb.size:
-                rgb = rgb.resize((new_width, new_height), INTERPOLATIONS[p.interpolation])
+                rgb = rgb.resize((new_width, new_height), PIL_FILTERS[p.interpolation])
             pixels = np.asarray(rgb)  # [H, W, 3] uint8
         elif p.backend == "cv2":
             pixels = cv2_resize_linear(np.asarray(rgb), new_width, new_height)
@@ -552,8 +545,7 @@ def _timm_interpolation(value, where):
     if value in TIMM_OTHER_INTERPOLATIONS:
         raise ConfigError(f"{where}: pretrained_cfg.interpolation {value!r} is timm's, but this project resizes "
                           f"with {', '.join(INTERPOLATIONS)} only")
-    raise ConfigError(f"{where}: pretrained_cfg.interpolation must be one of {', '.join(INTERPOLATIONS)}, "
-                      f"got {value!r}{close_matches(str(value), INTERPOLATIONS)}")
+    return check_choice(f"{where}: pretrained_cfg.interpolation", value, INTERPOLATIONS)
 
 
 def _timm_statistics(value, where, key):
@@ -576,9 +568,7 @@ def _timm(config, image_size, where):
     height = _timm_input_size(input_size, where)
     crop_pct = _timm_crop_pct(_timm_value(config, "crop_pct"), where)
     crop_mode = _timm_value(config, "crop_mode")
-    if crop_mode not in TIMM_CROP_MODES:
-        raise ConfigError(f"{where}: pretrained_cfg.crop_mode must be one of {', '.join(TIMM_CROP_MODES)}, got "
-                          f"{crop_mode!r}{close_matches(str(crop_mode), TIMM_CROP_MODES)}")
+    check_choice(f"{where}: pretrained_cfg.crop_mode", crop_mode, TIMM_CROP_MODES)
     interpolation = _timm_interpolation(_timm_value(config, "interpolation"), where)
     mean = _timm_statistics(_timm_value(config, "mean"), where, "mean")
     std = _timm_statistics(_timm_value(config, "std"), where, "std")
@@ -792,7 +782,7 @@ def _paddleclas_ops(config, image_size, where):
     steps = {}
     for op in ops:
         (name, arguments), = op.items()
-        _choice("transform_ops", name, _PADDLECLAS_OPS)
+        check_choice("preprocess.transform_ops", name, _PADDLECLAS_OPS)
         if arguments is not None and not isinstance(arguments, dict):
             raise ConfigError(f"{where}: transform_ops {name} must hold its arguments as a mapping, got {arguments!r}")
         steps[name] = dict(arguments or {})
@@ -851,7 +841,7 @@ def preprocess_for_checkpoint(hint, image_size, where=None):
     """
     if not isinstance(hint, dict) or "pipeline" not in hint:
         raise ConfigError(f"a preprocessing hint is a dict with a 'pipeline' key, got {hint!r}")
-    pipeline = _choice("pipeline", hint["pipeline"], PIPELINES)
+    pipeline = check_choice("preprocess.pipeline", hint["pipeline"], PIPELINES)
     where = where or hint.get("source") or f"the {pipeline} checkpoint"
     preprocess = _build(pipeline, hint.get("config"), image_size, where)
     try:

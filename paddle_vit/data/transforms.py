@@ -15,23 +15,16 @@ import math
 import numpy as np
 from PIL import Image
 
-from ..errors import ConfigError, close_matches
+from ..errors import ConfigError, check_choice
+from .config import INTERPOLATIONS, TRAIN_CROPS
 from .randaugment import RandAugment
 
-INTERPOLATIONS = {
-    "bicubic": Image.Resampling.BICUBIC,
-    "bilinear": Image.Resampling.BILINEAR,
-    "nearest": Image.Resampling.NEAREST,
-}
-TRAIN_CROPS = ("resize", "random_resized_crop", "pad_crop")
+PIL_FILTERS = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}  # "bicubic" -> BICUBIC
 
 
 def interpolation_from_name(name):
     """PIL's resampling filter for "bicubic", "bilinear" or "nearest"."""
-    if name not in INTERPOLATIONS:
-        raise ConfigError(f"data.interpolation must be one of {', '.join(INTERPOLATIONS)}, "
-                          f"got {name!r}{close_matches(name, INTERPOLATIONS)}")
-    return INTERPOLATIONS[name]
+    return PIL_FILTERS[check_choice("data.interpolation", name, INTERPOLATIONS)]
 
 
 class Compose:
@@ -242,16 +235,13 @@ def build_transforms(data_config, image_size, train):
     size = int(image_size)
     steps = []
     if train:
-        crop = data_config.train_crop
+        crop = check_choice("data.train_crop", data_config.train_crop, TRAIN_CROPS)
         if crop == "resize":
             steps.append(Resize(size, interpolation))
         elif crop == "random_resized_crop":
             steps.append(RandomResizedCrop(size, data_config.crop_scale, interpolation=interpolation))
-        elif crop == "pad_crop":
+        else:  # pad_crop
             steps.append(PadCrop(size, data_config.crop_padding, interpolation))
-        else:
-            raise ConfigError(f"data.train_crop must be one of {', '.join(TRAIN_CROPS)}, "
-                              f"got {crop!r}{close_matches(crop, TRAIN_CROPS)}")
         if data_config.hflip > 0:
             steps.append(RandomHorizontalFlip(data_config.hflip))
         if data_config.randaugment_num_ops > 0:
