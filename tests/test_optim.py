@@ -60,7 +60,7 @@ def test_layer_decay_multiplies_the_scheduled_learning_rate_per_parameter(tmp_pa
     assert by_name["patch_embed.class_token"].optimize_attr["learning_rate"] == 0.125
     assert by_name["encoder.layers.1.mlp.fc1.weight"].optimize_attr["learning_rate"] == 0.5
     assert by_name["head.weight"].optimize_attr["learning_rate"] == 3.0
-    assert isinstance(trainer.optimizer._grad_clip, paddle.nn.ClipGradByGlobalNorm)
+    assert isinstance(trainer.parts.optimizer._grad_clip, paddle.nn.ClipGradByGlobalNorm)
     trainer.close()
 
 
@@ -187,18 +187,18 @@ def test_a_linear_probe_trains_the_head_alone_on_the_frozen_backbone(tmp_path, p
     # the optimizer keeps SGD's velocity for the head's two tensors and nothing else
     velocities = [key for key in state["optimizer"] if "velocity" in key]
     assert sorted(velocities) == ["@head.bias_velocity_0", "@head.weight_velocity_0"]
-    assert len(trainer.optimizer._parameter_list) == 2
+    assert len(trainer.parts.optimizer._parameter_list) == 2
 
 
 def test_a_frozen_backbone_gets_no_adamw_state_either(tmp_path, pretrained):
     config = small_config(tmp_path / "run", model={"pretrained": str(pretrained / "last.pdparams"),
                                                    "freeze": "backbone"})
     trainer = Trainer(config)
-    images, labels = next(iter(trainer.train_loader))
-    trainer.loss(trainer.model(images), labels).backward()
+    images, labels = next(iter(trainer.parts.train_loader))
+    trainer.loss(trainer.parts.model(images), labels).backward()
     assert all(p.grad is None for name, p in trainer.vit.named_parameters() if not name.startswith("head."))
     trainer.optimizer_step()
-    accumulated = {name for accumulators in trainer.optimizer._accumulators.values() for name in accumulators}
+    accumulated = {name for accumulators in trainer.parts.optimizer._accumulators.values() for name in accumulators}
     assert accumulated == {p.name for p in trainer.vit.head.parameters()}
     trainer.close()
 

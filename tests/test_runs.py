@@ -11,9 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from paddle_vit import ConfigError
 from paddle_vit.cli import run
-from paddle_vit.config import load_config
 from paddle_vit.checkpoint import load_checkpoint, save_checkpoint
 from paddle_vit.engine.runs import RunLock
 from paddle_vit.engine.trainer import Trainer
@@ -134,12 +132,12 @@ def test_resume_check_off_carries_the_position_over_in_images(tmp_path):
     folder = tmp_path / "run"
     config = small_config(folder, train={"epochs": 2, "batch_size": 16})
     trainer = Trainer(config)
-    trainer.epoch, trainer.batch_in_epoch = 0, 4  # as if stopped 64 images into the epoch
+    trainer.position.epoch, trainer.position.batch_in_epoch = 0, 4  # as if stopped 64 images into the epoch
     trainer.save("last.pdckpt")
     trainer.close()
     resumed = Trainer(small_config(folder, train={"epochs": 2, "batch_size": 32, "resume": "auto",
                                                   "resume_check": False}))
-    assert resumed.batch_in_epoch == 2  # the same 64 images, in batches of 32
+    assert resumed.position.batch_in_epoch == 2  # the same 64 images, in batches of 32
     resumed.fit()
 
 
@@ -154,12 +152,12 @@ def test_a_mid_epoch_stop_resumes_with_another_split_of_the_same_global_batch(tm
 
     def stop_after_three():
         step()
-        stopped.stop_requested = stopped.global_step == 3
+        stopped.stop_requested = stopped.position.global_step == 3
     stopped.optimizer_step = stop_after_three
     assert stopped.fit()["interrupted"]
     resumed = Trainer(small_config(tmp_path / "run", model=no_dropout,
                                    train={"epochs": 1, "batch_size": 16, "resume": "auto"}))
-    assert (resumed.batch_in_epoch, resumed.global_step) == (3, 3)
+    assert (resumed.position.batch_in_epoch, resumed.position.global_step) == (3, 3)
     resumed.fit()
     Trainer(small_config(tmp_path / "unbroken", model=no_dropout, train={"epochs": 1, "batch_size": 16})).fit()
     got, want = (json.loads(open(tmp_path / name / "metrics.jsonl").readline()) for name in ("run", "unbroken"))
@@ -175,7 +173,7 @@ def test_checkpoint_steps_writes_last_within_the_epoch_at_update_boundaries(tmp_
     save, written = trainer.save, []
 
     def recording_save(name):
-        written.append((name, trainer.global_step, trainer.batch_in_epoch))
+        written.append((name, trainer.position.global_step, trainer.position.batch_in_epoch))
         save(name)
     trainer.save = recording_save
     trainer.fit()

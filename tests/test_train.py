@@ -108,10 +108,10 @@ def test_learning_rate_warms_up_then_decays_per_step(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 4}, schedule={"warmup_epochs": 1.0, "min_lr": 0.0})
     trainer = Trainer(config)
     lrs = []
-    for _ in range(4 * trainer.updates_per_epoch):
-        lrs.append(trainer.schedule.get_lr())
-        trainer.schedule.step()
-    warmup = trainer.updates_per_epoch
+    for _ in range(4 * trainer.parts.updates_per_epoch):
+        lrs.append(trainer.parts.schedule.get_lr())
+        trainer.parts.schedule.step()
+    warmup = trainer.parts.updates_per_epoch
     assert lrs[0] == pytest.approx(config.schedule.warmup_start_lr)
     assert lrs[warmup] == pytest.approx(0.003)  # the peak right after warm-up
     assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup + 1]))
@@ -122,7 +122,7 @@ def test_learning_rate_warms_up_then_decays_per_step(tmp_path):
 
 def test_weight_decay_skips_biases_norms_and_embeddings(tmp_path):
     trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1}))
-    decide = trainer.optimizer._apply_decay_param_fun
+    decide = trainer.parts.optimizer._apply_decay_param_fun
     by_name = dict(trainer.vit.named_parameters())
     assert decide(by_name["encoder.layers.0.attn.qkv.weight"].name)
     assert decide(by_name["head.weight"].name)
@@ -133,7 +133,7 @@ def test_weight_decay_skips_biases_norms_and_embeddings(tmp_path):
 
 def test_gradient_clipping_is_global_norm(tmp_path):
     trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1}))
-    assert isinstance(trainer.optimizer._grad_clip, paddle.nn.ClipGradByGlobalNorm)
+    assert isinstance(trainer.parts.optimizer._grad_clip, paddle.nn.ClipGradByGlobalNorm)
 
 
 def stop_after(trainer, updates):
@@ -142,7 +142,7 @@ def stop_after(trainer, updates):
 
     def step():
         original()
-        if trainer.global_step == updates:
+        if trainer.position.global_step == updates:
             trainer.stop_requested = True
     trainer.optimizer_step = step
 
@@ -166,7 +166,7 @@ def test_resume_mid_epoch_equals_uninterrupted_run(tmp_path, augment):
     state = load_checkpoint(str(tmp_path / "broken" / "checkpoints" / "last.pdckpt"))
     assert 0 < state["batch_in_epoch"] < 6  # stopped inside an epoch
     resumed = Trainer(config("broken", resume="auto"))
-    assert resumed.global_step == 4
+    assert resumed.position.global_step == 4
     resumed.fit()
     straight, broken = final_weights(tmp_path / "straight"), final_weights(tmp_path / "broken")
     for name in straight:
@@ -320,7 +320,7 @@ def test_amp_bf16_runs_on_cpu_in_float32_with_a_warning(tmp_path, caplog):
     true); the run must still work, in float32, and say so."""
     with caplog.at_level("WARNING", logger="paddle_vit"):
         trainer = Trainer(small_config(tmp_path / "run", train={"epochs": 1, "amp": "bf16", "amp_level": "O2"}))
-    assert trainer.amp_dtype is None and "train.amp=bf16 has no effect" in caplog.text
+    assert trainer.parts.amp_dtype is None and "train.amp=bf16 has no effect" in caplog.text
     assert np.isfinite(trainer.fit()["last_epoch"]["train_loss"])
 
 
@@ -358,8 +358,8 @@ def test_head_lr_scale_multiplies_the_head_learning_rate(tmp_path):
                           schedule={"name": "constant", "warmup_epochs": 0.0})
     trainer = Trainer(config)
     before = {name: p.numpy().copy() for name, p in trainer.vit.named_parameters()}
-    images, labels = next(iter(trainer.train_loader))
-    trainer.loss(trainer.model(images), labels).backward()
+    images, labels = next(iter(trainer.parts.train_loader))
+    trainer.loss(trainer.parts.model(images), labels).backward()
     trainer.optimizer_step()
     # AdamW's first step moves every weight by about lr (the update is m / sqrt(v) = sign(g))
     head_step = np.abs(trainer.vit.head.weight.numpy() - before["head.weight"]).max()

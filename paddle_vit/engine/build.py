@@ -63,9 +63,9 @@ def amp_dtype_for(amp, place):
 
 @dataclasses.dataclass
 class RunParts:
-    """What a run trains with. `vit` is the ViT itself (its weights, its state dict); `model` is
-    what the loop calls: the ViT, or DataParallel / the sharding wrapper / a to_static graph
-    around it."""
+    """What a run trains with, kept whole as `Trainer.parts`. `vit` is the ViT itself (its
+    weights, its state dict); `model` is what the loop calls: the ViT, or DataParallel / the
+    sharding wrapper / a to_static graph around it."""
     train_set: Any  # AugmentedDataset
     val_set: Any
     class_names: List[str]
@@ -81,6 +81,10 @@ class RunParts:
     ema: Optional[ModelEma]
     sharded: bool
     mix: Optional[MixupCutmix]
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
 
 
 def build_data(config):

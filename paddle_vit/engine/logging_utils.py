@@ -7,6 +7,11 @@ import struct
 import sys
 import time
 
+from tqdm import tqdm
+from visualdl.component.base_component import image as image_record
+from visualdl.component.base_component import scalar
+from visualdl.proto import record_pb2
+
 from ..errors import TrainingError
 from .. import fileio
 
@@ -99,7 +104,6 @@ class Progress:
         self.interval = interval
         self.bar = None
         if bar:
-            from tqdm import tqdm
             self.bar = tqdm(total=total_steps, initial=done_steps, dynamic_ncols=True, unit="step")
         self.start_time = time.time()
         self.start_steps = done_steps
@@ -156,8 +160,6 @@ class ScalarWriter:
 
     def _keep(self, keep_until_step):
         """Rewrite the file with its complete records up to `keep_until_step` (all when None)."""
-        from visualdl.proto import record_pb2
-
         with open(self.path, "rb") as stream:
             data = stream.read()
         kept, offset = [], 0
@@ -192,13 +194,11 @@ class ScalarWriter:
 
     def add(self, tag, value, step):
         if self.stream is not None:
-            from visualdl.component.base_component import scalar
             self._write(scalar(tag=tag, value=float(value), step=int(step), walltime=round(time.time() * 1000)))
 
     def add_image(self, tag, image, step):
         """`image`: uint8 [H, W, 3]."""
         if self.stream is not None:
-            from visualdl.component.base_component import image as image_record
             self._write(image_record(tag=tag, image_array=image, step=int(step), walltime=round(time.time() * 1000)))
 
     def close(self):

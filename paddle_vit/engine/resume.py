@@ -4,8 +4,8 @@ A checkpoint continues the run that wrote it when the data set, its classes, the
 (`BatchGeometry`) and the model are the same; anything else is refused in one line naming what
 differs (`train.resume_check=false` resumes anyway). On another number of processes the global
 batch is kept by setting `train.accumulate_steps` (`fit_batch_geometry`). Then the model,
-optimizer, schedule, loss scaler and EMA are restored, and the run's `Position`: the epoch, the
-batch within it, the step, the epoch's loss so far and every finished epoch's record.
+optimizer, schedule, loss scaler and EMA are restored, and where the run stands: its
+`TrainingPosition` (position.py), one checkpoint key per field.
 """
 import dataclasses
 import json
@@ -17,6 +17,7 @@ import paddle
 from .. import checkpoint as ckpt
 from ..errors import ConfigError
 from ..models import ViTConfig
+from .position import TrainingPosition
 
 logger = logging.getLogger("paddle_vit")
 
@@ -50,20 +51,6 @@ class BatchGeometry:
     def __str__(self):
         return f"{self.batch_size} per process x {self.processes} process{'es' if self.processes != 1 else ''} " \
                f"x {self.accumulate_steps} accumulated"
-
-
-@dataclasses.dataclass
-class Position:
-    """Where a run stands: a fresh one at its start, a resumed one where its checkpoint was
-    written."""
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    global_step: int = 0
-    best_top1: float = -1.0
-    epoch_loss_sum: float = 0.0  # this epoch's so far, kept across a resume
-    epoch_loss_count: int = 0
-    bad_steps: int = 0  # non-finite losses in a row
-    history: list = dataclasses.field(default_factory=list)  # every finished epoch's metrics record
 
 
 def open_checkpoint(path, config, processes):
@@ -159,7 +146,7 @@ def check_same_model(state, path, vit):
 
 def restore(state, path, parts):
     """Load `state` into the run's `parts` (model, optimizer, schedule, scaler, EMA); returns its
-    Position."""
+    TrainingPosition."""
     parts.vit.set_state_dict(state["model"])
     ckpt.restore_optimizer_state(parts.optimizer, parts.vit, state["optimizer"])
     parts.schedule.set_state_dict(state["scheduler"])
@@ -167,23 +154,22 @@ def restore(state, path, parts):
         parts.scaler.load_state_dict(state["scaler"])
     if parts.ema and state.get("ema"):
         parts.ema.set_state_dict(state["ema"])
-    history = list(state["history"]) if "history" in state else history_from_metrics(path, state["epoch"])
-    return Position(epoch=state["epoch"], batch_in_epoch=state.get("batch_in_epoch", 0),
-                    global_step=state["global_step"], best_top1=state.get("best_top1", -1.0),
-                    epoch_loss_sum=state.get("epoch_loss_sum", 0.0), epoch_loss_count=state.get("epoch_loss_count", 0),
-                    bad_steps=state.get("bad_steps", 0), history=history)
+    position = TrainingPosition.from_checkpoint(state)
+    if "history" not in state:  # written before checkpoints kept the epoch records
+        position.history = history_from_metrics(path, position.epoch)
+    return position
 
 
 def carry_position_over(position, state, config, processes, batches_per_epoch):
-    """The position and this epoch's loss so far counted in images: a step of the checkpoint's
-    `images_per_step` is `scale` steps of this run's (resume_check off, or another split of the
-    same global batch)."""
+    """The position and this epoch's sums over its steps counted in images: a step of the
+    checkpoint's `images_per_step` is `scale` steps of this run's (resume_check off, or another
+    split of the same global batch)."""
     now = BatchGeometry.of_config(config, processes)
     scale = BatchGeometry.recorded_in(state).images_per_step / now.images_per_step
     if scale != 1.0:
         position.batch_in_epoch = min(int(round(position.batch_in_epoch * scale, 6)), batches_per_epoch - 1)
-        position.epoch_loss_sum *= scale  # a sum of per-step mean losses: each old step is `scale` new ones
-        position.epoch_loss_count *= scale
+        for name in position.summed_over_steps():  # e.g. the loss: each old step is `scale` new ones
+            setattr(position, name, getattr(position, name) * scale)
     return position
 
 
@@ -219,13 +205,16 @@ def history_from_metrics(path, epoch):
 
 
 def check_ranks_agree(position, checkpoint):
-    """Every process must start from the same point: a node that cannot see the run's
-    checkpoints (no shared file system) would otherwise start fresh beside resumed ones."""
-    steps = []
-    paddle.distributed.all_gather(steps, paddle.to_tensor([position.global_step, position.batch_in_epoch], "int64"))
-    steps = [tuple(int(v) for v in step.numpy()) for step in steps]
-    if len(set(steps)) > 1:
-        described = ", ".join(f"rank {r}: step {s}" for r, (s, _) in enumerate(steps))
+    """Every process must start from the same point (every number of its position): a node that
+    cannot see the run's checkpoints (no shared file system) would otherwise start fresh beside
+    resumed ones."""
+    numbers = position.numbers()
+    gathered = []
+    paddle.distributed.all_gather(gathered, paddle.to_tensor([float(value) for value in numbers.values()], "float64"))
+    points = [tuple(float(value) for value in point.numpy()) for point in gathered]
+    if len(set(points)) > 1:
+        step = list(numbers).index("global_step")
+        described = ", ".join(f"rank {r}: step {int(point[step])}" for r, point in enumerate(points))
         raise ConfigError(f"the processes of this run would start from different points ({described}; this rank "
                           f"resumes {checkpoint or 'nothing'}): every node must see the same run folder "
                           f"(train.output_dir on a shared file system) to resume")

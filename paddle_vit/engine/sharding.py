@@ -11,6 +11,7 @@ the entries of the parameters it holds.
 """
 import numpy as np
 import paddle
+from paddle.distributed.sharding import group_sharded_parallel
 
 from ..errors import ConfigError
 from ..checkpoint import portable_optimizer_state
@@ -37,7 +38,6 @@ def check_supported(level, place, distributed):
 
 def wrap(model, optimizer, scaler, level):
     """(model, optimizer, scaler) wrapped by Paddle for `level`."""
-    from paddle.distributed.sharding import group_sharded_parallel
     return group_sharded_parallel(model, optimizer, level, scaler=scaler)
 
 

@@ -1,10 +1,12 @@
 """The training loop: epochs of steps, evaluation, checkpoints, logs, signals.
 
-A `Trainer` is one run. Its parts are built by `build.py` (device, data, model, optimizer,
-schedule, AMP, EMA, the wrappers), a checkpoint to continue from is checked and restored by
-`resume.py`, one step's forward, loss, backward and update are `step.py`'s; here they are put
-in motion: the accumulation window around the steps, the finite check, EMA, the log lines,
-VisualDL scalars and metrics.jsonl, the checkpoints, and what Ctrl-C or SIGTERM does.
+A `Trainer` is one run, held as two objects: what it is made of, `self.parts` (built by
+`build.py`: data, model, optimizer, schedule, AMP, EMA, the wrappers), and where it stands,
+`self.position` (position.py: the epoch, batch, step and epoch records that every checkpoint
+saves). A checkpoint to continue from is checked and restored by `resume.py`, one step's
+forward, loss, backward and update are `step.py`'s; here they are put in motion: the
+accumulation window around the steps, the finite check, EMA, the log lines, VisualDL scalars and
+metrics.jsonl, the checkpoints, and what Ctrl-C or SIGTERM does.
 """
 import contextlib
 import dataclasses
@@ -24,6 +26,7 @@ from ..viz import attention_overlay_image
 from ..weights import save_weights
 from . import build, fewshot_eval, resume, runs, seeding, sharding, step, stopping
 from .freeze import keep_backbone_in_eval
+from .position import TrainingPosition
 from .evaluator import evaluate
 from .logging_utils import Progress, ScalarWriter, check_log_files, format_duration, write_metrics
 from .seeding import step_seed
@@ -71,37 +74,24 @@ class Trainer:
                 position = resume.resume(config, resume_state, checkpoint, parts, geometry_differences,
                                          placement.world_size)
             else:
-                position = resume.Position()
+                position = TrainingPosition()
                 if config.train.resume:
                     logger.info("train.resume=%s: no checkpoint to resume yet, starting fresh", config.train.resume)
             if placement.distributed:  # before rank 0 writes anything into the run folder
                 resume.check_ranks_agree(position, checkpoint)
 
             self.config = config
-            self.place, self.distributed, self.main = placement.place, placement.distributed, placement.main
-            self.world_size, self.rank = placement.world_size, placement.rank
-            # the run's parts, by the names the loop (and the notebooks) use
-            self.train_set, self.val_set, self.class_names = parts.train_set, parts.val_set, parts.class_names
-            self.num_classes = len(parts.class_names)
-            self.train_loader, self.val_loader = parts.train_loader, parts.val_loader
-            self.vit, self.model = parts.vit, parts.model  # the ViT; what the loop calls (wrapped, traced)
-            self.optimizer, self.schedule = parts.optimizer, parts.schedule
-            self.updates_per_epoch = parts.updates_per_epoch
-            self.amp_dtype, self.scaler, self.ema = parts.amp_dtype, parts.scaler, parts.ema
-            self.sharded, self.mix = parts.sharded, parts.mix
-            # where the run stands
-            self.epoch, self.batch_in_epoch = position.epoch, position.batch_in_epoch
-            self.global_step, self.best_top1 = position.global_step, position.best_top1
-            self.epoch_loss_sum, self.epoch_loss_count = position.epoch_loss_sum, position.epoch_loss_count
-            self.bad_steps = position.bad_steps  # non-finite losses in a row
+            self.placement = placement  # this process's device and rank
+            self.parts = parts  # what the run is made of (build.RunParts)
+            self.position = position  # where it stands: what every checkpoint saves (TrainingPosition)
+            # this process's flags while the loop runs, never saved
             self.window_not_finite = False  # a non-finite loss in this update's window
-            self.history = position.history  # every finished epoch's record: metrics.jsonl is written from it
             self.stop_requested = False  # by the first Ctrl-C or SIGTERM: stop at the next update
             self.phase = "train"  # or "eval": what an out-of-memory error advises on
             self.fewshot_pool_loader = None  # the training split unaugmented, made at the first few-shot eval
 
-            if self.main:
-                self.output_dir, self.lock = runs.open_run_folder(folder, config, self.history)
+            if placement.main:
+                self.output_dir, self.lock = runs.open_run_folder(folder, config, position.history)
                 logger.info("run folder: %s", self.output_dir)
             else:
                 self.output_dir = folder
@@ -120,98 +110,115 @@ class Trainer:
             self.process_random_state.restore()
             self.process_random_state = None
 
+    # what code outside the engine reads of the parts (experiments.py, the notebooks)
+    @property
+    def vit(self):
+        return self.parts.vit
+
+    @property
+    def train_set(self):
+        return self.parts.train_set
+
+    @property
+    def val_set(self):
+        return self.parts.val_set
+
+    @property
+    def class_names(self):
+        return self.parts.class_names
+
     # ---- state ----------------------------------------------------------------------------
     def state(self):
+        """What a checkpoint holds: the parts' states, the position (a key for each of its
+        fields) and what the run was made with."""
+        parts = self.parts
         return {
-            "model": self.vit.state_dict(),
-            "optimizer": (sharding.gathered_optimizer_state(self.optimizer, self.vit) if self.sharded
-                          else ckpt.portable_optimizer_state(self.optimizer, self.vit)),
-            "scheduler": self.schedule.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler else None,
-            "ema": self.ema.state_dict() if self.ema else None,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "global_step": self.global_step,
-            "best_top1": self.best_top1,
-            "epoch_loss_sum": self.epoch_loss_sum,
-            "epoch_loss_count": self.epoch_loss_count,
-            "bad_steps": self.bad_steps,
+            "model": parts.vit.state_dict(),
+            "optimizer": (sharding.gathered_optimizer_state(parts.optimizer, parts.vit) if parts.sharded
+                          else ckpt.portable_optimizer_state(parts.optimizer, parts.vit)),
+            "scheduler": parts.schedule.state_dict(),
+            "scaler": parts.scaler.state_dict() if parts.scaler else None,
+            "ema": parts.ema.state_dict() if parts.ema else None,
+            **self.position.to_checkpoint(),
             "config": self.config.to_dict(),
-            "model_config": dataclasses.asdict(self.vit.config),
-            "class_names": self.class_names,
-            "history": list(self.history),
-            "world_size": self.world_size,
+            "model_config": dataclasses.asdict(parts.vit.config),
+            "class_names": parts.class_names,
+            "world_size": self.placement.world_size,
         }
 
     def save(self, name):
-        if self.sharded:  # every rank holds a part of the optimizer state: all take part in gathering it
+        sharded = self.parts.sharded
+        if sharded:  # every rank holds a part of the optimizer state: all take part in gathering it
             state = self.state()
-        if self.main:
+        if self.placement.main:
             path = os.path.join(self.checkpoint_dir, name)
             with _reported_write_errors(path):
-                ckpt.save_checkpoint(state if self.sharded else self.state(), path)
+                ckpt.save_checkpoint(state if sharded else self.state(), path)
 
     def save_weights(self, name):
         """best / last weights alone, as train.weights_format says (.pdparams or .safetensors)."""
-        if not self.main:
+        if not self.placement.main:
             return
-        extension = self.config.train.weights_format
-        for suffix, weights in (("", self.vit), ("_ema", self.ema.state_dict() if self.ema else None)):
+        extension, ema = self.config.train.weights_format, self.parts.ema
+        for suffix, weights in (("", self.parts.vit), ("_ema", ema.state_dict() if ema else None)):
             if weights is not None:
                 path = os.path.join(self.checkpoint_dir, f"{name}{suffix}.{extension}")
                 with _reported_write_errors(path, "weights"):
-                    save_weights(weights, path, class_names=self.class_names)
+                    save_weights(weights, path, class_names=self.parts.class_names)
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):
-        return step.autocast(self.amp_dtype, self.config.train.amp_level)
+        return step.autocast(self.parts.amp_dtype, self.config.train.amp_level)
 
     def loss(self, logits, targets):
         return step.classification_loss(logits, targets)
 
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
-        if self.mix is not None:
-            return self.mix(images, labels, batch_rng(self.config.train.seed, epoch, batch, self.rank))
+        if self.parts.mix is not None:
+            return self.parts.mix(images, labels, batch_rng(self.config.train.seed, epoch, batch, self.placement.rank))
         if self.config.train.label_smoothing > 0:
-            return images, one_hot_smoothed(labels, self.num_classes, self.config.train.label_smoothing)
+            return images, one_hot_smoothed(labels, self.parts.num_classes, self.config.train.label_smoothing)
         return images, labels
 
     def _gradient_sync(self, at_update):
         """DataParallel's all-reduce only where the update is made (no_sync before it)."""
-        if self.distributed and not self.sharded and not at_update and hasattr(self.model, "no_sync"):
-            return self.model.no_sync()
+        model = self.parts.model
+        if self.placement.distributed and not self.parts.sharded and not at_update and hasattr(model, "no_sync"):
+            return model.no_sync()
         return contextlib.nullcontext()
 
     def optimizer_step(self):
         """Apply the accumulated gradients, unless a loss in the window was NaN/Inf (then drop
         them, as the fp16 loss scaler does for an overflow)."""
+        parts, position = self.parts, self.position
         if self.window_not_finite:
-            self.optimizer.clear_grad(set_to_zero=False)
+            parts.optimizer.clear_grad(set_to_zero=False)
             skipped = True
         else:  # with fp16 the scaler skips the update itself when it finds Inf/NaN gradients
-            found_inf = step.apply_update(self.optimizer, self.scaler)
+            found_inf = step.apply_update(parts.optimizer, parts.scaler)
             skipped = bool(found_inf) if found_inf is not None else False
-        self.schedule.step()
-        self.global_step += 1
+        parts.schedule.step()
+        position.global_step += 1
         self.window_not_finite = False
         if skipped:
-            self.bad_steps += 1
-            if self.bad_steps >= self.config.train.max_bad_steps:
+            position.bad_steps += 1
+            if position.bad_steps >= self.config.train.max_bad_steps:
                 raise self._diverged()
             return
-        self.bad_steps = 0
-        if self.ema:
-            self.ema.update(self.vit)
+        position.bad_steps = 0
+        if parts.ema:
+            parts.ema.update(parts.vit)
 
     def _diverged(self):
         last = os.path.join(self.checkpoint_dir, "last.pdckpt")
         kept = (f"the last good checkpoint, {last}, is kept" if os.path.exists(last)
                 else "no checkpoint had been written yet")
+        position = self.position
         return TrainingError(
-            f"the loss was NaN or Inf for {self.bad_steps} steps in a row, the last at step {self.global_step} "
-            f"(epoch {self.epoch + 1}, batch {self.batch_in_epoch}); stopped: {kept}. Lower optimizer.lr, raise "
-            f"schedule.warmup_epochs or check the data")
+            f"the loss was NaN or Inf for {position.bad_steps} steps in a row, the last at step "
+            f"{position.global_step} (epoch {position.epoch + 1}, batch {position.batch_in_epoch}); stopped: {kept}. "
+            f"Lower optimizer.lr, raise schedule.warmup_epochs or check the data")
 
     def _request_stop(self, signum, frame):
         if self.stop_requested:  # a second Ctrl-C stops at once
@@ -244,17 +251,17 @@ class Trainer:
             self.close()  # the lock and the process's random generators, however the run ends
 
     def _run_epochs(self):
-        train = self.config.train
-        total_batches = len(self.train_loader)
-        writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=self.main and train.vdl,
-                              keep_until_step=self.global_step)
-        progress = Progress(total_batches * train.epochs, self.epoch * total_batches + self.batch_in_epoch,
-                            train.log_interval, bar=self.progress_bar and self.main)
+        train, position, main = self.config.train, self.position, self.placement.main
+        total_batches = len(self.parts.train_loader)
+        writer = ScalarWriter(os.path.join(self.output_dir, "vdl"), enabled=main and train.vdl,
+                              keep_until_step=position.global_step)
+        progress = Progress(total_batches * train.epochs, position.epoch * total_batches + position.batch_in_epoch,
+                            train.log_interval, bar=self.progress_bar and main)
         restore_signals = self._install_signal_handlers()
         start = time.time()
         metrics = {}
         try:
-            while self.epoch < train.epochs:
+            while position.epoch < train.epochs:
                 self.phase = "train"
                 epoch_start = time.time()
                 finished, images = self._train_one_epoch(progress, writer)
@@ -265,8 +272,8 @@ class Trainer:
         except MemoryError as error:
             raise self._out_of_memory(error) from error
         except RuntimeError as error:
-            if self.distributed and stopping.is_communication_error(error):
-                stopping.exit_for_lost_peer(self.rank, error, self._last_checkpoint_words())
+            if self.placement.distributed and stopping.is_communication_error(error):
+                stopping.exit_for_lost_peer(self.placement.rank, error, self._last_checkpoint_words())
             raise
         finally:
             progress.close()
@@ -276,20 +283,20 @@ class Trainer:
 
     def _out_of_memory(self, error):
         """Paddle's allocator failure (a MemoryError, "ResourceExhausted") turned into advice."""
-        train = self.config.train
+        train, place = self.config.train, self.placement.place
         if self.phase == "eval":
-            return TrainingError(f"out of memory on {self.place} while evaluating with eval.batch_size "
+            return TrainingError(f"out of memory on {place} while evaluating with eval.batch_size "
                                  f"{self.config.eval.batch_size}: lower it, e.g. -o eval.batch_size="
                                  f"{max(1, self.config.eval.batch_size // 2)}")
         half = max(1, train.batch_size // 2)
         return TrainingError(
-            f"out of memory on {self.place} at train.batch_size {train.batch_size}: use -o train.batch_size={half} "
+            f"out of memory on {place} at train.batch_size {train.batch_size}: use -o train.batch_size={half} "
             f"-o train.accumulate_steps={train.accumulate_steps * 2} (the same effective batch through gradient "
-            f"accumulation){', or train.amp=bf16' if self.place.startswith('gpu') and not self.amp_dtype else ''}")
+            f"accumulation){', or train.amp=bf16' if place.startswith('gpu') and not self.parts.amp_dtype else ''}")
 
     def _last_checkpoint_words(self):
         """Where a stopped run continues from, for the line that says it stopped."""
-        if not self.main:
+        if not self.placement.main:
             return "rank 0 names the last whole checkpoint"
         last = os.path.join(self.checkpoint_dir, "last.pdckpt")
         if os.path.exists(last):
@@ -300,8 +307,8 @@ class Trainer:
         """Single process: the first Ctrl-C/SIGTERM finishes the step and saves, a second stops at
         once. Several processes: a signal stops at once with one line (engine/stopping.py).
         Returns the function that restores what was there before."""
-        if self.distributed:
-            return stopping.install(self.rank, self._last_checkpoint_words)
+        if self.placement.distributed:
+            return stopping.install(self.placement.rank, self._last_checkpoint_words)
         previous = {}
         try:
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -317,61 +324,61 @@ class Trainer:
     def _train_one_epoch(self, progress, writer):
         """Train the rest of the current epoch; returns (False when a signal stopped it, the
         number of images it trained on)."""
-        train = self.config.train
-        epoch, total_batches = self.epoch, len(self.train_loader)
-        self.model.train()
+        train, parts, position = self.config.train, self.parts, self.position
+        epoch, total_batches = position.epoch, len(parts.train_loader)
+        parts.model.train()
         if self.config.model.freeze == "backbone":  # a linear probe: the frozen features, no dropout/drop-path
-            keep_backbone_in_eval(self.vit)
-        self.train_loader.set_epoch(epoch, start_batch=self.batch_in_epoch)
+            keep_backbone_in_eval(parts.vit)
+        parts.train_loader.set_epoch(epoch, start_batch=position.batch_in_epoch)
         running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
         epoch_images, interval_start, interval_images = 0, time.time(), 0
-        for images, labels in self.train_loader:
-            batch = self.batch_in_epoch
+        for images, labels in parts.train_loader:
+            batch = position.batch_in_epoch
             if train.deterministic:
-                paddle.seed(step_seed(train.seed, epoch, batch, self.rank))
+                paddle.seed(step_seed(train.seed, epoch, batch, self.placement.rank))
             images, targets = self.targets(images, labels, epoch, batch)  # [B, 3, S, S]; [B] or [B, K]
-            loss = step.forward_loss(self.model, images, targets, self.autocast)
+            loss = step.forward_loss(parts.model, images, targets, self.autocast)
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
-            finite = self._loss_is_finite(loss) if train.check_finite and not self.scaler else True
+            finite = self._loss_is_finite(loss) if train.check_finite and not parts.scaler else True
             at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
             if finite:
                 # ranks average their gradients once per update, at its last micro-step, not at each
                 with self._gradient_sync(at_update):
-                    step.backward(loss, self.scaler, train.accumulate_steps)
+                    step.backward(loss, parts.scaler, train.accumulate_steps)
                 running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
                 running_count += 1
             else:
                 self.window_not_finite = True
                 logger.warning("step %d (epoch %d, batch %d): the loss is %s; this update is skipped",
-                               self.global_step + 1, epoch + 1, batch + 1, float(loss))
-            self.batch_in_epoch += 1
+                               position.global_step + 1, epoch + 1, batch + 1, float(loss))
+            position.batch_in_epoch += 1
             interval_steps += 1
             if at_update:
                 self.optimizer_step()
             interval_images += images.shape[0]
             epoch_images += images.shape[0]
-            if (at_update and train.checkpoint_steps and self.global_step % train.checkpoint_steps == 0
-                    and self.batch_in_epoch < total_batches):  # (the epoch's end writes one anyway)
+            if (at_update and train.checkpoint_steps and position.global_step % train.checkpoint_steps == 0
+                    and position.batch_in_epoch < total_batches):  # (the epoch's end writes one anyway)
                 self._fold_running_loss(running_loss, running_count)
                 running_loss, running_count = paddle.zeros([], dtype="float64"), 0
                 self.save("last.pdckpt")
-            if interval_steps == train.log_interval or self.batch_in_epoch == total_batches:
+            if interval_steps == train.log_interval or position.batch_in_epoch == total_batches:
                 loss_sum = self._fold_running_loss(running_loss, running_count)
                 mean_loss = loss_sum / max(running_count, 1)
                 images_per_sec = interval_images / max(time.time() - interval_start, 1e-9)
-                lr = self.optimizer.get_lr()
-                progress.update(interval_steps, epoch, train.epochs, self.batch_in_epoch, total_batches, mean_loss,
-                                lr, images_per_sec)
-                writer.add("train/loss", mean_loss, self.global_step)
-                writer.add("train/lr", lr, self.global_step)
-                writer.add("train/images_per_sec", images_per_sec, self.global_step)
+                lr = parts.optimizer.get_lr()
+                progress.update(interval_steps, epoch, train.epochs, position.batch_in_epoch, total_batches,
+                                mean_loss, lr, images_per_sec)
+                writer.add("train/loss", mean_loss, position.global_step)
+                writer.add("train/lr", lr, position.global_step)
+                writer.add("train/images_per_sec", images_per_sec, position.global_step)
                 running_loss, running_count, interval_steps = paddle.zeros([], dtype="float64"), 0, 0
                 interval_start, interval_images = time.time(), 0
             if self.stop_requested and at_update:
                 self._fold_running_loss(running_loss, running_count)  # steps not yet logged still count
                 self.save("last.pdckpt")
                 logger.warning("stopped at epoch %d, batch %d/%d; resume with -o train.resume=auto "
-                               "(same output_dir)", epoch + 1, self.batch_in_epoch, total_batches)
+                               "(same output_dir)", epoch + 1, position.batch_in_epoch, total_batches)
                 return False, epoch_images
         return True, epoch_images
 
@@ -380,7 +387,7 @@ class Trainer:
         they skip an update together: one rank skipping its backward alone would leave the others
         waiting in the gradient all-reduce."""
         finite = paddle.isfinite(loss).astype("int32")
-        if self.distributed:
+        if self.placement.distributed:
             paddle.distributed.all_reduce(finite, op=paddle.distributed.ReduceOp.MIN)
         return bool(finite)
 
@@ -388,91 +395,100 @@ class Trainer:
         """Add the loss summed on the device since the last fold (`running_count` steps of this
         rank) to the epoch's, as the mean over every rank; returns that sum. The host reads the
         loss here (log intervals, checkpoints), not every step."""
-        if self.distributed:  # the mean over every rank's batches
+        if self.placement.distributed:  # the mean over every rank's batches
             paddle.distributed.all_reduce(running_loss)
-            running_loss = running_loss / self.world_size
+            running_loss = running_loss / self.placement.world_size
         loss_sum = float(running_loss)
         if not math.isfinite(loss_sum):  # only reachable with train.check_finite off
-            self.bad_steps = self.config.train.max_bad_steps
+            self.position.bad_steps = self.config.train.max_bad_steps
             raise self._diverged()
-        self.epoch_loss_sum += loss_sum
-        self.epoch_loss_count += running_count
+        self.position.epoch_loss_sum += loss_sum
+        self.position.epoch_loss_count += running_count
         return loss_sum
 
     def _end_epoch(self, writer, images, seconds):
         """Evaluate (every eval.interval epochs), save, log and record the epoch just trained:
         `images` in `seconds`."""
-        train, epoch = self.config.train, self.epoch
+        train, parts, position = self.config.train, self.parts, self.position
+        epoch = position.epoch
         record = {
             "epoch": epoch + 1,
-            "step": self.global_step,
-            "train_loss": self.epoch_loss_sum / max(self.epoch_loss_count, 1),
-            "lr": self.optimizer.get_lr(),
+            "step": position.global_step,
+            "train_loss": position.epoch_loss_sum / max(position.epoch_loss_count, 1),
+            "lr": parts.optimizer.get_lr(),
             "images_per_sec": images / max(seconds, 1e-9),
             "epoch_seconds": seconds,
         }
-        self.epoch_loss_sum, self.epoch_loss_count = 0.0, 0
-        skipped = self.train_set.num_bad_images + self.val_set.num_bad_images
+        position.epoch_loss_sum, position.epoch_loss_count = 0.0, 0
+        skipped = parts.train_set.num_bad_images + parts.val_set.num_bad_images
         if skipped:
             record["skipped_images"] = skipped  # unreadable files passed over (data.on_bad_image: skip)
         last_epoch = epoch + 1 == train.epochs
         if (epoch + 1) % self.config.eval.interval == 0 or last_epoch:
-            result = evaluate(self.model, self.val_loader, self.num_classes, self.autocast)
-            record.update(val_top1=result["top1"], val_top5=result["top5"], val_loss=result["loss"])
-            if self.ema:
-                original = self.ema.apply_to(self.vit)
-                ema_result = evaluate(self.model, self.val_loader, self.num_classes, self.autocast)
-                self.vit.set_state_dict(original)
-                record.update(val_ema_top1=ema_result["top1"], val_ema_top5=ema_result["top5"])
-            for key in ("top1", "top5", "loss"):
-                writer.add(f"val/{key}", result[key], self.global_step)
-            interval = self.config.eval.attention_map_interval
-            if interval and (epoch + 1) % interval == 0 and self.main:
-                image = attention_overlay_image(self.vit, self.val_set[0][0], self.config.data.mean,
-                                                self.config.data.std)
-                writer.add_image("val/attention", image, epoch + 1)
-            if result["top1"] > self.best_top1:
-                self.best_top1 = result["top1"]
-                self.save_weights("best")
+            record.update(self._evaluation(writer, epoch))
         fewshot_interval = self.config.eval.fewshot_interval
         if fewshot_interval and ((epoch + 1) % fewshot_interval == 0 or last_epoch):
             record.update(self._fewshot_evaluation(writer))
-        self.epoch, self.batch_in_epoch = epoch + 1, 0
-        record["best_top1"] = self.best_top1
-        self.history.append(record)  # the checkpoint carries the records: a kill between it and
+        position.epoch, position.batch_in_epoch = epoch + 1, 0
+        record["best_top1"] = position.best_top1
+        position.history.append(record)  # the checkpoint carries the records: a kill between it and
         self.save("last.pdckpt")  # metrics.jsonl loses nothing, the resumed run rewrites the file
         self.save_weights("last")
         if train.save_interval and (epoch + 1) % train.save_interval == 0:
             self.save(f"epoch_{epoch + 1:04d}.pdckpt")
-            if self.main:
+            if self.placement.main:
                 ckpt.prune_checkpoints(self.checkpoint_dir, train.keep_last)
-        if self.main:
+        if self.placement.main:
             path = os.path.join(self.output_dir, "metrics.jsonl")
             with _reported_write_errors(path, "metrics"):
-                write_metrics(path, self.history)
+                write_metrics(path, position.history)
             described = " ".join(f"{key} {value:.4f}" if isinstance(value, float) else f"{key} {value}"
                                  for key, value in record.items())
             logger.info("%s (%s)", described, format_duration(seconds))
             check_log_files()
         return record
 
+    def _evaluation(self, writer, epoch):
+        """Evaluate the model (and its EMA) on the validation split after `epoch`, log it, and keep
+        the best weights; returns the record's val_* entries."""
+        parts, position = self.parts, self.position
+        result = evaluate(parts.model, parts.val_loader, parts.num_classes, self.autocast)
+        entries = dict(val_top1=result["top1"], val_top5=result["top5"], val_loss=result["loss"])
+        if parts.ema:
+            original = parts.ema.apply_to(parts.vit)
+            ema_result = evaluate(parts.model, parts.val_loader, parts.num_classes, self.autocast)
+            parts.vit.set_state_dict(original)
+            entries.update(val_ema_top1=ema_result["top1"], val_ema_top5=ema_result["top5"])
+        for key in ("top1", "top5", "loss"):
+            writer.add(f"val/{key}", result[key], position.global_step)
+        interval = self.config.eval.attention_map_interval
+        if interval and (epoch + 1) % interval == 0 and self.placement.main:
+            image = attention_overlay_image(parts.vit, parts.val_set[0][0], self.config.data.mean,
+                                            self.config.data.std)
+            writer.add_image("val/attention", image, epoch + 1)
+        if result["top1"] > position.best_top1:
+            position.best_top1 = result["top1"]
+            self.save_weights("best")
+        return entries
+
     def _fewshot_evaluation(self, writer):
         """The few-shot linear accuracy of the frozen representation (engine/fewshot_eval.py: the
         training split unaugmented is the pool, the validation split the test; every rank
         gathers the features): {"fewshot_<k>shot": mean over the seeds}, also logged to VisualDL
         as fewshot/<k>shot. It draws from no generator of the run, so resuming stays exact."""
-        settings = self.config.eval
+        settings, parts = self.config.eval, self.parts
         if self.fewshot_pool_loader is None:
-            self.fewshot_pool_loader = fewshot_eval.pool_loader(self.train_set, self.val_set, settings.batch_size,
+            self.fewshot_pool_loader = fewshot_eval.pool_loader(parts.train_set, parts.val_set, settings.batch_size,
                                                                 self.config.data.num_workers, self.config.train.seed)
-        result = fewshot_eval.fewshot_metrics(self.vit, self.fewshot_pool_loader, self.val_loader, self.num_classes,
-                                              settings.fewshot_shots, settings.fewshot_l2_reg, settings.fewshot_seeds,
-                                              autocast=self.autocast)
+        result = fewshot_eval.fewshot_metrics(parts.vit, self.fewshot_pool_loader, parts.val_loader,
+                                              parts.num_classes, settings.fewshot_shots, settings.fewshot_l2_reg,
+                                              settings.fewshot_seeds, autocast=self.autocast)
         for k, mean in result["mean"].items():
-            writer.add(f"fewshot/{k}shot", mean, self.global_step)
+            writer.add(f"fewshot/{k}shot", mean, self.position.global_step)
         return {f"fewshot_{k}shot": mean for k, mean in result["mean"].items()}
 
     def _summary(self, start, interrupted, metrics):
-        return {"output_dir": self.output_dir, "epochs_done": self.epoch, "global_step": self.global_step,
-                "best_top1": self.best_top1, "interrupted": interrupted, "seconds": time.time() - start,
+        position = self.position
+        return {"output_dir": self.output_dir, "epochs_done": position.epoch, "global_step": position.global_step,
+                "best_top1": position.best_top1, "interrupted": interrupted, "seconds": time.time() - start,
                 "last_epoch": metrics}
