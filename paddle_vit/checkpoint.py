@@ -2,7 +2,8 @@
 
 Layout under `<output_dir>/checkpoints/`:
 - `last.pdckpt`: the newest resumable state (model, optimizer, schedule, loss scaler, EMA,
-  epoch, batch within the epoch, global step, best top-1, config, class names);
+  where the run stands: a key for each field of `engine.position.TrainingPosition`, config,
+  class names);
 - `epoch_NNNN.pdckpt`: kept every `train.save_interval` epochs, the newest `train.keep_last`;
 - `best.pdparams` / `last.pdparams` (+ `*_ema.pdparams`): model weights alone, for
   `tools/eval.py --weights` and `paddle_vit.load_pretrained`.
@@ -67,6 +68,15 @@ def check_resumable(state, path):
     if missing:
         raise WeightsError(f"checkpoint {path} was written by an older paddle-vit and lacks {', '.join(missing)}: "
                            f"it cannot be resumed; start a new run from its weights with -o model.pretrained={path}")
+
+
+def run_folder_of_checkpoint(path):
+    """The run folder a checkpoint lives in (``<run>/checkpoints/x.pdckpt``), or None."""
+    checkpoints = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(checkpoints) != "checkpoints":
+        return None
+    run = os.path.dirname(checkpoints)
+    return run if os.path.isfile(os.path.join(run, "config.yaml")) else None
 
 
 def find_latest_checkpoint(folder):

@@ -2,7 +2,7 @@
 DINOv2 (with SwiGLU, with registers), CLIP's image tower (with its projection), SigLIP's with its
 MAP head, distilled DeiT with its teacher head, and ViTMAE's encoder.
 
-The references are transformers' own (tests/fixtures/hf_modern*, tools/reference_fixtures/
+The references are transformers' own (tests/fixtures/hf_modern*, tests/fixtures/make/
 hf_modern_fixtures.py): save_pretrained folders of small models, their outputs for a fixed batch
 and for one image at another size (``interpolate_pos_encoding=True``), and scikit-learn's
 china.jpg and variants fed through each family's image processor (PIL backend). Nothing here
@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 
 from paddle_vit import ConfigError, WeightsError, create_model
 from paddle_vit.data.preprocessing import preprocess_for_checkpoint
-from paddle_vit.weights import detect_format, families, read_checkpoint
+from paddle_vit.weights import detect_family, families, read_checkpoint
 from paddle_vit.weights.folders import FolderConfig, describe_config
 
 from photos import make_photos
@@ -323,7 +323,8 @@ def test_a_processor_config_that_leaves_keys_out_takes_its_classes_defaults():
 def test_each_family_claims_its_own_folders_and_nobody_elses():
     ours = {family.name: family for family in families() if family.name.startswith("huggingface")}
     for case, (expected, _, _) in EXPECTED.items():
-        assert detect_format(load_file(os.path.join(folder(case), "model.safetensors"))) == expected, case
+        weights = load_file(os.path.join(folder(case), "model.safetensors"))
+        assert detect_family(read_checkpoint(weights)).name == expected, case
     others = [os.path.join(root, name) for root, _, files in os.walk(FIXTURES) for name in sorted(files)
               if name.endswith((".safetensors", ".pdparams")) or
               (name.startswith("jax_") and name.endswith(".npz") and "reference" not in name)]

@@ -1,5 +1,5 @@
 """PaddleClas's foundation ViTs (ppcls foundation_vit.py, paddleclas 2.6.0) computed as PaddleClas
-computes them, against the outputs it recorded (tools/reference_fixtures/
+computes them, against the outputs it recorded (tests/fixtures/make/
 paddleclas_foundation_fixtures.py; tests/fixtures/README.md). paddleclas is not needed here.
 
 The files are PaddleClas's own `VisionTransformer` built under its model names at toy sizes (dim
@@ -21,7 +21,7 @@ import pytest
 
 from paddle_vit import ConfigError, WeightsError, create_model
 from paddle_vit.data.preprocessing import preprocess_for_checkpoint
-from paddle_vit.weights import detect_format, implied_options
+from paddle_vit.weights import detect_family, implied_options, read_checkpoint
 
 from repo_paths import REPO, load_tool
 
@@ -200,7 +200,7 @@ def full_size(patch, depth=1, head=False):
 
 
 def test_the_clip_variant_is_read_off_the_patch_size_at_full_size():
-    assert detect_format(full_size(16)) == "paddleclas"
+    assert detect_family(read_checkpoint(full_size(16))).name == "paddleclas"
     assert implied_options(full_size(16))["pool"].value == "mean"  # CLIP_vit_base_patch16_224
     assert implied_options(full_size(32))["pool"].value == "walkthrough"  # CLIP_vit_base_patch32_224
     assert implied_options(full_size(14, head=True))["pool"].value == "cls"  # CLIP_vit_large_patch14_*'s classifier

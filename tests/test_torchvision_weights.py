@@ -1,6 +1,6 @@
 """torchvision's own ViT (`torchvision.models.vit_b_16` ... `vit_h_14`) as a checkpoint family,
 against the logits and the resampled position embedding torchvision computed for small models of
-its own class (tests/fixtures/README.md, tools/reference_fixtures/torchvision_fixtures.py).
+its own class (tests/fixtures/README.md, tests/fixtures/make/torchvision_fixtures.py).
 Neither torch nor torchvision is needed, except by the one test that reads the `.pth` with torch.
 
 The toy models are 32x32 images, 8x8 patches, D 32, depth 2, 4 heads, MLP 64, built through
@@ -18,8 +18,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from paddle_vit import ViT, ViTConfig, WeightsError, create_model, load_pretrained
-from paddle_vit.weights import detect_format, read_checkpoint
-from paddle_vit.weights.family import family_named
+from paddle_vit.weights import detect_family, read_checkpoint
 
 from repo_paths import REPO
 
@@ -172,6 +171,6 @@ def test_torchvision_pth_matches_its_safetensors_twin_when_torch_is_installed():
 
 def test_torchvision_files_are_detected_as_torchvision_and_imply_its_preprocessing():
     for name in ("torchvision_vit.safetensors", "torchvision_vit_prelogits.safetensors"):
-        assert detect_format(load_file(fixture(name))) == "torchvision"
-    family = family_named("torchvision")
-    assert family.preprocessing(read_checkpoint(fixture("torchvision_vit.safetensors"))) == {"pipeline": "torchvision"}
+        assert detect_family(read_checkpoint(load_file(fixture(name)))).name == "torchvision"
+    checkpoint = read_checkpoint(fixture("torchvision_vit.safetensors"))
+    assert detect_family(checkpoint).preprocessing(checkpoint) == {"pipeline": "torchvision"}

@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from paddle_vit import LoadReport, ViT, WeightsError, create_model, load_pretrained
-from paddle_vit.weights import detect_format, resample_position_embedding, save_weights
+from paddle_vit.weights import detect_family, read_checkpoint, resample_position_embedding, save_weights
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
@@ -304,10 +304,13 @@ def test_unknown_naming_scheme_is_an_error():
         load_pretrained(build("timm_vit_cls"), {"conv1.weight": np.zeros(3, "float32")})
 
 
-def test_detect_format():
-    assert detect_format(load_file(fixture("timm_vit_cls.safetensors"))) == "timm"
-    assert detect_format(dict(np.load(fixture("timm_vit_cls.npz")))) == "jax"
-    assert detect_format(build("timm_vit_cls").state_dict()) == "paddle-vit"
+def test_the_family_is_read_off_the_names_of_a_dict_of_arrays():
+    def family(state):
+        return detect_family(read_checkpoint(state)).name
+
+    assert family(load_file(fixture("timm_vit_cls.safetensors"))) == "timm"
+    assert family(dict(np.load(fixture("timm_vit_cls.npz")))) == "jax"
+    assert family(build("timm_vit_cls").state_dict()) == "paddle-vit"
 
 
 def test_missing_file_names_the_file(tmp_path):

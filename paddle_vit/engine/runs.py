@@ -21,7 +21,7 @@ import os
 import re
 import time
 
-from ..checkpoint import find_latest_checkpoint, remove_unfinished_writes
+from ..checkpoint import find_latest_checkpoint, remove_unfinished_writes, run_folder_of_checkpoint
 from ..errors import ConfigError, TrainingError
 from .logging_utils import write_metrics
 
@@ -45,15 +45,6 @@ def latest_run(base):
         target = os.path.realpath(pointer)
         return target if os.path.isdir(target) else None
     return None
-
-
-def _run_folder_of_checkpoint(path):
-    """The run folder a checkpoint lives in (``<run>/checkpoints/x.pdckpt``), or None."""
-    checkpoints = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(checkpoints) != "checkpoints":
-        return None
-    run = os.path.dirname(checkpoints)
-    return run if os.path.isfile(os.path.join(run, "config.yaml")) else None
 
 
 def new_run_folder(base):
@@ -114,7 +105,7 @@ def plan_run(config, main=True):
         if folder is not None:
             return folder, _checkpoint_to_resume("auto", folder)
     elif resume is not None:
-        folder = _run_folder_of_checkpoint(resume)
+        folder = run_folder_of_checkpoint(resume)
         if folder is not None:
             return folder, resume
     checkpoint = resume if resume not in (None, "auto") else None

@@ -4,7 +4,8 @@ computes it.
 One module per family (timm.py, jax.py, huggingface.py, paddleclas.py for PaddleClas and PLSC,
 torchvision.py, native.py for this project's files), each with its detection rule, name map and the options
 it implies; resample.py for position embeddings; loader.py for fitting a checkpoint to a model
-and the report; reading.py and saving.py for files; publish.py writes timm Hub and transformers folders (`save_pretrained`). `family.py` says what a family is.
+and the report; reading.py and saving.py for files; publish.py writes timm Hub and transformers folders (`save_pretrained`)
+in the names the families read (renaming.py reads their tables backwards). `family.py` says what a family is.
 
 Layouts (docs/design.md, "Checkpoint layouts"): Paddle Linear weights are [in, out], PyTorch's [out, in]; conv weights are
 OIHW in both; JAX Dense kernels are [in, out], the JAX conv kernel is HWIO, and JAX attention
@@ -18,14 +19,6 @@ from .saving import save_weights
 from .publish import save_pretrained
 
 
-def detect_format(state, description="checkpoint"):
-    """The family name ("timm", "jax", "huggingface", "paddleclas", "torchvision" or "paddle-vit") of a dict
-    of arrays."""
-    if not hasattr(state, "items"):
-        raise TypeError("detect_format takes a dict of arrays (the layout is read off their shapes)")
-    return detect_family(Checkpoint({str(name): value for name, value in state.items()}, description)).name
-
-
 __all__ = ["CheckpointFamily", "Checkpoint", "ConvertedCheckpoint", "Implied", "LoadReport", "RESAMPLE_METHODS",
-           "build_pretrained", "detect_family", "detect_format", "families", "implied_options", "load_pretrained",
+           "build_pretrained", "detect_family", "families", "implied_options", "load_pretrained",
            "read_checkpoint", "resample_position_embedding", "save_pretrained", "save_weights"]

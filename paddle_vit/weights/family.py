@@ -112,13 +112,6 @@ def families():
     return list(_FAMILIES)
 
 
-def family_named(name):
-    for family in families():
-        if family.name == name:
-            return family
-    raise KeyError(name)
-
-
 def detect_family(checkpoint):
     """The one family `checkpoint` belongs to; a WeightsError naming every format when none
     (or, which would be a bug of the rules, more than one) claims it."""

@@ -23,20 +23,13 @@ import logging
 import math
 import os
 
+from ..data.preprocessing import MAX_IMAGE_SIDE, preprocess_for_checkpoint, timm_fallbacks
 from ..errors import WeightsError
+from .reading import read_json
 
 logger = logging.getLogger("paddle_vit")
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
-# the largest model input accepted (paddle_vit.data.preprocessing.MAX_IMAGE_SIDE, which
-# tests/test_failures_folders.py holds equal; the data package imports the config module,
-# which imports this package, so it is not imported here at import time)
-MAX_IMAGE_SIDE = 4096
-
-
-def _preprocessing():
-    from ..data import preprocessing
-    return preprocessing
 
 # ---- what is known ------------------------------------------------------------------------------
 
@@ -192,11 +185,10 @@ def check_pretrained_cfg(path, cfg):
     label_count(cfg.get("label_names"), path, "pretrained_cfg.label_names")
     for key in ("fixed_input_size", "custom_load"):
         check_flag(cfg, key, path, prefix="pretrained_cfg.")
-    preprocessing = _preprocessing()
-    preprocessing.preprocess_for_checkpoint({"pipeline": "timm", "config": cfg, "source": path}, None)
+    preprocess_for_checkpoint({"pipeline": "timm", "config": cfg, "source": path}, None)
     return [f"{path}: pretrained_cfg.{key} {value!r} is timm's default {_shown(default)} (timm's "
             f"resolve_data_config takes the default for a false value)"
-            for key, value, default in preprocessing.timm_fallbacks(cfg)]
+            for key, value, default in timm_fallbacks(cfg)]
 
 
 def _shown(value):
@@ -252,9 +244,8 @@ def check_hf_labels(path, values):
 def check_hf_processor(path):
     """A preprocessor_config.json: every value as the image processor reads it (the resize
     bounded), by building its preprocessing; returns its warning lines (unused keys)."""
-    from .reading import read_json
     values = read_json(path, "the Hugging Face image processor config")
-    _preprocessing().preprocess_for_checkpoint({"pipeline": "huggingface", "config": values, "source": path}, None)
+    preprocess_for_checkpoint({"pipeline": "huggingface", "config": values, "source": path}, None)
     unused = unused_keys(values, HF_PROCESSOR_KEYS)
     return [f"{path}: not used: {', '.join(unused)}"] if unused else []
 

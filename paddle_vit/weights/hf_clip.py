@@ -26,12 +26,14 @@ from .hf_common import (CLIP_LAYER_RULES, CLIP_MARK, IMAGE_TEXT_SKIP, Rule, Tran
                         convert_by_rules, linear)
 
 RULES = CLIP_LAYER_RULES + [
-    Rule(r"embeddings\.class_embedding", "patch_embed.class_token", lambda token: token.reshape(1, 1, -1)),
+    Rule(r"embeddings\.class_embedding", "patch_embed.class_token", lambda token: token.reshape(1, 1, -1),
+         lambda token: token.reshape(-1)),
     Rule(r"embeddings\.patch_embedding\.weight", "patch_embed.patch_embedding.weight"),
     Rule(r"pre_layrnorm\.(?P<role>weight|bias)", r"encoder.norm_pre.\g<role>"),
 ]
 TOP_RULES = [Rule(r"visual_projection\.weight", ("head.weight", "head.bias"),
-                  (linear, lambda weight: np.zeros(weight.shape[0], weight.dtype)))]  # the projection has no bias
+                  (linear, lambda weight: np.zeros(weight.shape[0], weight.dtype)),  # the projection has no bias
+                  lambda weight, bias: linear(weight))]
 
 
 class ClipFamily(TransformersFamily):

@@ -1,7 +1,8 @@
 """What the Hugging Face transformers families share (huggingface.py for ViT and ViTMAE,
 hf_deit.py, hf_dinov2.py, hf_dinov2_registers.py, hf_clip.py, hf_siglip.py): renaming a state
 dict by rules, fusing tensors transformers keeps apart (q, k and v; a SwiGLU's gate and value),
-and reading the folder's config.json and preprocessor_config.json.
+and reading the folder's config.json and preprocessor_config.json. The same rules read backwards
+(`tensors_by_rules`) write the transformers folders publish_hf.py publishes.
 
 transformers keeps each Linear's weight as PyTorch's [out, in]; Paddle's is [in, out]. q, k and v
 are separate Linears (``query``/``key``/``value``, or ``q_proj``/``k_proj``/``v_proj``): stacked
@@ -22,6 +23,7 @@ from ..errors import WeightsError
 from .family import CheckpointFamily, ConvertedCheckpoint, Implied
 from .folders import HF_MODEL_TYPES, HFTower, folder_config, hf_computation, hf_options, hf_tower
 from .reading import read_json
+from .renaming import group_alternatives, invert
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
@@ -54,10 +56,15 @@ QKV = Fused(r"encoder.layers.\g<layer>.attn.qkv.\g<role>", ("query", "key", "val
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """A checkpoint name `pattern` (a full-match regex) -> our `target` (a template of its groups,
-    a `Fused`, or a tuple of templates, one per transform of `how`), the array through `how`."""
+    a `Fused`, or a tuple of templates, one per transform of `how`), the array through `how`.
+
+    `back` undoes `how` for publishing where `how` is not its own inverse (`linear` is): of a
+    tuple target it takes our arrays in the target's order and returns the checkpoint's array,
+    or None when the checkpoint has none (a bias it lacks)."""
     pattern: str
     target: object
     how: Optional[Callable] = None
+    back: Optional[Callable] = None
 
 
 def convert_by_rules(checkpoint, family, rules, prefix="", top_rules=(), skip=()):
@@ -120,6 +127,66 @@ def convert_by_rules(checkpoint, family, rules, prefix="", top_rules=(), skip=()
         put(ours, rule.how(stacked) if rule.how else stacked, names_[order[0]])
         origin[ours] = (shown, arrays[names_[order[0]]].shape)
     return ConvertedCheckpoint(family, tensors, origin, unknown, skipped)
+
+
+class _Writer:
+    """One `Rule` read backwards: our names it writes, and the checkpoint's names and arrays."""
+
+    def __init__(self, rule, prefix):
+        self.rule = rule
+        pattern = re.escape(prefix) + rule.pattern
+        if isinstance(rule.target, Fused):  # one inverse a part, in the pattern's order
+            parts = group_alternatives(rule.pattern, "part")
+            self.inverses = [invert(pattern, rule.target.target, fixed={"part": part}) for part in parts]
+            self.rows = [rule.target.order.index(rule.target.part(part)) for part in parts]
+        elif isinstance(rule.target, tuple):  # one inverse a target, all writing the same name
+            self.inverses = [invert(pattern, target) for target in rule.target]
+        else:
+            self.inverses = [invert(pattern, rule.target)]
+        if rule.back is None and rule.how not in (None, linear):
+            raise ValueError(f"the rule of {rule.pattern!r} needs a `back` to be read backwards")
+
+    def matches(self, ours):
+        return any(inverse.ours.fullmatch(ours) for inverse in self.inverses)
+
+    def write(self, ours, array, tensors, gathered):
+        """Put our `array` into `tensors` under the checkpoint's name(s); a tuple target's
+        arrays wait in `gathered` until all of them are there."""
+        rule = self.rule
+        if isinstance(rule.target, Fused):
+            stacked = linear(array)  # [parts x out, in] or [parts x out], the parts along the outputs
+            size = len(stacked) // len(rule.target.order)
+            for inverse, row in zip(self.inverses, self.rows):
+                tensors[inverse.apply(ours)] = np.ascontiguousarray(stacked[row * size:(row + 1) * size])
+        elif isinstance(rule.target, tuple):
+            index = next(index for index, inverse in enumerate(self.inverses) if inverse.ours.fullmatch(ours))
+            theirs = self.inverses[index].apply(ours)
+            parts = gathered.setdefault(theirs, {})
+            parts[index] = ours, array
+            if len(parts) == len(rule.target):
+                del gathered[theirs]
+                value = rule.back(*(parts[index][1] for index in range(len(rule.target))))
+                if value is not None:
+                    tensors[theirs] = np.ascontiguousarray(value)
+        else:
+            back = rule.back or rule.how or (lambda same: same)
+            tensors[self.inverses[0].apply(ours)] = np.ascontiguousarray(back(array))
+
+
+def tensors_by_rules(state, rules, prefix="", top_rules=(), unnamed=None):
+    """{checkpoint name: array in PyTorch's layout} of our `state` ({name: numpy array}) written
+    by `rules` (under `prefix`) and `top_rules` read backwards: what `convert_by_rules` reads back
+    as `state`. `unnamed(our name)` is the exception for a tensor no rule writes."""
+    writers = [_Writer(rule, prefix) for rule in rules] + [_Writer(rule, "") for rule in top_rules]
+    tensors, gathered = {}, {}
+    for ours, array in state.items():
+        writer = next((writer for writer in writers if writer.matches(ours)), None)
+        if writer is None:
+            raise unnamed(ours)
+        writer.write(ours, array, tensors, gathered)
+    for parts in gathered.values():  # a tuple target missing one of its tensors
+        raise unnamed(next(iter(parts.values()))[0])
+    return tensors
 
 
 def any_name(arrays, pattern):
@@ -237,7 +304,8 @@ CLIP_LAYER_RULES = [
          linear),
     Rule(CLIP_LAYER + r"mlp\.(?P<fc>fc1|fc2)\.(?P<role>weight|bias)", r"encoder.layers.\g<layer>.mlp.\g<fc>.\g<role>",
          linear),
-    Rule(r"embeddings\.position_embedding\.weight", "patch_embed.position_embedding", lambda table: table[None]),
+    Rule(r"embeddings\.position_embedding\.weight", "patch_embed.position_embedding", lambda table: table[None],
+         lambda embedding: embedding[0]),
     Rule(r"post_layernorm\.(?P<role>weight|bias)", r"encoder.norm.\g<role>"),
 ]
 # an image-text model's other tower and its scalars; position ids saved as a buffer by older versions

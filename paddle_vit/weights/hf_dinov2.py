@@ -24,19 +24,28 @@ from .hf_common import (DINOV2_MARK, EMBEDDING_RULES, LAYER, QKV, REGISTERS_MARK
                         any_name, convert_by_rules, linear)
 
 _BLOCK = r"encoder.layers.\g<layer>."
-RULES = EMBEDDING_RULES + [
+# all but the MLP; publish_hf.py writes these and the MLP's rules of the model's kind
+BODY_RULES = EMBEDDING_RULES + [
     Rule(r"embeddings\.register_tokens", "patch_embed.register_tokens"),
     Rule(LAYER + r"attention\.attention\.(?P<part>query|key|value)\.(?P<role>weight|bias)", QKV, linear),
     Rule(LAYER + r"(?P<norm>norm1|norm2)\.(?P<role>weight|bias)", _BLOCK + r"\g<norm>.\g<role>"),
     Rule(LAYER + r"attention\.output\.dense\.(?P<role>weight|bias)", _BLOCK + r"attn.proj.\g<role>", linear),
     Rule(LAYER + r"layer_scale(?P<branch>1|2)\.lambda1", _BLOCK + r"ls\g<branch>.gamma"),
+]
+MLP_RULES = [
     Rule(LAYER + r"mlp\.(?P<fc>fc1|fc2)\.(?P<role>weight|bias)", _BLOCK + r"mlp.\g<fc>.\g<role>", linear),
+]
+SWIGLU_RULES = [
     Rule(LAYER + r"mlp\.weights_in\.(?P<role>weight|bias)", _BLOCK + r"mlp.fc1.\g<role>", linear),
     Rule(LAYER + r"mlp\.weights_out\.(?P<role>weight|bias)", _BLOCK + r"mlp.fc2.\g<role>", linear),
+]
+# transformers 5's modules of the SwiGLU MLP: read, never written
+SPLIT_SWIGLU_RULES = [
     Rule(LAYER + r"mlp\.(?P<part>gate_proj|up_proj)\.(?P<role>weight|bias)",
          Fused(_BLOCK + r"mlp.fc1.\g<role>", ("gate_proj", "up_proj")), linear),
     Rule(LAYER + r"mlp\.down_proj\.(?P<role>weight|bias)", _BLOCK + r"mlp.fc2.\g<role>", linear),
 ]
+RULES = BODY_RULES + MLP_RULES + SWIGLU_RULES + SPLIT_SWIGLU_RULES
 SKIP = [r"(dinov2\.|dinov2_with_registers\.)?embeddings\.mask_token"]
 
 

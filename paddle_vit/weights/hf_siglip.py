@@ -17,6 +17,8 @@ How transformers computes it: LayerNorm epsilon 1e-6, the tanh GELU (``gelu_pyto
 "mean", no fc_norm: timm's siglip_gap). With ``interpolate_pos_encoding=True`` the whole grid is
 resized bicubic, align_corners=False, without antialias.
 """
+import numpy as np
+
 from .family import Implied
 from .hf_common import (CLIP_LAYER_RULES, CLIP_MARK, IMAGE_TEXT_SKIP, SIGLIP_MARK, Rule, TransformersFamily, any_name,
                         convert_by_rules, linear)
@@ -31,7 +33,7 @@ RULES = CLIP_LAYER_RULES + [
     Rule(r"embeddings\.patch_embedding\.(?P<role>weight|bias)", r"patch_embed.patch_embedding.\g<role>"),
     Rule(r"head\.probe", "attn_pool.latent"),
     Rule(r"head\.attention\.in_proj_(?P<role>weight|bias)", (r"attn_pool.q.\g<role>", r"attn_pool.kv.\g<role>"),
-         (_rows(0, 1), _rows(1, 3))),
+         (_rows(0, 1), _rows(1, 3)), lambda q, kv: np.concatenate([linear(q), linear(kv)])),
     Rule(r"head\.attention\.out_proj\.(?P<role>weight|bias)", r"attn_pool.proj.\g<role>", linear),
     Rule(r"head\.layernorm\.(?P<role>weight|bias)", r"attn_pool.norm.\g<role>"),
     Rule(r"head\.mlp\.(?P<fc>fc1|fc2)\.(?P<role>weight|bias)", r"attn_pool.mlp.\g<fc>.\g<role>", linear),

@@ -144,7 +144,7 @@ def _read(source):
 
 
 def implied_options(source):
-    """{option: Implied} the checkpoint at `source` implies (hub.py reads a recipe's
+    """{option: Implied} the checkpoint at `source` implies (factory.py reads a recipe's
     model.pretrained this way)."""
     return _read(source).implied
 
@@ -201,25 +201,53 @@ def _choose_resample(reading, resample):
 def _fit(model, reading, strict, resample, report):
     """Decide, for every model tensor, where its value comes from; raise on what does not fit.
     Returns {model name: array}."""
-    description = reading.checkpoint.description
-    converted = reading.converted
     shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
-    tensors, origin = converted.tensors, converted.origin
-    values = {}
+    pre_logits = _PreLogits.of(shapes, reading.converted.tensors)
+    values = _fit_body(model, reading, shapes, resample, report)
+    if "head.weight" in shapes:
+        values.update(_fit_head(reading, shapes, pre_logits, strict, report))
+    unexpected = _unused(reading.converted, shapes, pre_logits, report)
+    if strict and (report.missing or unexpected):
+        problems = []
+        if report.missing:
+            problems.append(f"missing {names(report.missing)}")
+        if unexpected:
+            problems.append(f"unexpected {names(unexpected)}")
+        raise WeightsError(f"{reading.checkpoint.description} does not fit the model: {'; '.join(problems)}"
+                           f"{_layout_hint(report.missing, unexpected)} (strict=False loads what fits)")
+    report.ignored.extend(unexpected)
+    return values
 
-    def mismatch(name, expected):
-        checkpoint_name, file_shape = origin.get(name, (name, tensors[name].shape))
-        layout = "" if tuple(file_shape) == tensors[name].shape else f" ({_shape(file_shape)} in the file)"
-        return WeightsError(
-            f"{description}: {checkpoint_name} has shape {_shape(tensors[name].shape)}{layout} but the model's "
-            f"{name} is {_shape(expected)}; the checkpoint ({reading.family.title}) is of another architecture "
-            f"or size")
 
-    model_pre_logits = any(name.startswith("pre_logits.") for name in shapes)
-    checkpoint_pre_logits = any(name.startswith("pre_logits.") for name in tensors)
-    drops_pre_logits = checkpoint_pre_logits and not model_pre_logits
-    adds_pre_logits = model_pre_logits and not checkpoint_pre_logits
+@dataclasses.dataclass(frozen=True)
+class _PreLogits:
+    """Whether fitting drops the checkpoint's pre-logits layer (the model has none) or the model
+    has one the checkpoint lacks."""
+    drops: bool
+    adds: bool
 
+    @classmethod
+    def of(cls, shapes, tensors):
+        in_model = any(name.startswith("pre_logits.") for name in shapes)
+        in_checkpoint = any(name.startswith("pre_logits.") for name in tensors)
+        return cls(drops=in_checkpoint and not in_model, adds=in_model and not in_checkpoint)
+
+
+def _mismatch(reading, name, expected):
+    """The WeightsError of checkpoint tensor `name` (our name) whose shape is not the model's `expected`."""
+    tensors = reading.converted.tensors
+    checkpoint_name, file_shape = reading.converted.origin.get(name, (name, tensors[name].shape))
+    layout = "" if tuple(file_shape) == tensors[name].shape else f" ({_shape(file_shape)} in the file)"
+    return WeightsError(
+        f"{reading.checkpoint.description}: {checkpoint_name} has shape {_shape(tensors[name].shape)}{layout} but "
+        f"the model's {name} is {_shape(expected)}; the checkpoint ({reading.family.title}) is of another "
+        f"architecture or size")
+
+
+def _fit_body(model, reading, shapes, resample, report):
+    """{model name: array} of every tensor but the head: taken as it is, the position embedding
+    resampled to the model's grid; missing ones reported; any other shape an error."""
+    tensors, values = reading.converted.tensors, {}
     for name, shape in shapes.items():
         if name in HEAD:
             continue
@@ -229,80 +257,90 @@ def _fit(model, reading, strict, resample, report):
             values[name] = tensors[name]
             report.loaded.append(name)
         elif name == POSITION_EMBEDDING and tensors[name].ndim == 3 and tensors[name].shape[2] == shape[2]:
-            prefix = model.patch_embed.num_embedded_prefix  # rows kept as they are (class token, ...)
-            old_grid = checkpoint_grid(tensors[name].shape[1], description, converted.checkpoint_name(name), prefix)
-            new_grid = tuple(model.patch_embed.grid_size)
-            report.resample_method, report.resample_reason = _choose_resample(reading, resample)
-            values[name] = resample_position_embedding(tensors[name], new_grid, old_grid, num_prefix_tokens=prefix,
-                                                       method=report.resample_method)
-            report.resampled.append((name, old_grid, new_grid))
+            values[name] = _resampled_position_embedding(model, reading, resample, report)
         else:
-            raise mismatch(name, shape)
+            raise _mismatch(reading, name, shape)
+    return values
 
-    if "head.weight" in shapes:
-        reason = None
-        weight, bias = tensors.get("head.weight"), tensors.get("head.bias")
-        model_features, model_classes = shapes["head.weight"]
-        same_classes = bias is not None and bias.shape == (model_classes,)
-        if weight is None or bias is None:
-            reason = "the checkpoint has no classification head"
-        elif drops_pre_logits and same_classes:
-            width = tensors["pre_logits.fc.bias"].shape[0]
-            message = (f"{description} has a pre-logits layer ({converted.checkpoint_name('pre_logits.fc.weight')}, "
-                       f"{tensors['pre_logits.fc.weight'].shape[0]} -> {width}) that the model lacks, and its "
-                       f"{model_classes}-class head reads that layer's features: {_how_to_fix('representation_size', width)}, "
-                       f"or fine-tune with a new zero head by giving another num_classes")
-            if strict:
-                raise WeightsError(message)
-            reason = "the checkpoint's head reads the pre-logits features the model does not have"
-        elif drops_pre_logits:
-            reason = f"fine-tuning: the checkpoint has {bias.shape[0]} classes, the model {model_classes}"
-        elif adds_pre_logits:
-            reason = "the model's head reads the features of a pre_logits layer the checkpoint does not have"
-        elif weight.shape == shapes["head.weight"] and bias.shape == shapes["head.bias"]:
-            values.update({"head.weight": weight, "head.bias": bias})
-            report.loaded.extend(HEAD)
-        elif weight.ndim == 2 and weight.shape[0] == model_features and weight.shape[1] != model_classes:
-            reason = f"the checkpoint has {weight.shape[1]} classes, the model {model_classes}"
-        else:
-            name = "head.weight" if weight.shape != shapes["head.weight"] else "head.bias"
-            raise mismatch(name, shapes[name])
-        if reason:
-            for name in HEAD:
-                values[name] = np.zeros(shapes[name], "float32")
-            report.reinitialized.extend(HEAD)
-            report.notes.append(f"head re-initialised to zeros (paper Section 3.2): {reason}")
 
+def _resampled_position_embedding(model, reading, resample, report):
+    """The checkpoint's position embedding [1, prefix + N, D] resized to the model's patch grid."""
+    table = reading.converted.tensors[POSITION_EMBEDDING]
+    prefix = model.patch_embed.num_embedded_prefix  # rows kept as they are (class token, ...)
+    old_grid = checkpoint_grid(table.shape[1], reading.checkpoint.description,
+                               reading.converted.checkpoint_name(POSITION_EMBEDDING), prefix)
+    new_grid = tuple(model.patch_embed.grid_size)
+    report.resample_method, report.resample_reason = _choose_resample(reading, resample)
+    resampled = resample_position_embedding(table, new_grid, old_grid, num_prefix_tokens=prefix,
+                                            method=report.resample_method)
+    report.resampled.append((POSITION_EMBEDDING, old_grid, new_grid))
+    return resampled
+
+
+def _fit_head(reading, shapes, pre_logits, strict, report):
+    """{head name: array}: the checkpoint's head when it computes the model's classes, else zeros
+    (paper Section 3.2) with the reason noted."""
+    tensors = reading.converted.tensors
+    reason = _head_reinit_reason(reading, shapes, pre_logits, strict)
+    if reason is None:
+        report.loaded.extend(HEAD)
+        return {name: tensors[name] for name in HEAD}
+    report.reinitialized.extend(HEAD)
+    report.notes.append(f"head re-initialised to zeros (paper Section 3.2): {reason}")
+    return {name: np.zeros(shapes[name], "float32") for name in HEAD}
+
+
+def _head_reinit_reason(reading, shapes, pre_logits, strict):
+    """Why the model's head cannot take the checkpoint's (a phrase), or None when it can; a
+    WeightsError when it neither fits nor is a head of another class count."""
+    tensors, description = reading.converted.tensors, reading.checkpoint.description
+    weight, bias = tensors.get("head.weight"), tensors.get("head.bias")
+    model_features, model_classes = shapes["head.weight"]
+    if weight is None or bias is None:
+        return "the checkpoint has no classification head"
+    if pre_logits.drops and bias.shape == (model_classes,):
+        width = tensors["pre_logits.fc.bias"].shape[0]
+        if strict:
+            raise WeightsError(
+                f"{description} has a pre-logits layer ({reading.converted.checkpoint_name('pre_logits.fc.weight')}, "
+                f"{tensors['pre_logits.fc.weight'].shape[0]} -> {width}) that the model lacks, and its "
+                f"{model_classes}-class head reads that layer's features: {_how_to_fix('representation_size', width)}, "
+                f"or fine-tune with a new zero head by giving another num_classes")
+        return "the checkpoint's head reads the pre-logits features the model does not have"
+    if pre_logits.drops:
+        return f"fine-tuning: the checkpoint has {bias.shape[0]} classes, the model {model_classes}"
+    if pre_logits.adds:
+        return "the model's head reads the features of a pre_logits layer the checkpoint does not have"
+    if weight.shape == shapes["head.weight"] and bias.shape == shapes["head.bias"]:
+        return None
+    if weight.ndim == 2 and weight.shape[0] == model_features and weight.shape[1] != model_classes:
+        return f"the checkpoint has {weight.shape[1]} classes, the model {model_classes}"
+    name = "head.weight" if weight.shape != shapes["head.weight"] else "head.bias"
+    raise _mismatch(reading, name, shapes[name])
+
+
+def _unused(converted, shapes, pre_logits, report):
+    """The checkpoint names the model has no place for (unexpected in strict mode); what is left
+    out on purpose (a dropped pre-logits layer, the head of a model without one, entries outside
+    the parameters) goes to `report.ignored` with a note."""
     unexpected = []
-    for name in tensors:
+    model_has_head = "head.weight" in shapes
+    for name in converted.tensors:
         if name in shapes:
             continue
-        checkpoint_name = converted.checkpoint_name(name)
-        if name in PRE_LOGITS and drops_pre_logits:
-            report.ignored.append(checkpoint_name)
-        elif name in HEAD and "head.weight" not in shapes:
-            report.ignored.append(checkpoint_name)
+        if name in PRE_LOGITS and pre_logits.drops or name in HEAD and not model_has_head:
+            report.ignored.append(converted.checkpoint_name(name))
         else:
-            unexpected.append(checkpoint_name)
+            unexpected.append(converted.checkpoint_name(name))
     unexpected.extend(converted.unknown)
-    if drops_pre_logits:
+    if pre_logits.drops:
         report.notes.append("pre_logits (the pre-training head's hidden layer) dropped, as in fine-tuning")
-    if any(name in HEAD for name in tensors) and "head.weight" not in shapes:
+    if any(name in HEAD for name in converted.tensors) and not model_has_head:
         report.notes.append("the checkpoint's head is ignored: the model has num_classes=0")
     if converted.skipped:
         report.ignored.extend(converted.skipped)
         report.notes.append(f"{len(converted.skipped)} entries outside the parameters ignored")
-
-    if strict and (report.missing or unexpected):
-        problems = []
-        if report.missing:
-            problems.append(f"missing {names(report.missing)}")
-        if unexpected:
-            problems.append(f"unexpected {names(unexpected)}")
-        raise WeightsError(f"{description} does not fit the model: {'; '.join(problems)}"
-                           f"{_layout_hint(report.missing, unexpected)} (strict=False loads what fits)")
-    report.ignored.extend(unexpected)
-    return values
+    return unexpected
 
 
 def _layout_hint(missing, unexpected):

@@ -4,7 +4,7 @@ checkpoints (``.pdckpt``) and ``.safetensors`` written by `save_weights`, in our
 A ``.pdckpt`` and our ``.safetensors`` record the model's `ViTConfig`; the options it was built
 with (epsilon, GELU, q.k scale, pooling, position embedding) are implied from there. A bare
 ``.pdparams`` records none: the options then come from the caller, or from the recipe's
-``model.pretrained`` (hub.py).
+``model.pretrained`` (factory.py).
 """
 import re
 

@@ -38,7 +38,11 @@ import json
 import logging
 import os
 
+import yaml
+from safetensors.numpy import save_file
+
 from .. import fileio
+from ..checkpoint import run_folder_of_checkpoint
 from ..errors import WeightsError
 from .publish_hf import hf_export
 from .publish_timm import timm_export
@@ -184,10 +188,7 @@ def _percent(value):
 
 def run_summary(checkpoint_path):
     """{"folder", "data", "epochs", "best_top1"} of the training run a .pdckpt belongs to, or None."""
-    from ..engine.runs import _run_folder_of_checkpoint
-    import yaml
-
-    folder = _run_folder_of_checkpoint(checkpoint_path)
+    folder = run_folder_of_checkpoint(checkpoint_path)
     if folder is None:
         return None
     summary = {"folder": folder, "data": None, "epochs": None, "best_top1": None}
@@ -222,8 +223,6 @@ def _write_folder(directory, export, card):
 
 
 def _write_files(folder, export, card):
-    from safetensors.numpy import save_file
-
     save_file(export.tensors, os.path.join(folder, WEIGHTS_FILE), metadata={"format": "pt"})
     with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as stream:
         json.dump(export.config, stream, indent=2)

@@ -4,12 +4,13 @@ Projection], SiglipVisionModel, DeiTForImageClassificationWithTeacher): config.j
 preprocessor_config.json of the class's image processor, the tensors in its names; what a class or
 its processor cannot compute refused naming --to timm."""
 import math
-import re
 
 import numpy as np
 
 from ..errors import WeightsError
+from . import hf_clip, hf_deit, hf_dinov2, hf_siglip, huggingface
 from .family import POSITION_EMBEDDING
+from .hf_common import EMBEDDING_RULES, VIT_LAYER_RULES, tensors_by_rules
 from .publish_timm import FolderExport, default_preprocess
 from .reading import to_numpy
 
@@ -33,21 +34,6 @@ HF_FIXED = {
     "backbone_layers": (None, "it has no ResNet"),
     "dynamic_img_size": (False, "it takes other sizes only with interpolate_pos_encoding=True"),
 }
-# our names -> transformers' (q, k and v are split from qkv apart)
-HF_RENAMES = [
-    (r"patch_embed\.class_token", "vit.embeddings.cls_token"),
-    (re.escape(POSITION_EMBEDDING), "vit.embeddings.position_embeddings"),
-    (r"patch_embed\.patch_embedding\.(weight|bias)", r"vit.embeddings.patch_embeddings.projection.\1"),
-    (r"encoder\.layers\.(\d+)\.norm1\.(weight|bias)", r"vit.encoder.layer.\1.layernorm_before.\2"),
-    (r"encoder\.layers\.(\d+)\.norm2\.(weight|bias)", r"vit.encoder.layer.\1.layernorm_after.\2"),
-    (r"encoder\.layers\.(\d+)\.attn\.proj\.(weight|bias)", r"vit.encoder.layer.\1.attention.output.dense.\2"),
-    (r"encoder\.layers\.(\d+)\.mlp\.fc1\.(weight|bias)", r"vit.encoder.layer.\1.intermediate.dense.\2"),
-    (r"encoder\.layers\.(\d+)\.mlp\.fc2\.(weight|bias)", r"vit.encoder.layer.\1.output.dense.\2"),
-    (r"encoder\.norm\.(weight|bias)", r"vit.layernorm.\1"),
-    (r"head\.(weight|bias)", r"classifier.\1"),
-]
-
-
 def hf_refusals(config):
     """What transformers' ViTForImageClassification cannot compute of a `ViTConfig` (phrases)."""
     refusals = []
@@ -91,39 +77,30 @@ def hf_preprocessor(preprocess, config):
     else:
         values = dict(image_processor_type="BitImageProcessor", size={"shortest_edge": resize}, do_center_crop=True,
                       crop_size={"height": size, "width": size}, do_convert_rgb=True, **common)
+    return (values, *_processor_note(values["image_processor_type"], preprocess))
+
+
+def _processor_note(processor_type, preprocess):
+    """(note, exact): how near transformers' `processor_type` comes to the model's preprocessing."""
     exact = preprocess.origin.startswith("Hugging Face image processor")
-    note = (f"transformers' {values['image_processor_type']} computes exactly this model's preprocessing" if exact
-            else f"transformers' {values['image_processor_type']} (PIL backend) is the nearest to this model's "
-                 f"preprocessing ({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it "
-                 f"rescales in float64 and crops at (h - c) // 2")
-    return values, note, exact
+    note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
+            else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
+                 f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "
+                 f"float64 and crops at (h - c) // 2")
+    return note, exact
 
 
-def hf_tensors(model, config):
-    """{transformers name: numpy array in PyTorch's layout} of a plain ViT's state dict."""
-    tensors = {}
-    width = config.embed_dim
-    for ours, value in model.state_dict().items():
-        array = to_numpy(value)
-        qkv = re.fullmatch(r"encoder\.layers\.(\d+)\.attn\.qkv\.(weight|bias)", ours)
-        if qkv:
-            layer, role = qkv.groups()
-            parts = array.T if role == "weight" else array  # [3 D, D] (q | k | v) or [3 D]
-            for index, part in enumerate(("query", "key", "value")):
-                tensors[f"vit.encoder.layer.{layer}.attention.attention.{part}.{role}"] = np.ascontiguousarray(
-                    parts[index * width:(index + 1) * width])
-            continue
-        for pattern, replacement in HF_RENAMES:
-            if re.fullmatch(pattern, ours):
-                theirs = re.sub(pattern, replacement, ours)
-                break
-        else:
-            raise WeightsError(f"{ours!r} has no name in transformers' ViTForImageClassification: publish with "
-                               f"--to timm")
-        if theirs.endswith("weight") and array.ndim == 2:
-            array = array.T
-        tensors[theirs] = np.ascontiguousarray(array)
-    return tensors
+def hf_tensors(model):
+    """{transformers name: numpy array in PyTorch's layout} of a plain ViT's state dict: the rules
+    huggingface.py reads ViTForImageClassification with, read backwards (no ViTModel pooler)."""
+    state = {name: to_numpy(value) for name, value in model.state_dict().items()}
+    return tensors_by_rules(state, EMBEDDING_RULES + VIT_LAYER_RULES, "vit.", huggingface.TOP_RULES,
+                            _unnamed("ViTForImageClassification"))
+
+
+def _unnamed(architecture):
+    """The error for a tensor of ours that transformers' `architecture` has no name for."""
+    return lambda ours: WeightsError(f"{ours!r} has no name in transformers' {architecture}: publish with --to timm")
 
 
 def hf_export(model, name=None, preprocess=None, class_names=None):
@@ -158,7 +135,7 @@ def hf_export(model, name=None, preprocess=None, class_names=None):
         "label2id": {label: index for index, label in enumerate(labels)},
         "dtype": "float32",
     }
-    return FolderExport(values, hf_tensors(model, config), "ViTForImageClassification", note, exact,
+    return FolderExport(values, hf_tensors(model), "ViTForImageClassification", note, exact,
                       format="huggingface", processor=processor)
 
 
@@ -333,138 +310,46 @@ def _dinov2_ratio_refusal(model):
     return None
 
 
-def _linear(array):
-    return np.ascontiguousarray(array.T if array.ndim == 2 else array)
-
-
-def _split_qkv(array, role, width):
-    parts = array.T if role == "weight" else array
-    return [np.ascontiguousarray(parts[index * width:(index + 1) * width]) for index in range(3)]
+def _family_rules(family, config):
+    """(rules, prefix, top rules) of `family`'s reader (hf_*.py), which its class's folder is
+    written by, read backwards."""
+    if family == "deit":
+        return hf_deit.RULES, "deit.", hf_deit.TOP_RULES
+    if family in ("dinov2", "dinov2_with_registers"):
+        mlp_rules = hf_dinov2.SWIGLU_RULES if config.mlp == "swiglu" else hf_dinov2.MLP_RULES
+        return hf_dinov2.BODY_RULES + mlp_rules, "", ()
+    if family == "clip_projection":
+        return hf_clip.RULES, "vision_model.", hf_clip.TOP_RULES
+    if family == "clip":
+        return hf_clip.RULES, "", ()
+    return hf_siglip.RULES, "", ()
 
 
 def family_tensors(model, family):
     """{transformers name: numpy array in PyTorch's layout} of `model` for `family`'s class."""
     config = model.config
-    width = config.embed_dim
     state = {name: to_numpy(value) for name, value in model.state_dict().items()}
-    tensors = {}
-    if family in ("deit", "dinov2", "dinov2_with_registers"):
-        root = "deit." if family == "deit" else ""
-        for ours, array in state.items():
-            layer = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", ours)
-            if layer:
-                index, rest = layer.groups()
-                block = f"{root}encoder.layer.{index}."
-                qkv = re.fullmatch(r"attn\.qkv\.(weight|bias)", rest)
-                if qkv:
-                    for part, value in zip(("query", "key", "value"), _split_qkv(array, qkv.group(1), width)):
-                        tensors[f"{block}attention.attention.{part}.{qkv.group(1)}"] = value
-                    continue
-                names = {"norm1": "norm1" if family != "deit" else "layernorm_before",
-                         "norm2": "norm2" if family != "deit" else "layernorm_after",
-                         "attn.proj": "attention.output.dense", "ls1.gamma": "layer_scale1.lambda1",
-                         "ls2.gamma": "layer_scale2.lambda1"}
-                if family == "deit":
-                    names.update({"mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense"})
-                elif config.mlp == "swiglu":
-                    names.update({"mlp.fc1": "mlp.weights_in", "mlp.fc2": "mlp.weights_out"})
-                else:
-                    names.update({"mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"})
-                match = re.fullmatch(r"(.+?)(?:\.(weight|bias))?", rest)
-                stem, role = match.groups()
-                if stem not in names:
-                    raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish "
-                                       f"with --to timm")
-                theirs = block + names[stem] + (f".{role}" if role else "")
-                tensors[theirs] = _linear(array) if role == "weight" else np.ascontiguousarray(array)
-                continue
-            names = {"patch_embed.class_token": "embeddings.cls_token",
-                     "patch_embed.distillation_token": "embeddings.distillation_token",
-                     "patch_embed.register_tokens": "embeddings.register_tokens",
-                     POSITION_EMBEDDING: "embeddings.position_embeddings",
-                     "patch_embed.patch_embedding.weight": "embeddings.patch_embeddings.projection.weight",
-                     "patch_embed.patch_embedding.bias": "embeddings.patch_embeddings.projection.bias",
-                     "encoder.norm.weight": "layernorm.weight", "encoder.norm.bias": "layernorm.bias"}
-            if ours in names:
-                tensors[root + names[ours]] = np.ascontiguousarray(array)
-            elif family == "deit" and ours in ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias"):
-                head, role = ours.split(".")
-                tensors[f"{'cls' if head == 'head' else 'distillation'}_classifier.{role}"] = _linear(array)
-            else:
-                raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with "
-                                   f"--to timm")
-        if family == "dinov2_with_registers":  # our class token holds its position row (no_embed_class): unfold
-            positions = tensors["embeddings.position_embeddings"]
-            tensors["embeddings.position_embeddings"] = np.ascontiguousarray(
-                np.concatenate([np.zeros_like(positions[:, :1]), positions], axis=1))
-        if family != "deit":  # masked image modelling's token: unused by the forward, zeros so nothing is missing
-            tensors["embeddings.mask_token"] = np.zeros((1, width), dtype=state[POSITION_EMBEDDING].dtype)
-        if "embeddings.patch_embeddings.projection.bias" not in tensors and family != "deit" or \
-                family == "deit" and "deit.embeddings.patch_embeddings.projection.bias" not in tensors:
-            raise WeightsError(f"no patch projection bias: transformers' {HF_CLASSES[family][0]} has one; publish "
-                               f"with --to timm")
+    if family in ("clip", "clip_projection"):
+        state.pop("patch_embed.patch_embedding.bias", None)  # zero (checked): CLIP's patch embedding has no bias
+    rules, prefix, top_rules = _family_rules(family, config)
+    tensors = tensors_by_rules(state, rules, prefix, top_rules, _unnamed(HF_CLASSES[family][0]))
+    dtype = state[POSITION_EMBEDDING].dtype
+    if family in ("clip", "clip_projection", "siglip"):
+        if not config.qkv_bias:  # transformers' q, k and v always have a bias: zeros compute the same
+            for index in range(config.depth):
+                for part in "qkv":
+                    tensors[f"{prefix}encoder.layers.{index}.self_attn.{part}_proj.bias"] = np.zeros(config.embed_dim,
+                                                                                                       dtype)
         return tensors
-    # CLIP and SigLIP: transformers' CLIP encoder layer names
-    root = "vision_model." if family == "clip_projection" else ""
-    for ours, array in state.items():
-        layer = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)", ours)
-        if layer:
-            index, rest = layer.groups()
-            block = f"{root}encoder.layers.{index}."
-            qkv = re.fullmatch(r"attn\.qkv\.(weight|bias)", rest)
-            if qkv:
-                for part, value in zip("qkv", _split_qkv(array, qkv.group(1), width)):
-                    tensors[f"{block}self_attn.{part}_proj.{qkv.group(1)}"] = value
-                continue
-            names = {"norm1": "layer_norm1", "norm2": "layer_norm2", "attn.proj": "self_attn.out_proj",
-                     "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2"}
-            stem, role = rest.rsplit(".", 1)
-            if stem not in names:
-                raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with "
-                                   f"--to timm")
-            tensors[block + names[stem] + "." + role] = _linear(array) if role == "weight" else np.ascontiguousarray(
-                array)
-            continue
-        embeddings = {POSITION_EMBEDDING: ("embeddings.position_embedding.weight", lambda a: a[0]),
-                      "patch_embed.patch_embedding.weight": ("embeddings.patch_embedding.weight", None),
-                      "patch_embed.patch_embedding.bias": ("embeddings.patch_embedding.bias", None),
-                      "patch_embed.class_token": ("embeddings.class_embedding", lambda a: a.reshape(-1)),
-                      "encoder.norm_pre.weight": ("pre_layrnorm.weight", None),
-                      "encoder.norm_pre.bias": ("pre_layrnorm.bias", None),
-                      "encoder.norm.weight": ("post_layernorm.weight", None),
-                      "encoder.norm.bias": ("post_layernorm.bias", None),
-                      "attn_pool.latent": ("head.probe", None),
-                      "attn_pool.proj.weight": ("head.attention.out_proj.weight", _linear),
-                      "attn_pool.proj.bias": ("head.attention.out_proj.bias", None),
-                      "attn_pool.norm.weight": ("head.layernorm.weight", None),
-                      "attn_pool.norm.bias": ("head.layernorm.bias", None),
-                      "attn_pool.mlp.fc1.weight": ("head.mlp.fc1.weight", _linear),
-                      "attn_pool.mlp.fc1.bias": ("head.mlp.fc1.bias", None),
-                      "attn_pool.mlp.fc2.weight": ("head.mlp.fc2.weight", _linear),
-                      "attn_pool.mlp.fc2.bias": ("head.mlp.fc2.bias", None)}
-        if ours in embeddings:
-            theirs, how = embeddings[ours]
-            if family == "clip" and ours == "patch_embed.patch_embedding.bias":
-                continue  # zero (checked): CLIP's patch embedding has no bias
-            tensors[root + theirs] = np.ascontiguousarray(how(array) if how else array)
-        elif ours in ("attn_pool.q.weight", "attn_pool.q.bias", "attn_pool.kv.weight", "attn_pool.kv.bias"):
-            continue  # stacked below into nn.MultiheadAttention's in_proj
-        elif family == "clip_projection" and ours == "head.weight":
-            tensors["visual_projection.weight"] = _linear(array)
-        elif family == "clip_projection" and ours == "head.bias":
-            continue  # zero (checked): the projection has no bias
-        else:
-            raise WeightsError(f"{ours!r} has no name in transformers' {HF_CLASSES[family][0]}: publish with --to timm")
-    if family == "siglip":
-        for role in ("weight", "bias"):
-            q, kv = state[f"attn_pool.q.{role}"], state[f"attn_pool.kv.{role}"]
-            stacked = np.concatenate([q.T, kv.T], axis=0) if role == "weight" else np.concatenate([q, kv])
-            tensors[f"head.attention.in_proj_{role}"] = np.ascontiguousarray(stacked)
-    if not config.qkv_bias:  # transformers' q, k and v always have a bias: zeros compute the same
-        dtype = state[POSITION_EMBEDDING].dtype
-        for index in range(config.depth):
-            for part in "qkv":
-                tensors[f"{root}encoder.layers.{index}.self_attn.{part}_proj.bias"] = np.zeros(width, dtype)
+    if family == "dinov2_with_registers":  # our class token holds its position row (no_embed_class): unfold
+        positions = tensors["embeddings.position_embeddings"]
+        tensors["embeddings.position_embeddings"] = np.ascontiguousarray(
+            np.concatenate([np.zeros_like(positions[:, :1]), positions], axis=1))
+    if family != "deit":  # masked image modelling's token: unused by the forward, zeros so nothing is missing
+        tensors["embeddings.mask_token"] = np.zeros((1, config.embed_dim), dtype=dtype)
+    if f"{prefix}embeddings.patch_embeddings.projection.bias" not in tensors:
+        raise WeightsError(f"no patch projection bias: transformers' {HF_CLASSES[family][0]} has one; publish "
+                           f"with --to timm")
     return tensors
 
 
@@ -496,12 +381,7 @@ def family_processor(preprocess, config, family):
                                f"publish with --to timm, or give a square resize at crop_pct 1")
         values = dict(image_processor_type=processor_type, size={"height": size, "width": size}, do_convert_rgb=True,
                       **common)
-    exact = preprocess.origin.startswith("Hugging Face image processor")
-    note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
-            else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
-                 f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "
-                 f"float64 and crops at (h - c) // 2")
-    return values, note, exact
+    return (values, *_processor_note(processor_type, preprocess))
 
 
 def family_config(model, family, class_names):

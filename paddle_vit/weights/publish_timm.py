@@ -3,13 +3,16 @@
 layout, as timm 1.0's ``save_for_hf`` writes them; what timm cannot express refused."""
 import dataclasses
 import math
-import re
 
 import numpy as np
 
+from ..data.config import DataConfig
+from ..data.preprocessing import Preprocess, preprocess_for_checkpoint
 from ..errors import WeightsError
-from .family import POSITION_EMBEDDING
+from ..models import get_model_config, list_models, timm_eval_config
 from .reading import to_numpy
+from .renaming import invert_all, rename_back
+from .timm import OLD_PRE_LOGITS, RENAMES, STEM_ONLY_BACKBONE
 
 
 # registered names that are not timm's (timm has no such architecture)
@@ -27,19 +30,9 @@ TIMM_ACT_LAYERS = {"exact": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}
 TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough": "avg"}
 # fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them)
 FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon")
-# our names -> timm's (the inverse of timm.py's RENAMES); the stem-only hybrid's is decided per model
-INVERSE_RENAMES = [
-    (r"patch_embed\.class_token", "cls_token"),
-    (re.escape(POSITION_EMBEDDING), "pos_embed"),
-    (r"patch_embed\.register_tokens", "reg_token"),
-    (r"patch_embed\.distillation_token", "dist_token"),
-    (r"patch_embed\.patch_embedding\.(weight|bias)", r"patch_embed.proj.\1"),
-    (r"patch_embed\.backbone\.(.+)", r"patch_embed.backbone.\1"),
-    (r"encoder\.layers\.(\d+)\.(.+)", r"blocks.\1.\2"),
-    (r"encoder\.norm_pre\.(weight|bias)", r"norm_pre.\1"),
-    (r"encoder\.norm\.(weight|bias)", r"norm.\1"),
-    (r"(attn_pool\..+|fc_norm\.(?:weight|bias)|head_dist\.(?:weight|bias)|head\.(?:weight|bias))", r"\1"),
-]
+# our names -> timm's: timm.py's RENAMES read backwards, the stem-only hybrid's ResNet only for it
+INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename not in (STEM_ONLY_BACKBONE, OLD_PRE_LOGITS))
+STEM_ONLY_INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename != OLD_PRE_LOGITS)
 
 
 @dataclasses.dataclass
@@ -58,7 +51,6 @@ class FolderExport:
 # ---- config.json ------------------------------------------------------------------------------
 
 def _registered():
-    from ..models import get_model_config, list_models
     return {name: get_model_config(name) for name in list_models() if name not in NOT_TIMM}
 
 
@@ -206,10 +198,6 @@ def _first_conv(config):
 
 def default_preprocess(model, name):
     """``model.preprocess``, else timm's default pretrained_cfg of `name`, else the recipe defaults."""
-    from ..config import DataConfig
-    from ..data.preprocessing import Preprocess, preprocess_for_checkpoint
-    from ..models import timm_eval_config
-
     own = getattr(model, "preprocess", None)
     if own is not None:
         return own
@@ -224,16 +212,12 @@ def timm_tensors(model_or_state, config):
     """{timm name: numpy array in PyTorch's layout} of a model's state dict."""
     state = model_or_state.state_dict() if hasattr(model_or_state, "state_dict") else model_or_state
     stem_only = config.is_hybrid and not config.backbone_layers
+    inverses = STEM_ONLY_INVERSE_RENAMES if stem_only else INVERSE_RENAMES
     tensors = {}
     for ours, value in state.items():
-        for pattern, replacement in INVERSE_RENAMES:
-            if re.fullmatch(pattern, ours):
-                theirs = re.sub(pattern, replacement, ours)
-                break
-        else:
+        theirs = rename_back(ours, inverses)
+        if theirs is None:
             raise WeightsError(f"{ours!r} has no name in timm's VisionTransformer; timm cannot express this model")
-        if stem_only:
-            theirs = re.sub(r"^patch_embed\.backbone\.stem\.", "patch_embed.backbone.", theirs)
         array = to_numpy(value)
         if array is None:
             raise WeightsError(f"cannot publish {ours!r}: a {type(value).__name__} is not an array")

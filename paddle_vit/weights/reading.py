@@ -8,11 +8,13 @@ import json
 import os
 import re
 import struct
+import zipfile
 from collections.abc import Mapping
 from typing import Optional
 
 import numpy as np
 import paddle
+from safetensors.numpy import load_file
 
 from ..errors import WeightsError
 
@@ -165,7 +167,6 @@ def _read_folder(folder):
 
 
 def _read_safetensors(path):
-    from safetensors.numpy import load_file
     try:
         header = _safetensors_header(path)
         if any(entry.get("dtype") == "BF16" for key, entry in header.items() if key != "__metadata__"):
@@ -227,7 +228,6 @@ def _read_safetensors_bf16(path, header):
 
 
 def _read_npz(path):
-    import zipfile
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
@@ -250,7 +250,7 @@ def _read_pdparams(path):
 
 def _read_torch(path):
     try:
-        import torch
+        import torch  # optional: only .pth / .bin files need PyTorch, so it is imported when one is read
     except ImportError:
         raise WeightsError(f"reading {path} needs PyTorch (pip install torch); or convert it to .safetensors "
                            f"where PyTorch is installed, e.g. safetensors.torch.save_file") from None

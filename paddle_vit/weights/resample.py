@@ -26,7 +26,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..errors import WeightsError
+from ..errors import WeightsError, check_choice
 
 RESAMPLE_METHODS = {
     "bicubic_antialias": dict(mode="bicubic", align_corners=False, antialias=True),
@@ -38,9 +38,8 @@ RESAMPLE_METHODS = {
 
 
 def check_method(method, where="resample"):
-    if method not in RESAMPLE_METHODS:
-        raise WeightsError(f"{where} must be one of {', '.join(RESAMPLE_METHODS)}, got {method!r}")
-    return method
+    """`method` when it is one of `RESAMPLE_METHODS`, else a WeightsError naming them."""
+    return check_choice(where, method, RESAMPLE_METHODS, error=WeightsError)
 
 
 def resample_position_embedding(position_embedding, new_grid, old_grid=None, num_prefix_tokens=1,

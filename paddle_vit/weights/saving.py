@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import paddle
+import safetensors.numpy
 
 from ..errors import WeightsError
 from .. import fileio
@@ -27,7 +28,6 @@ def save_weights(model_or_state_dict, path, class_names=None):
     state = model_or_state_dict.state_dict() if is_model else model_or_state_dict
     extension = os.path.splitext(path)[1].lower()
     if extension == ".safetensors":
-        from safetensors.numpy import save
         arrays = {}
         for name, value in state.items():
             array = to_numpy(value)
@@ -40,7 +40,7 @@ def save_weights(model_or_state_dict, path, class_names=None):
             metadata["model_config"] = json.dumps(dataclasses.asdict(config))
         if class_names is not None:
             metadata["class_names"] = json.dumps([str(name) for name in class_names])
-        data = save(arrays, metadata=metadata)
+        data = safetensors.numpy.save(arrays, metadata=metadata)
     elif extension == ".pdparams":
         buffer = io.BytesIO()
         paddle.save({name: value if isinstance(value, paddle.Tensor) else paddle.to_tensor(to_numpy(value))

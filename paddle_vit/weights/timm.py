@@ -20,10 +20,14 @@ from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, I
 from .folders import describe_config, folder_config, get_registered_config, timm_class_names
 
 _BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
+# a hybrid's ResNet-v2: our names are timm's, but for the tiny hybrid's stem-only backbone
+STEM_ONLY_BACKBONE = (r"patch_embed\.backbone\.(conv|norm)\.(weight|bias)", r"patch_embed.backbone.stem.\1.\2")
+# timm < 0.9 kept the in21k representation layer; timm 1.0 has none to publish to
+OLD_PRE_LOGITS = (r"pre_logits\.fc\.(weight|bias)", r"pre_logits.fc.\1")
+# timm's names -> ours; read backwards (renaming.py) by publish_timm.py
 RENAMES = [
     (r"cls_token", "patch_embed.class_token"),
-    # a hybrid's ResNet-v2: our names are timm's, but for the tiny hybrid's stem-only backbone
-    (r"patch_embed\.backbone\.(conv|norm)\.(weight|bias)", r"patch_embed.backbone.stem.\1.\2"),
+    STEM_ONLY_BACKBONE,
     (rf"patch_embed\.backbone\.({_BACKBONE})\.(weight|bias)", r"patch_embed.backbone.\1.\2"),
     (r"pos_embed", POSITION_EMBEDDING),
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.patch_embedding.\1"),
@@ -37,7 +41,7 @@ RENAMES = [
     (r"attn_pool\.(latent|(?:q|kv|proj|norm|mlp\.fc1|mlp\.fc2)\.(?:weight|bias))", r"attn_pool.\1"),
     (r"head_dist\.(weight|bias)", r"head_dist.\1"),
     (r"fc_norm\.(weight|bias)", r"fc_norm.\1"),
-    (r"pre_logits\.fc\.(weight|bias)", r"pre_logits.fc.\1"),  # timm < 0.9 kept the in21k representation layer
+    OLD_PRE_LOGITS,
     (r"head\.(weight|bias)", r"head.\1"),
 ]
 
