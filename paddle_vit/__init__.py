@@ -10,9 +10,8 @@ The speed settings the tools make for a whole process are one explicit call,
 `paddle_vit.runtime.configure()`; the CPU fast paths of a built model are another,
 `paddle_vit.variants.use_cpu_fast_paths(model)` (docs/design.md).
 """
-import importlib
-
 from .errors import ConfigError, DataError, ExportError, PaddleVitError, TrainingError, WeightsError
+from .lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -21,7 +20,7 @@ _LAZY = {
     "ViT": "models",
     "ViTConfig": "models",
     "list_models": "models",
-    "create_model": "hub",
+    "create_model": "factory",
     "load_pretrained": "weights",
     "LoadReport": "weights",
     "fewshot_accuracy": "fewshot",
@@ -31,14 +30,4 @@ _LAZY = {
 __all__ = ["ConfigError", "DataError", "ExportError", "PaddleVitError", "TrainingError", "WeightsError",
            "__version__", *_LAZY]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -9,7 +9,7 @@ import logging
 import paddle
 import paddle.distributed as dist
 
-from .errors import ConfigError
+from .errors import ConfigError, check_choice
 
 logger = logging.getLogger("paddle_vit")
 
@@ -27,8 +27,7 @@ def gpu_available():
 def resolve_device(name="auto", option="train.device"):
     """"gpu" or "cpu" for `name` ("auto": a GPU when there is one); asking for a GPU that is
     not there is a ConfigError naming `option`."""
-    if name not in DEVICES:
-        raise ConfigError(f"{option} must be one of {', '.join(DEVICES)}, got {name!r}")
+    check_choice(option, name, DEVICES)
     if name == "gpu" and not gpu_available():
         why = (f"this Paddle build has no CUDA ({GPU_INSTALL})" if not paddle.device.is_compiled_with_cuda()
                else "no GPU is visible (check CUDA_VISIBLE_DEVICES and the driver)")

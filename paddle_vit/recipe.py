@@ -11,7 +11,7 @@ import os
 from .checkpoint import load_checkpoint
 from .config import load_config
 from .errors import ConfigError, WeightsError
-from .hub import check_model_name, name_for_folder
+from .factory import check_model_name, name_for_folder
 from .weights.folders import describe_folder
 
 

@@ -32,7 +32,7 @@ import paddle.nn.functional as F
 from . import fileio
 from .data import build_transforms
 from .data.imagefolder import decode_image
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, check_choice
 
 logger = logging.getLogger("paddle_vit")
 
@@ -204,14 +204,13 @@ def rollout_patch_map(rollout, grid, query="class"):
     """
     rollout = _numpy(rollout)
     rows, cols = grid
+    check_choice("query", query, ROLLOUT_QUERIES)
     if query == "class":
         flow = rollout[:, 0]  # [B, T]
     elif query == "patches":
         flow = rollout[:, 1:].mean(axis=1)  # [B, T]
-    elif query == "all":
+    else:  # "all"
         flow = rollout.mean(axis=1)  # [B, T]
-    else:
-        raise ConfigError(f"query must be one of {', '.join(ROLLOUT_QUERIES)}, got {query!r}")
     return flow[:, 1:].reshape(-1, rows, cols)  # [B, rows, cols]
 
 

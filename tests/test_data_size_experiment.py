@@ -21,7 +21,7 @@ def test_the_reported_fewshot_accuracy_is_that_of_the_saved_models_features(tmp_
     from paddle_vit.data.datasets import AugmentedDataset, SubsetSource, digits_sources, stratified_subset
     from paddle_vit.data.transforms import build_transforms
     from paddle_vit.fewshot import representation
-    from paddle_vit.hub import build_model
+    from paddle_vit.factory import build_model
 
     results = experiments.run_data_size_experiment(str(tmp_path), fractions=(0.1,), seeds=(1,), families=("ViT",),
                                                    steps=2, workers=1, shots=(1, 3))

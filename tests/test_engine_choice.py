@@ -48,7 +48,7 @@ def test_eval_auto_reports_the_engine_it_took(monkeypatch, tmp_path, capsys):
     """`eval.engine: auto` (the default) runs the chosen engine and names it and why."""
     from paddle_vit.config import load_config
     from paddle_vit.engine import evaluator
-    from paddle_vit.hub import build_model
+    from paddle_vit.factory import build_model
     from paddle_vit.weights import save_weights
     from repo_paths import REPO, load_tool
 

@@ -161,7 +161,7 @@ def test_jax_fine_tuning_at_48_resamples_as_vit_jax_zoom():
 
 def test_a_recipes_pretrained_resample_chooses_the_method():
     from paddle_vit.config import load_config
-    from paddle_vit.hub import build_model
+    from paddle_vit.factory import build_model
 
     model = dict(TOY, name=NAME, image_size=48, pretrained=fixture("jax_vit_released.npz"))
     for method, expected in ((None, "bilinear_align_corners"), ("bicubic_antialias", "bicubic_antialias")):

@@ -233,7 +233,7 @@ def test_sincos_2d_is_computed_at_the_new_grid():
 
 def test_config_keys_build_a_dynamic_model():
     from paddle_vit.config import load_config
-    from paddle_vit.hub import build_model
+    from paddle_vit.factory import build_model
 
     config = load_config(overrides=["model.name=vit_tiny_patch16_224", "model.image_size=32", "model.depth=1",
                                     "model.dynamic_img_size=true", "model.dynamic_img_pad=true",

@@ -49,7 +49,7 @@ def clusters(num_classes, per_class, dim, spread, seed):
 
 @pytest.mark.parametrize("case", sorted(BIG_VISION_CASES))
 def test_fewshot_accuracy_matches_big_vision_to_within_one_test_image(case):
-    """big_vision's own evaluator code recorded the accuracies (tools/reference_fixtures/fewshot_fixtures.py)."""
+    """big_vision's own evaluator code recorded the accuracies (tests/fixtures/make/fewshot_fixtures.py)."""
     spec = BIG_VISION_CASES[case]
     arrays = {name: BIG_VISION[f"{case}/{name}"] for name in
               ("train_features", "train_labels", "test_features", "test_labels", "accuracy")}
@@ -194,7 +194,7 @@ def fewshot_of_checkpoint(config, path):
     """fewshot_accuracy on extract_features of the weights at `path`: the training split through
     the validation transform is the pool, the validation split the test."""
     from paddle_vit.data import AugmentedDataset, build_dataloader, build_datasets
-    from paddle_vit.hub import model_for_evaluation
+    from paddle_vit.factory import model_for_evaluation
     model = model_for_evaluation(config, path)
     train_set, val_set, class_names = build_datasets(config.data, 14, seed=config.train.seed)
     pool = AugmentedDataset(train_set.source, val_set.transform, 14, config.train.seed)

@@ -2,7 +2,7 @@
 them) as a source; the model name left out where a folder says what it is; and the
 preprocessing a checkpoint implies, wired into create_model, predict, eval and export.
 
-The references are timm's own (tests/fixtures/timm_hub_*, tools/reference_fixtures/
+The references are timm's own (tests/fixtures/timm_hub_*, tests/fixtures/make/
 timm_hub_fixtures.py): the folder written by timm's saving function, read back by timm, its
 logits for a fixed batch and its class probabilities for scikit-learn's china.jpg and variants
 fed through timm's resolve_data_config + create_transform.

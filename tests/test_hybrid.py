@@ -309,7 +309,7 @@ def test_the_three_families_are_configs_of_one_model_of_about_the_same_size(tmp_
 
 
 def create_model_config(config):
-    from paddle_vit.hub import resolve_model_config
+    from paddle_vit.factory import resolve_model_config
     return resolve_model_config(config, num_classes=10)
 
 

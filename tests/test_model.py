@@ -4,7 +4,7 @@ import paddle
 import pytest
 
 import paddle_vit
-from paddle_vit import ConfigError, ViT, create_model, list_models
+from paddle_vit import ConfigError, create_model, list_models
 from paddle_vit.models import Attention, DropPath, PatchEmbedding, get_model_config, sincos_2d_embedding
 from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 

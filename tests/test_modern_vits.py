@@ -1,7 +1,7 @@
 """Today's ViTs (DeiT III, distilled DeiT, DINOv2 with and without registers, CLIP, SigLIP, timm's
 average-pooled ViTs): every name timm 1.0.31 registers in these families is built here with timm's
 parameter count and architecture, against what timm itself recorded
-(tests/fixtures/timm_modern_registry.json, tools/reference_fixtures/timm_modern_fixtures.py)."""
+(tests/fixtures/timm_modern_registry.json, tests/fixtures/make/timm_modern_fixtures.py)."""
 import json
 import os
 import shutil

@@ -81,7 +81,7 @@ def test_eval_in_bf16_keeps_the_accuracy_and_says_its_precision(digits_run, caps
 def test_eval_in_bf16_on_the_eager_engine_is_refused(tmp_path, capsys):
     """Refused whatever the weights: an untrained model of the recipe's architecture will do."""
     from paddle_vit.config import load_config
-    from paddle_vit.hub import build_model
+    from paddle_vit.factory import build_model
     from paddle_vit.weights import save_weights
 
     recipe, weights = os.path.join(REPO, "configs", "vit_walkthrough_digits_28.yaml"), str(tmp_path / "w.pdparams")

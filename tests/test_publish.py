@@ -3,7 +3,7 @@ and ``tools/convert_weights.py --to timm`` write a timm Hub folder that timm its
 computes the same numbers with; ``"huggingface"`` / ``--to huggingface`` a folder for transformers'
 ViTForImageClassification.
 
-The references are the libraries' own (tools/reference_fixtures/publish_fixtures.py): each case's
+The references are the libraries' own (tests/fixtures/make/publish_fixtures.py): each case's
 folder, written by this project (tests/fixtures/publish/<case>/), read back by
 ``timm.create_model("local-dir:...", pretrained=True)`` (strict) or
 ``ViTForImageClassification.from_pretrained`` (no key missing or left over), its logits for a
@@ -31,7 +31,7 @@ from paddle_vit.weights import publish, save_pretrained, save_weights
 from photos import make_photos
 from repo_paths import REPO
 
-sys.path.insert(0, os.path.join(REPO, "tools", "reference_fixtures"))
+sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "make"))
 import publish_fixtures  # noqa: E402  (numpy and the standard library at import)
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures")

@@ -25,7 +25,7 @@ from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.preprocessing import Preprocess, TooLargeToResize  # Preprocess re-exported too: its home was here
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
-from ..hub import eval_preprocess, model_for_evaluation
+from ..factory import eval_preprocess, model_for_evaluation
 from ..recipe import config_for_weights
 from ..variants import use_cpu_fast_paths
 

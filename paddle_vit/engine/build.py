@@ -17,7 +17,7 @@ import paddle
 from ..data import MixupCutmix, build_dataloader, build_datasets
 from ..device import init_distributed, is_main_process, select_device
 from ..errors import ConfigError
-from ..hub import build_model, input_size
+from ..factory import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from . import sharding
 from .ema import ModelEma

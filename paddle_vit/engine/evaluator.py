@@ -16,7 +16,7 @@ from ..deploy.engine_choice import default_engine
 from ..deploy.inference import onnx_runtime_model, predictor_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
-from ..hub import check_fits_data, eval_preprocess, model_for_evaluation
+from ..factory import check_fits_data, eval_preprocess, model_for_evaluation
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 
 logger = logging.getLogger("paddle_vit")

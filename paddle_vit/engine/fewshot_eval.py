@@ -19,7 +19,7 @@ import paddle
 from ..data import AugmentedDataset, build_dataloader, build_datasets
 from ..device import init_distributed, select_device
 from ..fewshot import extract_features, fewshot_accuracy, summarize
-from ..hub import eval_preprocess, model_for_evaluation
+from ..factory import eval_preprocess, model_for_evaluation
 from ..variants import use_cpu_fast_paths
 from .evaluator import gather_across_ranks, unpad
 

@@ -5,7 +5,7 @@ import dataclasses
 import math
 from typing import List, Optional
 
-from ..errors import ConfigError, close_matches
+from ..errors import ConfigError, check_choice, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS
 from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
@@ -173,23 +173,17 @@ class ViTConfig:
         if self.qk_scale is not None and not _positive_finite(self.qk_scale):
             raise ConfigError(f"model.qk_scale must be a finite number > 0, or null for head_dim^-0.5, "
                               f"got {self.qk_scale!r}")
-        if self.gelu not in GELUS:
-            raise ConfigError(f"model.gelu must be one of {', '.join(GELUS)}, got {self.gelu!r}")
-        if self.pool not in POOLS:
-            raise ConfigError(f"model.pool must be one of {', '.join(POOLS)}, got {self.pool!r}")
-        if self.init not in INITS:
-            raise ConfigError(f"model.init must be one of {', '.join(INITS)}, got {self.init!r}")
-        if self.position_embedding not in POSITION_EMBEDDINGS:
-            raise ConfigError(f"model.position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
-                              f"got {self.position_embedding!r}")
+        check_choice("model.gelu", self.gelu, GELUS)
+        check_choice("model.pool", self.pool, POOLS)
+        check_choice("model.init", self.init, INITS)
+        check_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         if self.representation_size is not None and self.representation_size <= 0:
             raise ConfigError(f"model.representation_size must be a positive integer or null, "
                               f"got {self.representation_size!r}")
         if self.embed_dim % self.num_heads != 0:
             raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
                               f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
-        if self.backbone_style not in STYLES:
-            raise ConfigError(f"model.backbone_style must be one of {', '.join(STYLES)}, got {self.backbone_style!r}")
+        check_choice("model.backbone_style", self.backbone_style, tuple(STYLES))
         if self.is_hybrid:
             self._validate_backbone()
         self._validate_dynamic_size()
@@ -210,8 +204,7 @@ class ViTConfig:
                 self.layer_scale, (int, float)) or not math.isfinite(self.layer_scale)):
             raise ConfigError(f"model.layer_scale must be null (no layer scale) or a finite number, the initial "
                               f"factor (DeiT III 1e-6, DINOv2 1e-5), got {self.layer_scale!r}")
-        if self.mlp not in MLPS:
-            raise ConfigError(f"model.mlp must be one of {', '.join(MLPS)}, got {self.mlp!r}")
+        check_choice("model.mlp", self.mlp, MLPS)
         if self.pool == "cls" and not self.class_token:
             raise ConfigError("model.pool 'cls' reads the class token, which model.class_token: false leaves out: "
                               "pool by 'mean' or 'map'")

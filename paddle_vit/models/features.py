@@ -9,7 +9,7 @@ import dataclasses
 
 import paddle.nn as nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
@@ -48,8 +48,7 @@ def feature_take_indices(count, indices=None):
 def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW", intermediates_only=False,
                           return_prefix_tokens=False, stop_early=False, output_dict=False):
     """See `ViT.forward_intermediates`. x: [B, C, H, W]."""
-    if output_fmt not in OUTPUT_FORMATS:
-        raise ConfigError(f"output_fmt must be one of {', '.join(OUTPUT_FORMATS)}, got {output_fmt!r}")
+    check_choice("output_fmt", output_fmt, OUTPUT_FORMATS)
     layers = model.encoder.layers
     taken, last = feature_take_indices(len(layers), indices)
     batch, height, width = x.shape[0], x.shape[2], x.shape[3]

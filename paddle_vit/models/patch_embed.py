@@ -26,7 +26,7 @@ import numpy as np
 import paddle
 import paddle.nn as nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_choice
 from .patch_embed_hooks import DynamicSize, FigureHooks
 from .resize import DEFAULT_RESIZE
 
@@ -92,9 +92,7 @@ class PatchEmbedding(DynamicSize, FigureHooks, nn.Layer):
                  class_token=True, distillation_token=False, register_tokens=0, no_embed_class=False,
                  patch_bias=True, drop_remainder=False):
         super().__init__()
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ConfigError(f"position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
-                              f"got {position_embedding!r}")
+        check_choice("position_embedding", position_embedding, POSITION_EMBEDDINGS)
         self.embed_dim = embed_dim
         self.patch_size = patch_size
         self.grid_size = grid_size(image_size, patch_size, drop_remainder)

@@ -23,8 +23,8 @@ class RecomputedAttention(PyLayer):
     k and v for the backward pass, which computes the weights P = softmax(q k^T) again:
         dv = P^T dout,  dP = dout v^T,  dS = P * (dP - rowsum(dP * P)),  dq = dS k,  dk = dS^T q
     as PyTorch's fused CPU attention and flash attention do: the [B, H, N, N] weights of every
-    layer are not held from the forward to the backward pass (ViT-Ti/16 training at batch 8:
-    peak memory -44 MiB, about 5% slower; docs/benchmarks.md)."""
+    layer are not held from the forward to the backward pass, a lower peak memory for a little
+    time (docs/benchmarks.md, "What made the difference")."""
 
     @staticmethod
     def weights(q, k):
@@ -50,8 +50,9 @@ class FastCpuAttention(Attention):
     there (scaled_dot_product_attention transposes q, k and v one by one), so the packed
     projection [B, N, 3, H, d] is laid out head-major with a single transpose, q (N x d) is scaled
     rather than the scores (N x N), and in training without attention dropout the weights are
-    recomputed in the backward pass (`RecomputedAttention`): 5-7% faster than the explicit path
-    (docs/benchmarks.md). Asking for the weights still takes the explicit path."""
+    recomputed in the backward pass (`RecomputedAttention`): faster than the explicit path
+    (docs/benchmarks.md, "What made the difference"). Asking for the weights still takes the
+    explicit path."""
 
     variant_of = Attention
 
@@ -74,8 +75,8 @@ class FastCpuAttention(Attention):
 
 class _AddmmFunction(PyLayer):
     """out = bias + rows @ weight, [M, in] -> [M, out], whose backward sums the bias gradient as
-    a matrix-vector product, ones[1, M] @ grad, instead of Paddle's column reduction (15-40x
-    slower at ViT's sizes): training steps 4-7% faster (docs/benchmarks.md)."""
+    a matrix-vector product, ones[1, M] @ grad, instead of Paddle's column reduction, which is
+    much slower at ViT's sizes (docs/benchmarks.md, "What made the difference")."""
 
     @staticmethod
     def forward(ctx, rows, weight, bias):
@@ -100,7 +101,8 @@ class AddmmLinear(nn.Linear):
     """`nn.Linear` with the bias added inside the matrix product in eager float32 on a CPU.
 
     Why: there Paddle's `linear` runs the GEMM and then adds the bias in a second, single-threaded
-    broadcast pass over the whole output, which costs a third of the GEMM for ViT's MLP.
+    broadcast pass over the whole output, a sizeable part of the GEMM's own time for ViT's MLP
+    (docs/benchmarks.md, "What made the difference").
     `paddle.addmm(bias, x, weight)` gives the bias to the GEMM as its C operand (beta = 1); when
     gradients are recorded, `_AddmmFunction` also sums the bias gradient with a GEMV. Elsewhere
     the stock `linear` is kept: on GPU (autocast lists `linear`/`matmul`, not `addmm`), for other

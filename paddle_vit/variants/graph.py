@@ -3,8 +3,8 @@ paddle.inference predictor). Each variant computes as its module in eager mode; 
 it writes the module out in plain ops where the fused one converts or runs badly:
 
 - on a CPU, attention's q, k and v each from its own columns of the qkv weights, so oneDNN's
-  passes fold the head reshape/transpose into the matrix products (1.03-1.11x in fp32, 1.05-1.10x
-  in bf16 over slicing the packed projection; docs/benchmarks.md);
+  passes fold the head reshape/transpose into the matrix products, faster in fp32 and bf16 than
+  slicing the packed projection (docs/benchmarks.md, "What made the difference");
 - GELU's tanh approximation written out: paddle2onnx converts every gelu to the exact erf form
   (2.4e-4 off on the logits of a small model), so exports of the JAX checkpoints would not
   compute what the eager model does;

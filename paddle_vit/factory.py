@@ -1,5 +1,5 @@
-"""Where the model registry meets the checkpoint loaders: models built by name, by recipe, or
-for a weights file, with the options a checkpoint implies.
+"""Models built by name, by recipe, or for a weights file, with the options a checkpoint implies:
+where the model registry meets the checkpoint loaders.
 
 `models/` knows the architectures and `weights/` the checkpoint families; neither imports the
 other's callers, and this module is the one place that uses both:
