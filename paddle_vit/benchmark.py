@@ -33,24 +33,25 @@ import dataclasses
 import json
 import logging
 import os
-import resource
 import statistics
 import subprocess
-import time
+import tempfile
 from typing import Optional
 
 import numpy as np
 import paddle
+import paddle.profiler as profiler
 
 from . import runtime
-from .config import DataConfig, OptimizerConfig
-from .data import build_dataloader, build_datasets
-from .deploy.inference import InferenceOptions, PaddleRunner, cpu_bf16_support, predictor_for_model
+from .config import OptimizerConfig
+from .data import DataConfig, build_dataloader, build_datasets
+from .deploy.inference import InferenceOptions, PaddlePredictor, cpu_bf16_support, engine_for_model
 from .device import select_device
 from .engine import step as train_step
 from .engine.optim import build_optimizer
-from .errors import ConfigError, PaddleVitError
+from .errors import ConfigError, PaddleVitError, check_choice
 from .models import ViT, get_model_config
+from .timm_worker import PROTOCOL_PREFIX, peak_rss_mb, time_iterations
 from .variants import use_cpu_fast_paths, use_traceable_variants
 
 logger = logging.getLogger("paddle_vit")
@@ -60,7 +61,8 @@ ENGINES = ("dynamic", "to_static", "predictor", "onnxruntime")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 DEVICES = ("cpu", "gpu", "auto")
 REFERENCES = ("timm",)
-PROTOCOL_PREFIX = "BENCH_JSON "  # the line prefix of tools/torch_reference.py's answers
+# the timm side of --compare timm, found beside this module so that any install of the package has it
+TIMM_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "timm_worker.py")
 
 
 @dataclasses.dataclass
@@ -71,7 +73,7 @@ class BenchmarkSettings:
         fields (``image_size`` overrides the registered resolution).
     threads: CPU threads for the math library (Paddle and PyTorch alike); None = all cores.
     peak_tflops: the device's peak for `dtype`, to report MFU (model FLOPs utilisation).
-    data_config: a `config.DataConfig` for mode ``data`` (None: the synthetic set).
+    data_config: a `data.DataConfig` for mode ``data`` (None: the synthetic set).
     num_workers: DataLoader worker processes in mode ``data``.
     onednn: engine ``predictor`` on CPU: Paddle Inference's oneDNN (MKLDNN) kernels and passes
         (on by default, as for tools/predict.py).
@@ -97,8 +99,7 @@ class BenchmarkSettings:
     def validate(self):
         for name, value, choices in (("mode", self.mode, MODES), ("engine", self.engine, ENGINES),
                                      ("dtype", self.dtype, tuple(DTYPES)), ("device", self.device, DEVICES)):
-            if value not in choices:
-                raise ConfigError(f"--{name} must be one of {', '.join(choices)}, got {value!r}")
+            check_choice(f"--{name}", value, choices)
         for name, least in (("batch_size", 1), ("iters", 1), ("rounds", 1), ("warmup", 0), ("num_workers", 0)):
             if getattr(self, name) < least:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(self, name)}")
@@ -157,12 +158,6 @@ def analytic_flops_per_image(vit_config, mode="infer"):
     return 3 * forward if mode == "train" else forward
 
 
-def peak_rss_mb(children=False):
-    """The peak resident set size of this process (or of its largest child), in MiB."""
-    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
-    return resource.getrusage(who).ru_maxrss / 1024.0  # Linux reports KiB
-
-
 def set_threads(threads):
     """Use `threads` CPU threads for Paddle's math library (MKL and its OpenMP pool) in this
     process (the PyTorch worker gets OMP_NUM_THREADS, MKL_NUM_THREADS and torch.set_num_threads)."""
@@ -203,7 +198,6 @@ class PaddleSubject:
 
     def __init__(self, settings):
         self.settings = settings
-
         self.place = select_device(settings.device, "--device")
         self.gpu = self.place.startswith("gpu")
         paddle.seed(settings.seed)
@@ -214,7 +208,6 @@ class PaddleSubject:
 
     # -- set-up
     def _setup_model(self):
-
         settings = self.settings
         self.vit_config = settings.vit_config()
         model = ViT(self.vit_config)
@@ -257,7 +250,6 @@ class PaddleSubject:
 
     def _engine_model(self, model):
         """`model` as engine dynamic or to_static runs it, with the variants the tools use."""
-
         use_cpu_fast_paths(model)
         if self.settings.engine == "to_static":
             return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
@@ -265,25 +257,23 @@ class PaddleSubject:
 
     def _setup_predictor(self, model, dtype, precision="fp32"):
         """Run the model as tools/eval.py and tools/predict.py run an export: traced once and
-        loaded by `paddle_vit.deploy.inference.PaddleRunner` (oneDNN on CPU unless `settings.onednn`
+        loaded by `paddle_vit.deploy.inference.PaddlePredictor` (oneDNN on CPU unless `settings.onednn`
         is off; `precision` bf16 for its bfloat16 kernels)."""
 
         options = InferenceOptions(device="gpu" if self.gpu else "cpu", mkldnn=self.settings.onednn,
                                    cpu_threads=self.settings.resolved_threads(), precision=precision).validate()
-        self.runner = predictor_for_model(model, options, dtype)
+        self.runner = engine_for_model(model, "predictor", options=options, dtype=dtype)
         self.host_images = self.images.numpy()
 
     def _setup_onnxruntime(self, model):
         """Run the model as eval and predict run it with engine onnxruntime: exported to ONNX on the
         fly (quantized dynamically for --dtype int8) and run by an `OnnxSession`."""
-        from .deploy.onnx_runtime import session_for_model
-
-        self.runner = session_for_model(model, self.settings.dtype, self.settings.resolved_threads())
+        self.runner = engine_for_model(model, "onnxruntime", self.settings.dtype,
+                                       threads=self.settings.resolved_threads())
         self.onnx_report = self.runner.report
         self.host_images = self.images.numpy()
 
     def _setup_data(self):
-
         settings = self.settings
         self.vit_config = settings.vit_config()
         self.num_parameters = None
@@ -336,16 +326,10 @@ class PaddleSubject:
 
     def timed(self, iterations):
         if not self.gpu and self.settings.engine in ("dynamic", "to_static"):
-            # a paddle.inference predictor run in this process (side by side, the limits) leaves
-            # the math library on its own thread count: eager then ran 0.6x (2026-12-02)
+            # a paddle.inference predictor run in this process (side by side, the limits) leaves the math
+            # library on its own thread count, which slows eager (docs/benchmarks.md, "ONNX Runtime and int8")
             set_threads(self.settings.resolved_threads())
-        seconds = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            self.step()
-            self.synchronize()
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return time_iterations(self.step, self.synchronize, iterations)
 
     def gpu_max_allocated_mb(self):
         if not self.gpu:
@@ -361,16 +345,15 @@ class PaddleSubject:
 
 class ReferenceProcess:
     """timm's model of the same configuration, timed in `torch_python` by `worker_script`
-    (tools/torch_reference.py), one round per `timed(n)` call."""
+    (`TIMM_WORKER`), one round per `timed(n)` call."""
 
-    def __init__(self, settings, vit_config, torch_python, worker_script):
+    def __init__(self, settings, vit_config, torch_python, worker_script=TIMM_WORKER):
         if not torch_python or not os.path.exists(torch_python):
             raise ConfigError(f"--compare timm needs a Python with torch and timm installed; --torch-python "
                               f"{torch_python!r} does not exist (pass --torch-python /path/to/venv/bin/python "
                               f"or set PADDLE_VIT_TORCH_PYTHON)")
         if not os.path.isfile(worker_script):
-            raise ConfigError(f"--compare timm: the worker script {worker_script} is missing (run from a "
-                              f"checkout of the repository)")
+            raise ConfigError(f"--compare timm: the worker script {worker_script} is missing (reinstall paddle-vit)")
         self.python = torch_python
         request = {"mode": settings.mode, "dtype": settings.dtype, "device": settings.device,
                    "batch_size": settings.batch_size, "warmup": settings.warmup,
@@ -433,12 +416,12 @@ class ReferenceProcess:
 
 # ---- the whole run -----------------------------------------------------------------------------
 
-def run_benchmark(settings, compare=None, torch_python=None, worker_script=None):
+def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_WORKER):
     """Time `settings` (and, with ``compare="timm"``, timm's twin in `torch_python`, A B A B);
     returns a JSON-ready dict (see `format_report` for what it holds)."""
     settings.validate()
-    if compare is not None and compare not in REFERENCES:
-        raise ConfigError(f"--compare must be one of {', '.join(REFERENCES)}, got {compare!r}")
+    if compare is not None:
+        check_choice("--compare", compare, REFERENCES)
     if compare and settings.mode == "data":
         raise ConfigError("--compare timm compares models; mode data times only the project's input pipeline")
     threads = settings.resolved_threads()
@@ -524,8 +507,6 @@ def profile_operators(subject, iterations):
     the timed rounds, so the profiler costs them nothing): [{"name", "calls", "ms_per_step",
     "share"}] by total time, largest first. Eager and to_static steps only (the predictor runs
     its ops inside paddle.inference, which the profiler does not see op by op)."""
-    import paddle.profiler as profiler
-
     events = {}
     with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], on_trace_ready=lambda prof: None) as prof:
         subject.timed(iterations)
@@ -553,24 +534,16 @@ class _MatrixProduct(paddle.nn.Layer):
 
 
 def _best_seconds(call, iterations):
-    """The fastest of `iterations` timed calls: a limit is the best the machine gives (on a
-    shared machine the median of six int8 products moved 2x between runs minutes apart)."""
+    """The fastest of `iterations` timed calls: a limit is the best the machine gives, and on a
+    shared machine only the best is steady from run to run (docs/benchmarks.md, "ONNX Runtime and int8")."""
     call()  # warm-up: oneDNN picks and caches its kernel on the first call
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(time_iterations(call, lambda: None, iterations))
 
 
 def gemm_limits(size=2048, iterations=10, threads=None):
     """GFLOP/s of one [size, size] x [size, size] matrix product, the ceiling every path's model
     FLOP/s is measured against: Paddle eager fp32 (MKL), the predictor in fp32 (oneDNN) and, on a
     CPU with AVX512-BF16 or AMX, the predictor in bf16 (oneDNN). A JSON-ready dict."""
-    import tempfile
-
-
     threads = threads or os.cpu_count() or 1
     set_threads(threads)
     paddle.set_device("cpu")
@@ -592,8 +565,8 @@ def gemm_limits(size=2048, iterations=10, threads=None):
             if precision == "bf16" and not supported:
                 results[key], results["bf16_missing"] = None, what
                 continue
-            runner = PaddleRunner(model_file, prefix + ".pdiparams",
-                                  InferenceOptions(precision=precision, cpu_threads=threads).validate())
+            runner = PaddlePredictor(model_file, prefix + ".pdiparams",
+                                     InferenceOptions(precision=precision, cpu_threads=threads).validate())
             results[key] = flops / _best_seconds(lambda: runner(host), iterations) / 1e9
     results["bf16_cpu"] = what
     results.update(onnxruntime_gemm_limits(size, iterations, threads))
@@ -604,7 +577,6 @@ def _matrix_product_graph(size, int8):
     """An ONNX graph of x [size, size] @ w [size, size] with w an initializer: float32 MatMul, or
     for int8 MatMulInteger of uint8 activations and int8 weights (int32 out), the kernel that
     onnxruntime's dynamically quantized MatMuls run."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -750,7 +722,7 @@ def machine_limit(limits, dtype):
     return max(values) if values else None
 
 
-def run_side_by_side(settings, torch_python, worker_script, limits=None):
+def run_side_by_side(settings, torch_python, worker_script=TIMM_WORKER, limits=None):
     """Every CPU inference path of `settings`' model timed in turns, round by round (timm fp32 and
     int8 in their own PyTorch processes, paddle eager, the predictor in fp32 and bf16 where the
     CPU has it, onnxruntime fp32 and int8), each row with its GFLOP/s against the machine's limit

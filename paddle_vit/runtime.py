@@ -1,75 +1,35 @@
 """Process-wide settings for speed and quiet, made by one explicit call: `configure()`.
 
-Importing `paddle_vit` changes nothing outside the package. The tools call `configure()` first
-thing (`paddle_vit.cli.run` does it for every command); a notebook or a script that wants the
-same speed calls it once, before Paddle computes anything::
+Importing `paddle_vit` changes nothing outside the package. The commands make the settings before
+they import Paddle (`paddle_vit.cli.entry`); a notebook or a script that wants the same speed
+calls `configure()` once, before Paddle computes anything::
 
     import paddle_vit.runtime
     paddle_vit.runtime.configure()      # returns what it set, also kept in runtime.APPLIED
 
-Each setting is measured (docs/benchmarks.md) and has an environment variable to switch it off:
+Each setting has an environment variable to switch it off. Why each one is made, what it changes
+for other code in the process and what it was measured to give: docs/benchmarks.md, section
+"Process settings".
 
 | setting | what | off |
 |---|---|---|
-| quiet Paddle | ``GLOG_minloglevel=2`` (Paddle's C++ notes; errors still show) and two warning filters | ``--debug``; a ``GLOG_minloglevel`` of your own wins |
+| quiet Paddle | ``GLOG_minloglevel=2`` and two warning filters | ``--debug``; your own ``GLOG_minloglevel`` |
 | MKL on AMD | ``MKL_DEBUG_CPU_TYPE=5``: MKL's AVX2 kernels on AMD CPUs | ``PADDLE_VIT_MKL_AVX2=0`` |
 | glibc's malloc | `mallopt` keeps freed blocks in the heap | ``PADDLE_VIT_MALLOC_TUNING=0`` |
 | stride kernels | ``FLAGS_use_stride_kernel`` off: dense transposes | ``PADDLE_VIT_STRIDE_KERNELS=1`` |
-| the allocator | train, eval and benchmark restart with tcmalloc or oneTBB's malloc preloaded | ``PADDLE_VIT_ALLOCATOR=system`` |
+| the allocator | train, eval, benchmark restart with tcmalloc or oneTBB's malloc | ``PADDLE_VIT_ALLOCATOR=system`` |
 
-Quiet Paddle. Paddle's C++ log (glog) prints notes that are not the user's to act on ("static
-graph(PIR) not support input out tensor" for every traced model, "New Executor is Running"); it
-reads ``GLOG_minloglevel`` when Paddle's library loads, so `configure()` sets it only for a
-process that has not imported Paddle yet. The warning filters hide Paddle's "No ccache found" (we
-compile no C++ op) and, in to_static's backward pass, "Tensor do not have 'place' interface".
-
-MKL on AMD processors. Paddle's CPU wheels (3.x) do their float32 matrix products with the
-Intel MKL 2019 build they ship (``libmklml_intel.so``), which picks its kernels by CPU *vendor*:
-on an AMD processor it runs its generic SSE code although the CPU has AVX2 and FMA. That MKL
-honours ``MKL_DEBUG_CPU_TYPE=5`` ("use the AVX2 kernels"). Measured on a 2-core AMD EPYC
-(Paddle 3.3.1, docs/benchmarks.md): a [1576, 384] x [384, 1536] product went from 17 to 53
-GFLOP/s, and ViT inference and training about doubled. `configure_cpu_math()` sets it only when
-the CPU reports vendor ``AuthenticAMD`` with ``avx2`` and ``fma`` (Linux /proc/cpuinfo) and the
-variable is not set already, so it never downgrades an Intel CPU and never selects instructions
-the CPU lacks. MKL reads it at its first computation: a process that has already multiplied
-matrices keeps the slow path. MKL 2020.1 and later ignore it. Child processes inherit it.
-
-The C allocator. Paddle's CPU tensors come from glibc's malloc, and in a Paddle process every
-freed tensor of more than 128 KiB goes straight back to the kernel (glibc's adaptive mmap
-threshold never rises there), so the next tensor page-faults on every 4 KiB page it touches:
-multiplying 2.4 M floats took 10 ms, 9 of them page faults. `configure_cpu_math()` fixes glibc's
-``M_MMAP_THRESHOLD`` at its maximum (32 MiB) and ``M_TRIM_THRESHOLD`` at 1 GiB with `mallopt`,
-so freed blocks are reused (the same product: 1.3 ms); inference 1.0-1.3x faster, for 0-120 MiB
-more peak memory (docs/benchmarks.md). glibc's own ``MALLOC_MMAP_THRESHOLD_`` /
-``MALLOC_TRIM_THRESHOLD_`` win over it. Linux with glibc only.
-
-Stride kernels. Since Paddle 2.6, `transpose`, `slice`, `split` and friends return strided
-*views* in dynamic mode; the next kernel that needs contiguous memory first copies the view with
-a generic strided-copy kernel, about 8x slower than the transpose kernel it replaces. Attention
-transposes q, k, v and its output in every layer, so `configure_paddle_flags()` turns stride
-kernels off: dynamic-mode ViT-Ti/16 inference 1.36x, training 1.34x (docs/benchmarks.md). What
-changes for other code in the process: a transposed or sliced tensor no longer shares memory
-with its source, so an in-place write into it does not write through (`Tensor.view` and
-`as_strided` need stride kernels on). That is why it is never done by an import.
-
-tcmalloc, or oneTBB's malloc. Even tuned, glibc's heap fragments under Paddle's allocation
-pattern (ViT-Ti/16 training: 342 MiB of large tensors live at the peak, glibc's heap spans 502
-MiB for them): the gap between our and timm's peak memory in training. A different malloc
-closes it: gperftools' tcmalloc (``libtcmalloc-minimal4`` on Debian/Ubuntu) or, for a pip-only
-install, oneTBB's scalable malloc, which the `tbb` wheel (a dependency on Linux x86-64) ships
-into the environment's lib/ folder. Ti/16 training peak RSS about 810 -> 720 MiB (timm 720) at
-the same speed (docs/benchmarks.md). jemalloc was 37% slower (it hands pages back). A malloc can
-only be chosen when a process starts (``LD_PRELOAD``), so ``configure(relaunch=True)``, which the
-train, eval and benchmark commands ask for, re-executes the process once with it preloaded
-(before Paddle is imported: about 0.1 s). ``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc
-when installed, else oneTBB's from the wheel), ``system`` (never restart), or the file name of
-another malloc library. For a notebook or your own script, start Python with ``LD_PRELOAD`` set.
+``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc when installed, else oneTBB's from the `tbb`
+wheel), ``system`` (never restart), or the file name of another malloc library. This module
+imports no Paddle at its top: it is imported, and `configure()` runs, before Paddle is loaded.
 """
 import ctypes
 import ctypes.util
 import os
 import re
+import site
 import sys
+import warnings
 
 from .errors import ConfigError
 
@@ -114,7 +74,8 @@ def cpu_vendor_and_flags(cpuinfo_path="/proc/cpuinfo"):
 
 
 def mkl_avx2_wanted(environ=None, cpuinfo_path="/proc/cpuinfo"):
-    """True when `configure_cpu_math` would set MKL_DEBUG_CPU_TYPE=5 (see the module docstring)."""
+    """True when `configure_cpu_math` would set MKL_DEBUG_CPU_TYPE=5: an AMD CPU with AVX2 and FMA,
+    the variable not set already, no opt-out."""
     environ = os.environ if environ is None else environ
     if environ.get(OPT_OUT_VARIABLE, "1") == "0" or MKL_CPU_TYPE_VARIABLE in environ:
         return False
@@ -124,14 +85,15 @@ def mkl_avx2_wanted(environ=None, cpuinfo_path="/proc/cpuinfo"):
 
 def malloc_tuning_wanted(environ=None):
     """True when `configure_cpu_math` would call mallopt: on Linux, unless opted out or glibc's
-    own variables are set (module docstring)."""
+    own variables are set."""
     environ = os.environ if environ is None else environ
     return (sys.platform.startswith("linux") and environ.get(MALLOC_TUNING_VARIABLE, "1") != "0"
             and "MALLOC_MMAP_THRESHOLD_" not in environ and "MALLOC_TRIM_THRESHOLD_" not in environ)
 
 
 def tune_malloc():
-    """Keep freed blocks in glibc's heap (see the module docstring); True if mallopt took both."""
+    """Keep freed blocks in glibc's heap (docs/benchmarks.md#process-settings); True if mallopt took
+    both."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
@@ -143,9 +105,9 @@ def tune_malloc():
 
 
 def configure_paddle_flags(environ=None):
-    """Turn Paddle's stride kernels off (see the module docstring) unless the user chose;
-    returns what it set. Call after importing paddle."""
-    import paddle
+    """Turn Paddle's stride kernels off (docs/benchmarks.md#process-settings) unless the user
+    chose; returns what it set."""
+    import paddle  # here, not at the top: the other settings must be made before Paddle is loaded
 
     environ = os.environ if environ is None else environ
     if environ.get(STRIDE_KERNELS_VARIABLE, "0") == "1" or "FLAGS_use_stride_kernel" in environ:
@@ -236,8 +198,6 @@ def find_pip_allocator(prefixes=None):
     """oneTBB's malloc from the `tbb` wheel, as an ``LD_PRELOAD`` value ("allocator:proxy"), or
     None: the allocator a pip-only install has, looked for in the lib/ folder of this Python's
     prefixes (a virtual environment's, the base one's, the user's)."""
-    import site
-
     if prefixes is None:
         prefixes = [sys.prefix, sys.base_prefix, getattr(site, "USER_BASE", None) or ""]
     for prefix in dict.fromkeys(p for p in prefixes if p):
@@ -272,8 +232,8 @@ def relaunch_environment(environ=None, find_library=ctypes.util.find_library):
 
 def relaunch_with_allocator():
     """Re-execute this process (same interpreter, options and arguments; same process id) with
-    tcmalloc preloaded when `relaunch_environment` says so; return when it does not. Call it
-    first thing in a tool's ``__main__``. A bad ``PADDLE_VIT_ALLOCATOR`` exits with code 2."""
+    the chosen malloc preloaded when `relaunch_environment` says so; return when it does not.
+    `configure(relaunch=True)` calls it first. A bad ``PADDLE_VIT_ALLOCATOR`` exits with code 2."""
     try:
         environ = relaunch_environment()
     except ValueError as error:
@@ -310,11 +270,10 @@ def describe_allocator():
 
 
 def quiet_paddle(debug=False, environ=None):
-    """Hide Paddle's notes that are not the user's to act on (module docstring): the warning
-    filters, and ``GLOG_minloglevel=2`` when Paddle is not imported yet and the user set none.
-    With `debug` only the ccache filter. Returns what it set."""
-    import warnings
-
+    """Hide Paddle's notes that are not the user's to act on (docs/benchmarks.md#process-settings):
+    the warning filters, and ``GLOG_minloglevel=2`` when Paddle is not imported yet (Paddle reads
+    it when its library loads) and the user set none. With `debug` only the ccache filter. Returns
+    what it set."""
     environ = os.environ if environ is None else environ
     applied = {}
     for message in QUIET_WARNINGS[:1] if debug else QUIET_WARNINGS:
@@ -328,10 +287,10 @@ def quiet_paddle(debug=False, environ=None):
 
 
 def configure(debug=False, relaunch=False):
-    """Make every process-wide setting of the module docstring that its variable leaves on, and
-    return what was set ({setting: value}, also kept in `APPLIED`). Call it once, first: before
+    """Make every process-wide setting of the module docstring's table that its variable leaves on,
+    and return what was set ({setting: value}, also kept in `APPLIED`). Call it once, first: before
     Paddle is imported for the quiet log, before it computes for MKL. `debug` keeps Paddle's log
-    and warnings; `relaunch` (the long-running tools) first re-executes the process with the
+    and warnings; `relaunch` (the long-running commands) first re-executes the process with the
     chosen malloc preloaded, which only returns in the process that goes on."""
     if relaunch:
         relaunch_with_allocator()

@@ -142,8 +142,7 @@ def test_impossible_settings_are_one_line_errors():
     with pytest.raises(ConfigError, match="--batch-size"):
         bench.BenchmarkSettings(batch_size=0).validate()
     with pytest.raises(ConfigError, match="mode data"):
-        bench.run_benchmark(bench.BenchmarkSettings(mode="data"), compare="timm", torch_python=sys.executable,
-                            worker_script=os.path.join(TOOLS, "torch_reference.py"))
+        bench.run_benchmark(bench.BenchmarkSettings(mode="data"), compare="timm", torch_python=sys.executable)
 
 
 @pytest.mark.slow
@@ -165,8 +164,7 @@ def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module(tmp_p
     settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", batch_size=1, warmup=0, iters=1, rounds=1,
                                        threads=1, model_overrides=dict(image_size=32, patch_size=8, depth=1))
     with pytest.raises(ConfigError, match=r"No module named 'torch'.*--torch-python"):
-        bench.run_benchmark(settings, compare="timm", torch_python=str(python_without_packages),
-                            worker_script=os.path.join(TOOLS, "torch_reference.py"))
+        bench.run_benchmark(settings, compare="timm", torch_python=str(python_without_packages))
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():

@@ -25,7 +25,7 @@ from paddle_vit.data.imagefolder import decode_image
 from paddle_vit.data.transforms import build_transforms
 from paddle_vit.engine.trainer import Trainer
 from paddle_vit.deploy.export import export_classifier
-from paddle_vit.deploy.inference import InferenceModel, InferenceOptions, find_paddle_model
+from paddle_vit.deploy.inference import InferenceOptions, find_paddle_model, load_export
 from paddle_vit.deploy.predict import load_classifier, softmax
 
 from repo_paths import REPO, TOOLS, load_tool
@@ -116,10 +116,10 @@ def json_predictions(lines):
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_paddle_inference_matches_the_dynamic_model(classifier, exported, batch_size):
     batch = random_batch(batch_size, seed=batch_size)
-    logits_model = InferenceModel(os.path.dirname(exported["logits"]["metadata"]))
-    softmax_model = InferenceModel(os.path.dirname(exported["softmax"]["metadata"]))
+    logits_model = load_export(os.path.dirname(exported["logits"]["metadata"]))
+    softmax_model = load_export(os.path.dirname(exported["softmax"]["metadata"]))
     assert logits_model.backend == "paddle"
-    np.testing.assert_allclose(logits_model.outputs(batch), classifier.logits(batch), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(logits_model.outputs(batch), classifier.outputs(batch), atol=1e-5, rtol=0)
     np.testing.assert_allclose(softmax_model.outputs(batch), classifier(batch), atol=1e-5, rtol=0)
     np.testing.assert_allclose(logits_model(batch), classifier(batch), atol=1e-5, rtol=0)
 
@@ -149,7 +149,7 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     load_pretrained(model, exported["logits"]["weights"])
     model.eval()
     batch = random_batch(2)
-    np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.logits(batch), atol=1e-6)
+    np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.outputs(batch), atol=1e-6)
 
 
 @pytest.mark.slow
@@ -190,11 +190,11 @@ def onnx_export(trained, classifier):
 @pytest.mark.slow
 def test_onnx_export_matches_the_dynamic_model(classifier, onnx_export):
     assert set(onnx_export) == {"onnx", "weights", "metadata"}
-    model = InferenceModel(os.path.dirname(onnx_export["onnx"]))
+    model = load_export(os.path.dirname(onnx_export["onnx"]))
     assert model.backend == "onnxruntime"
     for size in (1, 3):
         batch = random_batch(size, seed=10 + size)
-        np.testing.assert_allclose(model.outputs(batch), classifier.logits(batch), atol=1e-4, rtol=0)
+        np.testing.assert_allclose(model.outputs(batch), classifier.outputs(batch), atol=1e-4, rtol=0)
     import onnx
     properties = {entry.key: entry.value for entry in onnx.load(onnx_export["onnx"]).metadata_props}
     assert json.loads(properties["paddle_vit"])["class_names"] == ["0", "1", "2", "3"]
@@ -205,7 +205,7 @@ def test_bf16_of_an_export_without_a_paddle_model_is_refused_not_run_in_fp32(onn
     from paddle_vit.errors import ExportError
 
     with pytest.raises(ExportError, match=r"holds no Paddle inference model .*precision bf16 runs it on oneDNN"):
-        InferenceModel(os.path.dirname(onnx_export["onnx"]), InferenceOptions(precision="bf16"))
+        load_export(os.path.dirname(onnx_export["onnx"]), InferenceOptions(precision="bf16"))
 
 
 @pytest.mark.slow
@@ -214,7 +214,8 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, mon
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
     logits, which differ from the same weights computed with the defaults."""
     from paddle_vit.config import DataConfig
-    from paddle_vit.deploy.predict import Classifier, Preprocess
+    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.deploy.predict import Classifier
 
     options = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)
     paddle.seed(5)
@@ -232,38 +233,38 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, mon
     assert np.abs(eager - with_defaults).max() > 1e-3
     formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") and importlib.util.find_spec(
         "onnxruntime") else ("paddle",)
-    classifier = Classifier(model, Preprocess.from_config(DataConfig(), 14), None, "custom")
+    classifier = Classifier.for_model(model, Preprocess.from_config(DataConfig(), 14), None, "custom")
     with kept_logger():
         export_classifier(classifier, tmp_path / "export", formats=formats)
     for backend in ("paddle", "onnxruntime")[:len(formats)]:
-        outputs = InferenceModel(tmp_path / "export", backend=backend).outputs(batch)
+        outputs = load_export(tmp_path / "export", backend=backend).outputs(batch)
         np.testing.assert_allclose(outputs, eager, atol=1e-4, rtol=0, err_msg=backend)
     if len(formats) == 2:  # auto: the export's model.onnx where onnxruntime is the fastest on this CPU
         from paddle_vit.deploy import inference
         for preferred, backend in (("onnxruntime", "onnxruntime"), ("predictor", "paddle")):
             monkeypatch.setattr(inference, "default_engine", lambda *args, _engine=preferred, **kwargs: (_engine, ""))
-            assert InferenceModel(tmp_path / "export").backend == backend
-        assert InferenceModel(tmp_path / "export", InferenceOptions(mkldnn=False)).backend == "paddle"
+            assert load_export(tmp_path / "export").backend == backend
+        assert load_export(tmp_path / "export", InferenceOptions(mkldnn=False)).backend == "paddle"
         onnx_file = tmp_path / "export" / "model.onnx"  # a damaged model.onnx auto took: the way out is named
         onnx_file.write_bytes(onnx_file.read_bytes()[:1000])
         monkeypatch.setattr(inference, "default_engine", lambda *args, **kwargs: ("onnxruntime", ""))
         from paddle_vit.errors import ExportError
         with pytest.raises(ExportError, match="cannot load .*; --backend paddle runs the export's Paddle model"):
-            InferenceModel(tmp_path / "export")
+            load_export(tmp_path / "export")
 
 
 @pytest.mark.slow
 def test_a_paddle2onnx_crash_is_one_error_not_an_abort(tmp_path):
     """paddle2onnx aborts the process (SIGABRT) on what it cannot convert; export runs it in a
     child process, so the caller gets an ExportError and lives on."""
-    paddle2onnx = pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: "
-                                                            "pip install -e '.[onnx]'")
-    from paddle_vit.deploy.export import ExportError, _write_onnx
+    pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+    from paddle_vit.deploy.onnx_export import convert_with_paddle2onnx
+    from paddle_vit.errors import ExportError
     (tmp_path / "inference.json").write_text('{"base_code": {"magic": "pir"}, "program": {}}')
     (tmp_path / "inference.pdiparams").write_bytes(b"")
     with pytest.raises(ExportError, match="paddle2onnx .* could not convert the model"):
-        _write_onnx(paddle2onnx, str(tmp_path / "inference.json"), str(tmp_path / "inference.pdiparams"),
-                    str(tmp_path / "model.onnx"), 13, {})
+        convert_with_paddle2onnx(str(tmp_path / "inference.json"), str(tmp_path / "inference.pdiparams"),
+                                 str(tmp_path / "model.onnx"), 13)
     assert not (tmp_path / "model.onnx").exists()
 
 
@@ -283,7 +284,7 @@ def test_export_quantize_int8_writes_the_int8_model_and_its_accuracy_gate(traine
     assert int8["mode"] == ("static" if calibration else "dynamic") and int8["quantized_nodes"] > 0
     # the gate ran over the recipe's 8 val images; its fp32 top-1 is the dynamic model's
     batches, labels, _ = recipe_images(classifier.config.data, classifier.preprocess, 14, "val")
-    top1 = float((np.concatenate([classifier.logits(batch) for batch in batches]).argmax(1) == labels).mean())
+    top1 = float((np.concatenate([classifier.outputs(batch) for batch in batches]).argmax(1) == labels).mean())
     gate = int8["gate"]
     assert gate["images"] == len(labels) == 8 and gate["top1_fp32"] == pytest.approx(top1)
     assert 0 < gate["max_logit_difference"] < 0.5 and 0 <= gate["top1_agreement"] <= 1
@@ -342,7 +343,7 @@ def test_legacy_pdmodel_export_is_found_and_run(trained, exported, tmp_path):
     metadata["files"] = {}  # found by name
     (folder / "preprocess.json").write_text(json.dumps(metadata))
     assert find_paddle_model(str(folder))[0].endswith("inference.pdmodel")
-    np.testing.assert_allclose(InferenceModel(folder).outputs(batch), expected, atol=1e-5)
+    np.testing.assert_allclose(load_export(folder).outputs(batch), expected, atol=1e-5)
 
 
 # ---- predict -----------------------------------------------------------------------------------
@@ -367,7 +368,7 @@ def test_predict_applies_the_configs_eval_transform(trained, classifier, images,
     config = load_config(str(trained["config"]))
     transform = build_transforms(config.data, 14, train=False)  # shorter side 16, centre crop 14, ImageNet stats
     for name, path in (("alpha.png", images / "alpha.png"), ("gray.jpg", images / "sub" / "gray.jpg")):
-        expected = softmax(classifier.logits(transform(decode_image(str(path)), None)[None]))[0]
+        expected = softmax(classifier.outputs(transform(decode_image(str(path)), None)[None]))[0]
         got = {p["index"]: p["probability"] for p in predicted[name]}
         np.testing.assert_allclose([got[i] for i in range(4)], expected, atol=1e-6)
 
@@ -393,7 +394,7 @@ def test_predict_with_model_name_uses_the_default_eval_transform(trained, export
                                         images / "alpha.png"], capsys)
     assert code == 0
     transform = build_transforms(DataConfig(), 14, train=False)  # plain resize, mean = std = 0.5
-    expected = softmax(classifier.logits(transform(decode_image(str(images / "alpha.png")), None)[None]))[0]
+    expected = softmax(classifier.outputs(transform(decode_image(str(images / "alpha.png")), None)[None]))[0]
     got = {p["index"]: p["probability"] for p in json_predictions(lines)["alpha.png"]}
     np.testing.assert_allclose([got[i] for i in range(4)], expected, atol=1e-6)
     assert {p["label"] for p in json_predictions(lines)["alpha.png"]} == {"0", "1", "2", "3"}  # no names: indices

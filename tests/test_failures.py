@@ -5,7 +5,6 @@ folders written onto mounts, read-only and full disks in test_failures_exports.p
 import errno
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 """The model surface dense tasks build on: `forward_intermediates`, `prune_intermediate_layers`,
 `dynamic_img_size` and `dynamic_img_pad`, against what timm 1.0.31 computes for the same weights
-(tests/fixtures/features_reference.*, made by tools/reference_fixtures/features_fixtures.py from
+(tests/fixtures/features_reference.*, made by tests/fixtures/make/features_fixtures.py from
 the timm family's files) and transformers' interpolate_pos_encoding (hf_reference.npz)."""
 import json
 import os
@@ -274,14 +274,15 @@ def test_dynamic_export_takes_any_size_in_paddle_inference_and_onnx(tmp_path):
 
     from paddle_vit.config import DataConfig
     from paddle_vit.deploy.export import export_classifier
-    from paddle_vit.deploy.inference import InferenceModel
-    from paddle_vit.deploy.predict import Classifier, Preprocess
+    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.deploy.inference import load_export
+    from paddle_vit.deploy.predict import Classifier
 
     model = timm_model("timm_vit_cls", dynamic_img_size=True, dynamic_img_pad=True)
     formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") and importlib.util.find_spec(
         "onnxruntime") else ("paddle",)
-    export_classifier(Classifier(model, Preprocess.from_config(DataConfig(), 32), None, "custom"), tmp_path / "export",
-                      formats=formats)
+    export_classifier(Classifier.for_model(model, Preprocess.from_config(DataConfig(), 32), None, "custom"),
+                      tmp_path / "export", formats=formats)
     metadata = json.loads((tmp_path / "export" / "preprocess.json").read_text())
     assert metadata["input_shape"] == [-1, 3, -1, -1]
     for case in ("dyn_48x24", "pad_13x35"):
@@ -290,12 +291,12 @@ def test_dynamic_export_takes_any_size_in_paddle_inference_and_onnx(tmp_path):
             eager = model(paddle.to_tensor(batch)).numpy()
         np.testing.assert_allclose(eager, REFERENCE[f"{case}/logits"], atol=TOLERANCE, rtol=0)
         for backend in ("paddle", "onnxruntime")[:len(formats)]:
-            outputs = InferenceModel(tmp_path / "export", backend=backend).outputs(batch)
+            outputs = load_export(tmp_path / "export", backend=backend).outputs(batch)
             np.testing.assert_allclose(outputs, eager, atol=1e-5, rtol=0, err_msg=f"{backend} at {case}")
 
 
 def test_static_export_keeps_its_fixed_input_shape():
-    from paddle_vit.deploy.export import input_shape
+    from paddle_vit.deploy.tracing import input_shape
 
     assert input_shape(ViTConfig(**PLAIN)) == [-1, 3, 32, 32]
     assert input_shape(ViTConfig(**PLAIN), unknown=None) == [None, 3, 32, 32]

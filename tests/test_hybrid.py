@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 import pytest
 
 from paddle_vit import ViT, WeightsError, create_model, list_models, load_pretrained
@@ -257,17 +256,18 @@ def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
 
     from paddle_vit.config import DataConfig
     from paddle_vit.deploy.export import export_classifier
-    from paddle_vit.deploy.inference import InferenceModel
-    from paddle_vit.deploy.predict import Classifier, Preprocess
+    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.deploy.inference import load_export
+    from paddle_vit.deploy.predict import Classifier
 
     model = create_model("vit_base_r50_s16_224", pretrained=fixture("jax_hybrid_released.npz"),
                          **dict(TOY, mlp_ratio=2, backbone_layers=[1])).eval()
     batch = JAX["jax_hybrid/input"]
     formats = ("paddle", "onnx") if importlib.util.find_spec("paddle2onnx") else ("paddle",)
-    export_classifier(Classifier(model, Preprocess.from_config(DataConfig(), 32), None, "hybrid"), tmp_path / "x",
-                      formats=formats)
+    export_classifier(Classifier.for_model(model, Preprocess.from_config(DataConfig(), 32), None, "hybrid"),
+                      tmp_path / "x", formats=formats)
     for backend in ("paddle", "onnxruntime")[:len(formats)]:
-        outputs = InferenceModel(tmp_path / "x", backend=backend).outputs(batch)
+        outputs = load_export(tmp_path / "x", backend=backend).outputs(batch)
         np.testing.assert_allclose(outputs, JAX["jax_hybrid/logits"], atol=TOLERANCE, rtol=0, err_msg=backend)
 
 
@@ -342,10 +342,10 @@ def test_the_predictor_of_a_hybrid_or_mean_pooled_model_prints_nothing(tmp_path)
     import sys
 
     script = ("import numpy as np, paddle_vit\n"
-              "from paddle_vit.deploy.inference import predictor_for_model\n"
+              "from paddle_vit.deploy.inference import engine_for_model\n"
               "for options in ({'backbone_layers': [1]}, {'pool': 'mean'}):\n"
               "    model = paddle_vit.ViT(image_size=32, patch_size=2, embed_dim=32, depth=1, num_heads=4, **options)\n"
-              "    predictor_for_model(model.eval())(np.zeros((1, 3, 32, 32), 'float32'))\n"
+              "    engine_for_model(model.eval(), 'predictor')(np.zeros((1, 3, 32, 32), 'float32'))\n"
               "print('done')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr

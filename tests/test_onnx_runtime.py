@@ -16,9 +16,9 @@ pytest.importorskip("paddle2onnx", reason="the on-the-fly export needs the optio
 
 from paddle_vit import ViT  # noqa: E402
 from paddle_vit import benchmark as bench  # noqa: E402
-from paddle_vit.deploy.inference import onnx_runtime_model  # noqa: E402
+from paddle_vit.deploy.inference import EngineModel, engine_for_model  # noqa: E402
 
-from repo_paths import TOOLS, load_tool  # noqa: E402
+from repo_paths import load_tool  # noqa: E402
 from test_deploy import kept_logger, run_tool  # noqa: E402
 
 EVAL, PREDICT, BENCHMARK, EXPORT = (load_tool(name) for name in ("eval", "predict", "benchmark", "export"))
@@ -79,10 +79,10 @@ def test_int8_session_quantizes_the_encoders_products_and_keeps_the_logits_close
     weights["model"].eval()
     with paddle.no_grad():
         eager = weights["model"](images).numpy()
-    int8 = onnx_runtime_model(weights["model"], "int8")  # fp32 equals eager: the eval and predict tests
+    int8 = EngineModel(engine_for_model(weights["model"], "onnxruntime", "int8"))  # fp32: the eval and predict tests
     quantized = int8(images).numpy()
     assert np.abs(quantized - eager).max() < 0.1 * np.abs(eager).max()
-    report = int8.runner.report["quantize"]
+    report = int8.engine.report["quantize"]
     assert report["mode"] == "dynamic" and len(report["quantized"]) >= 4 * TINY["depth"]  # qkv, proj, fc1, fc2
     assert weights["model"].training is False  # the export left the model as it was
 
@@ -222,8 +222,7 @@ def test_side_by_side_times_every_cpu_path_against_timm_fp32():
                                        threads=1, model_overrides=dict(TINY))
     limits = {"size": 8, "fp32_eager_gflops": 1.0, "int8_onnxruntime_gops": 2.0}  # given: no GEMM timing here
     with kept_logger():
-        result = bench.run_side_by_side(settings, os.environ["PADDLE_VIT_TORCH_PYTHON"],
-                                        os.path.join(TOOLS, "torch_reference.py"), limits)
+        result = bench.run_side_by_side(settings, os.environ["PADDLE_VIT_TORCH_PYTHON"], limits=limits)
     names = [path["name"] for path in result["paths"]]
     assert names[:4] == ["timm fp32", "timm int8", "paddle eager fp32", "predictor fp32"]
     assert names[-2:] == ["onnxruntime fp32", "onnxruntime int8"]

@@ -10,7 +10,7 @@ import pytest
 from paddle_vit import ViT, ViTConfig
 from paddle_vit.cli import run
 from paddle_vit.deploy import inference
-from paddle_vit.deploy.inference import InferenceOptions, cpu_bf16_support, predictor_model
+from paddle_vit.deploy.inference import EngineModel, InferenceOptions, cpu_bf16_support, engine_for_model
 
 from repo_paths import REPO, load_tool
 
@@ -32,7 +32,8 @@ def test_the_bf16_predictor_really_computes_in_bf16_and_stays_close_to_fp32():
     images = paddle.to_tensor(np.random.default_rng(0).standard_normal((8, 3, 28, 28)).astype("float32"))
     with paddle.no_grad():
         eager = model(images).numpy()
-    fp32, bf16 = predictor_model(model, "fp32")(images).numpy(), predictor_model(model, "bf16")(images).numpy()
+    fp32, bf16 = (EngineModel(engine_for_model(model, "predictor", precision))(images).numpy()
+                  for precision in ("fp32", "bf16"))
     np.testing.assert_allclose(fp32, eager, atol=1e-5, rtol=0)
     relative = np.abs(bf16 - fp32).max() / np.abs(fp32).max()
     # bfloat16 keeps 8 significant bits: identical outputs would mean the bf16 kernels never ran
@@ -44,7 +45,7 @@ def test_bf16_without_the_cpu_for_it_is_one_clear_error(monkeypatch):
 
     monkeypatch.setattr(inference, "cpu_bf16_support", lambda: (False, "this CPU has neither AVX512-BF16 nor AMX"))
     with pytest.raises(ConfigError, match="precision bf16 needs a CPU with AVX512-BF16 or AMX: this CPU has neither"):
-        predictor_model(small_model(), "bf16")
+        engine_for_model(small_model(), "predictor", "bf16")
     with pytest.raises(ConfigError, match="precision fp16 is TensorRT's"):
         InferenceOptions(precision="fp16").validate()
 

@@ -5,7 +5,12 @@ The script form of ``paddle-vit benchmark`` (paddle_vit/cli/benchmark.py: its ar
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.benchmark import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit benchmark`` in this process (no restart): the exit code."""
+    return entry("benchmark", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("benchmark"))

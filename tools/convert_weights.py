@@ -5,7 +5,12 @@ The script form of ``paddle-vit convert`` (paddle_vit/cli/convert_weights.py: it
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.convert_weights import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit convert`` in this process (no restart): the exit code."""
+    return entry("convert", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("convert"))

@@ -5,7 +5,12 @@ The script form of ``paddle-vit eval`` (paddle_vit/cli/eval.py: its arguments an
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.eval import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit eval`` in this process (no restart): the exit code."""
+    return entry("eval", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("eval"))

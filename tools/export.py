@@ -5,7 +5,12 @@ The script form of ``paddle-vit export`` (paddle_vit/cli/export.py: its argument
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.export import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit export`` in this process (no restart): the exit code."""
+    return entry("export", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("export"))

@@ -5,7 +5,12 @@ The script form of ``paddle-vit predict`` (paddle_vit/cli/predict.py: its argume
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.predict import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit predict`` in this process (no restart): the exit code."""
+    return entry("predict", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("predict"))

@@ -5,7 +5,12 @@ The script form of ``paddle-vit train`` (paddle_vit/cli/train.py: its arguments 
 import sys
 
 from paddle_vit.cli import entry
-from paddle_vit.cli.train import main  # noqa: F401  (main(argv) -> exit code, in this process)
+
+
+def main(argv=None):
+    """``paddle-vit train`` in this process (no restart): the exit code."""
+    return entry("train", argv, in_process=True)
+
 
 if __name__ == "__main__":
     sys.exit(entry("train"))

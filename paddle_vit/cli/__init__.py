@@ -1,11 +1,13 @@
 """The command line: ``paddle-vit COMMAND [arguments]``, and what every command shares.
 
-Each command is a module here whose ``main(argv=None)`` runs it and returns the exit code;
-``tools/<command>.py`` is the same command as a script (``python tools/train.py -c ...`` equals
-``paddle-vit train -c ...``). `run` makes a user's mistake (a bad config, path, checkpoint, model
-name: a `PaddleVitError`) one line ``error: <message>`` on stderr and exit code 2, with no
-traceback unless ``--debug`` is given, and first makes the process-wide settings
-(`paddle_vit.runtime.configure`), before Paddle is imported or computes.
+Each command is a module here: its body ``COMMAND(argv)`` parses the arguments and does the
+work, and its ``main(argv=None)`` runs that body through `run` in this process and returns the
+exit code. ``tools/<command>.py`` is the same command as a script (``python tools/train.py -c
+...`` equals ``paddle-vit train -c ...``). Both programs go through `entry`, which makes the
+process-wide settings (`paddle_vit.runtime.configure`) before the command's module, and so Paddle,
+is imported: this module imports no Paddle, and every command module imports all it needs at the
+top. `run` makes a user's mistake (a bad config, path, checkpoint, model name: a `PaddleVitError`)
+one line ``error: <message>`` on stderr and exit code 2, with no traceback unless ``--debug``.
 """
 import argparse
 import importlib
@@ -13,10 +15,9 @@ import os
 import sys
 
 from .. import runtime
-from ..engine.logging_utils import attach_log_file, setup_logging  # noqa: F401  (the commands')
-from ..errors import ConfigError, PaddleVitError
+from ..errors import ConfigError, PaddleVitError, close_matches
 
-# command -> (module, one line of help); the long-running ones restart once with a better malloc
+# command -> (module, one line of help)
 COMMANDS = {
     "train": ("train", "train a ViT from a YAML recipe (-c CONFIG -o section.key=value)"),
     "eval": ("eval", "evaluate weights on a validation split"),
@@ -28,7 +29,8 @@ COMMANDS = {
     "data-size-experiment": ("data_size_experiment", "the paper's data-size experiment in miniature"),
     "scaling-estimate": ("scaling_estimate", "expected multi-GPU throughput, memory and traffic"),
 }
-RELAUNCHED = ("train", "eval", "benchmark")  # runtime.py: the allocator a whole process keeps
+# the long-running commands restart once with a better malloc (runtime.py: a malloc is chosen at start)
+RELAUNCHED = ("train", "eval", "benchmark")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -45,15 +47,15 @@ def add_common_arguments(parser):
                         help="show the full traceback of an error, and Paddle's own log lines")
 
 
-def run(main, argv=None, relaunch=False):
+def run(body, argv=None, relaunch=False):
     """Make the process-wide settings (`runtime.configure`; with `relaunch`, first restart with
-    the chosen malloc), call `main(argv)` and return its exit code; a user's mistake gives one
-    line and code 2."""
+    the chosen malloc), call `body(argv)` and return its exit code; a user's mistake gives one
+    line and code 2, an interruption code 130."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     try:
         runtime.configure(debug=debug, relaunch=relaunch)
-        return main(argv) or 0
+        return body(argv) or 0
     except PaddleVitError as error:
         if debug:
             raise
@@ -71,25 +73,13 @@ def run(main, argv=None, relaunch=False):
         return 130
 
 
-def in_process(body):
-    """A command's `main(argv=None)`: `run(body, argv)` in this process (no restart), returning
-    the exit code; what tests and tools/*.py call."""
-    def main(argv=None):
-        return run(body, argv)
-    main.__doc__ = f"`{body.__module__}` in this process; returns the exit code (2 with one `error:` line)."
-    return main
-
-
-def command(name):
-    """The module of command `name` (a key of COMMANDS)."""
-    return importlib.import_module(f".{COMMANDS[name][0]}", __name__)
-
-
-def entry(name, argv=None):
-    """Run command `name` as a program does (``paddle-vit NAME``, ``tools/NAME.py``): the
-    long-running commands restart once with the chosen malloc first (runtime.py)."""
-    module = command(name)
-    return run(module.COMMAND, argv, relaunch=name in RELAUNCHED)
+def entry(name, argv=None, in_process=False):
+    """Run command `name` (a key of COMMANDS) as ``paddle-vit NAME`` and ``tools/NAME.py`` do: the
+    settings are made before its module imports Paddle, and the long-running commands restart
+    once with the chosen malloc first unless `in_process` (a script's `main`, which tests call)."""
+    def body(argv):
+        return importlib.import_module(f".{COMMANDS[name][0]}", __name__).COMMAND(argv)
+    return run(body, argv, relaunch=not in_process and name in RELAUNCHED)
 
 
 def usage():
@@ -108,7 +98,6 @@ def main(argv=None):
         return 0 if argv else 2
     name = argv[0]
     if name not in COMMANDS:
-        from ..errors import close_matches
         print(f"error: unknown command {name!r}{close_matches(name, COMMANDS)}; commands are "
               f"{', '.join(COMMANDS)}", file=sys.stderr)
         return 2

@@ -23,19 +23,17 @@ import json
 import os
 import sys
 
-from . import ArgumentParser, add_common_arguments, in_process
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
+from ..benchmark import (DEVICES, DTYPES, ENGINES, MODES, REFERENCES, BenchmarkSettings, format_gemm, format_report,
+                         format_side_by_side, gemm_limits, run_benchmark, run_side_by_side)
+from ..config import load_config
 from ..errors import ConfigError
 
 DEFAULT_MODEL = "vit_small_patch16_224"
-# the timm side of --compare timm, run by a Python with torch and timm (not this package's)
-TORCH_WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                            "tools", "torch_reference.py")
 
 
 def build_parser():
-    from ..benchmark import DEVICES, DTYPES, ENGINES, MODES, REFERENCES
-
     parser = ArgumentParser(description="Benchmark a Vision Transformer (throughput, memory, MFU).")
     parser.add_argument("model", nargs="?", help=f"registered model name (default: the config's, else {DEFAULT_MODEL})")
     parser.add_argument("-c", "--config", help="YAML recipe: its model and data sections are used")
@@ -80,9 +78,6 @@ def build_parser():
 
 
 def settings_from_arguments(args):
-    from ..benchmark import BenchmarkSettings
-    from ..config import load_config
-
     config = load_config(args.config, args.override)
     model_overrides = config.model.vit_overrides()
     if args.image_size is not None:
@@ -101,8 +96,6 @@ def settings_from_arguments(args):
 
 def benchmark(argv):
     args = build_parser().parse_args(argv)
-    from ..benchmark import BenchmarkSettings, format_gemm, format_report, gemm_limits, run_benchmark
-
     if args.mode == "gemm":  # the CPU's limits that the model paths are measured against
         if args.compare:
             raise ConfigError("--mode gemm measures Paddle's matrix product alone; it has no --compare")
@@ -116,7 +109,6 @@ def benchmark(argv):
 
     settings = settings_from_arguments(args)
     if args.side_by_side:
-        from ..benchmark import format_side_by_side, run_side_by_side
         if args.compare != "timm" or args.mode != "infer":
             raise ConfigError("--side-by-side compares every inference path with timm: give --compare timm "
                               "(and --mode infer)")
@@ -124,14 +116,17 @@ def benchmark(argv):
                  if value]
         if given:
             raise ConfigError(f"--side-by-side times every engine and dtype; leave out {', '.join(given)}")
-        result = run_side_by_side(settings, args.torch_python, TORCH_WORKER)
+        result = run_side_by_side(settings, args.torch_python)
         print(json.dumps(result) if args.json else format_side_by_side(result))
         return 0
-    result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python,
-                           worker_script=TORCH_WORKER)
+    result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python)
     print(json.dumps(result) if args.json else format_report(result))
     return 0
 
 
 COMMAND = benchmark
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit benchmark`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

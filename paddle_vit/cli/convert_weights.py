@@ -28,12 +28,20 @@ the target cannot express is one error line saying why; an existing non-empty DI
 --overwrite.
 """
 import dataclasses
-
+import json
+import os
 
 import yaml
 
-from . import ArgumentParser, add_common_arguments, in_process
+from . import ArgumentParser, add_common_arguments, run
+from .. import create_model, fileio
+from ..config import load_config
+from ..deploy.predict import load_classifier
 from ..errors import ConfigError
+from ..models import ViTConfig
+from ..weights import RESAMPLE_METHODS, save_pretrained, save_weights
+from ..weights.folders import describe_folder, resolve_name
+from ..weights.publish import check_target, run_summary
 
 # options a .pdparams cannot record, which a later load must be told
 COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale")
@@ -54,8 +62,6 @@ def parse_override(text):
 
 
 def build_parser():
-    from ..weights import RESAMPLE_METHODS
-
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", metavar="SRC", nargs="?", help="checkpoint to convert (or --weights)")
     parser.add_argument("--weights", metavar="SRC", help="checkpoint to convert: a file or a Hugging Face folder")
@@ -85,8 +91,6 @@ def model_request(args):
     source, resample = args.weights or args.source, args.resample
     overrides = {}
     if args.config:
-        from ..config import load_config
-
         config = load_config(args.config)
         name = config.model.name
         overrides.update(config.model.vit_overrides())
@@ -99,8 +103,6 @@ def model_request(args):
     if not source:
         raise ConfigError("name the checkpoint to convert: --weights SRC")
     overrides.update(parse_override(text) for text in args.override)
-    from ..weights.folders import describe_folder, resolve_name
-
     if name is None and describe_folder(source) is None:
         raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them); only a "
                           "timm Hub or Hugging Face folder says what model it is")
@@ -115,10 +117,6 @@ def convert(argv):
         return publish(args)
     if args.overwrite:
         raise ConfigError("--overwrite replaces a --to folder; a converted .safetensors/.pdparams is always replaced")
-    from .. import create_model, fileio
-    from ..models import ViTConfig
-    from ..weights import save_weights
-
     name, source, overrides, resample = model_request(args)
     # --out is checked before the checkpoint is read; a folder made for it goes when the conversion fails
     with fileio.output_file(args.out, "--out", (".safetensors", ".pdparams")):
@@ -138,11 +136,6 @@ def convert(argv):
 def publish(args):
     """--to timm|huggingface: the model SRC gives, written by `save_pretrained` as a timm Hub folder or a
     folder for the model's transformers class."""
-    import os
-
-    from ..weights import save_pretrained
-    from ..weights.publish import check_target, run_summary
-
     if args.source and args.weights:
         raise ConfigError("give the checkpoint once: as SRC or as --weights, not both")
     if args.model and args.config:
@@ -151,8 +144,6 @@ def publish(args):
         raise ConfigError("--resample and --non-strict are not used with --to: the model is published as it loads")
     source = args.weights or args.source
     if source is None and args.config:
-        from ..config import load_config
-
         source = load_config(args.config).model.pretrained
     if not source:
         raise ConfigError("name the checkpoint to publish: --weights SRC")
@@ -160,8 +151,6 @@ def publish(args):
         raise ConfigError(f"--to {args.to} writes a folder (config.json, model.safetensors, ...), and --out "
                           f"{args.out} names a file: give a folder, e.g. --out {os.path.splitext(args.out)[0]}")
     check_target(os.path.abspath(os.path.expanduser(args.out)), args.overwrite)  # before the weights are read
-    from ..deploy.predict import load_classifier
-
     overrides = [text if text.split("=", 1)[0].strip().count(".") else f"model.{text}" for text in args.override]
     classifier = load_classifier(source, config_path=args.config, model_name=args.model, overrides=overrides)
     run = run_summary(source) if str(source).endswith(".pdckpt") else None
@@ -172,8 +161,6 @@ def publish(args):
         print(f"wrote {folder} (timm Hub folder: config.json, model.safetensors, README.md); load it with "
               f"timm.create_model(\"local-dir:{folder}\", pretrained=True)")
     else:
-        import json
-
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as stream:
             architecture = json.load(stream)["architectures"][0]
         print(f"wrote {folder} (config.json, preprocessor_config.json, model.safetensors, README.md); load it with "
@@ -182,4 +169,8 @@ def publish(args):
 
 
 COMMAND = convert
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit convert`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

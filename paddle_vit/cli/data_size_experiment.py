@@ -10,12 +10,20 @@ data_size_experiment.png (two panels), data_size_experiment.json (every run's nu
 spread over the seeds) and data_size_experiment.csv (one row per family, fraction and metric: mean,
 std, min, max and each seed's value) into --out, and prints both tables (mean +- std).
 """
+import csv
 import json
+import logging
 import os
+import tempfile
 
-from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+import paddle
+
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
+from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError, DataError
+from ..experiments import BATCH_SIZE, data_size_figure, result_rows, run_data_size_experiment, training_images
+from ..fileio import atomic_write, output_folder
 
 
 def experiment(argv):
@@ -29,16 +37,12 @@ def experiment(argv):
     parser.add_argument("--workers", type=integer(1), help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    from ..experiments import BATCH_SIZE, training_images
-
     kept, smallest = training_images(args.fractions)  # a run needs a whole batch: said now, not after the others
     few = {fraction: images for fraction, images in kept.items() if images < BATCH_SIZE}
     if few:
         fraction, images = next(iter(few.items()))
         raise ConfigError(f"--fractions {fraction:g} keeps {images} training images, fewer than one batch of "
                           f"{BATCH_SIZE}; the smallest fraction that keeps a batch is {smallest:g}")
-    from ..fileio import output_folder
-
     # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
     with output_folder(args.out, "--out"):
         run_and_report(args)
@@ -48,13 +52,6 @@ def experiment(argv):
 def run_and_report(args):
     """Train every (family, fraction, seed), write the figure and the numbers into args.out,
     print the tables."""
-    import logging
-    import tempfile
-
-    import paddle
-
-    from ..experiments import run_data_size_experiment
-
     setup_logging(logging.WARNING)
     paddle.set_device("cpu")
 
@@ -72,11 +69,6 @@ def run_and_report(args):
 
 def write_results(results, out):
     """data_size_experiment.json, .csv and .png into `out`, each written whole or not at all."""
-    import csv
-
-    from ..experiments import data_size_figure, result_rows
-    from ..fileio import atomic_write
-
     def write_json(temporary):
         with open(temporary, "w") as stream:
             json.dump(results, stream, indent=1)
@@ -113,4 +105,8 @@ def print_tables(results):
 
 
 COMMAND = experiment
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit data-size-experiment`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

@@ -22,9 +22,17 @@ import contextlib
 import json
 import os
 
-from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, integer_list, number
+from .. import fileio
+from ..config import keys_set
+from ..device import rank
+from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
+from ..engine.fewshot_eval import run_fewshot_evaluation
+from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError
+from ..recipe import config_for_weights
+from ..viz import FIGURE_FORMATS
 
 
 def evaluate(argv):
@@ -49,10 +57,6 @@ def evaluate(argv):
     parser.add_argument("--seeds", metavar="N", type=integer(1), help="(fewshot) draws, seeds 0 .. N-1 (default: eval.fewshot_seeds, 3)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-
-    from .. import fileio
-    from ..viz import FIGURE_FORMATS
-
     setup_logging()
     if args.protocol == "fewshot":
         if args.confusion_matrix:
@@ -74,8 +78,6 @@ def evaluate(argv):
 
 def evaluation_config(args):
     """The config to evaluate with: `paddle_vit.recipe.config_for_weights` of the options."""
-    from ..recipe import config_for_weights
-
     return config_for_weights(args.weights, args.config, args.model, args.override)
 
 
@@ -89,11 +91,6 @@ def unique_class_keys(names):
 def report(args, config, figure):
     """Evaluate, print the per-class accuracy and the JSON summary, draw the confusion matrix to
     `figure` (None: none)."""
-    from ..device import rank
-    from ..engine.evaluator import run_evaluation, save_confusion_matrix_png
-
-    from ..config import keys_set
-
     metrics = run_evaluation(config, args.weights, use_ema=args.ema,
                              chosen_data_keys=keys_set("data", args.config, args.override))
     names = metrics["class_names"]
@@ -121,9 +118,6 @@ def fewshot_options(args, config):
 
 def report_fewshot(args, config, shots, l2_reg, seeds):
     """Measure the few-shot accuracy; print one line per shots, then the JSON summary."""
-    from ..config import keys_set
-    from ..engine.fewshot_eval import run_fewshot_evaluation
-
     metrics = run_fewshot_evaluation(config, args.weights, shots, l2_reg, seeds, use_ema=args.ema,
                                      chosen_data_keys=keys_set("data", args.config, args.override))
     print(f"few-shot linear accuracy: {metrics['num_train']} pool images, {metrics['num_test']} test images, "
@@ -159,4 +153,8 @@ def confusion_matrix_target(args, config):
 
 
 COMMAND = evaluate
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit eval`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

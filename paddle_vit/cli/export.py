@@ -15,15 +15,21 @@ import argparse
 import json
 import logging
 
-from ..errors import ConfigError
-from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+import paddle
+
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer
+from ..deploy.export import Int8Export, export_classifier, import_paddle2onnx
+from ..deploy.predict import load_classifier
+from ..deploy.quantize import image_batches, recipe_images
+from ..engine.logging_utils import setup_logging
+from ..errors import ConfigError, DataError
 
 
 def build_parser():
     parser = ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[3:]))
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="\n".join(__doc__.splitlines()[3:]))
     parser.add_argument("--weights", required=True, metavar="PATH",
                         help=".pdckpt, .pdparams, .safetensors or .npz weights, or a Hugging Face or timm Hub "
                              "folder")
@@ -64,11 +70,6 @@ def build_parser():
 def export(argv):
     args = build_parser().parse_args(argv)
     setup_logging()
-    import paddle
-
-    from ..deploy.export import export_classifier, import_paddle2onnx
-    from ..deploy.predict import load_classifier
-
     formats = args.format or ["paddle"]
     if args.calibration is not None and not args.quantize:
         raise ConfigError("--calibration N goes with --quantize int8")
@@ -99,10 +100,6 @@ def int8_export(classifier, calibration, gate_images=None):
     else the recipe's val split, labelled when its classes are the model's; none when the
     recipe's data cannot be read: the gate is then left out) and, for static int8, `calibration`
     images (of `gate_images`, or else of the recipe's train split)."""
-    from ..deploy.export import Int8Export
-    from ..deploy.quantize import image_batches, recipe_images
-    from ..errors import DataError
-
     config, size = classifier.config, int(classifier.model.config.image_size)
     calibration_batches = None
     if calibration and gate_images:
@@ -141,4 +138,8 @@ def int8_gate_line(metadata_path):
 
 
 COMMAND = export
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit export`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

@@ -11,8 +11,13 @@ warning on stderr; the exit code is 0 when at least one image was classified.
 import argparse
 import logging
 
-from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer
+from ..deploy.inference import InferenceOptions, engine_for_model, load_export
+from ..deploy.predict import (check_class_names, embed_files, format_embedding_json, format_embedding_text,
+                              format_json, format_text, list_images, load_classifier, predict_files, read_labels)
+from ..device import resolve_device, select_device
+from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError, DataError
 
 EPILOG = """\
@@ -40,7 +45,7 @@ weights imply, as paddle_vit.create_model(name, pretrained=...) does; -o model.K
 
 def build_parser():
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
                         help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -110,31 +115,21 @@ def predict(argv):
     args = build_parser().parse_args(argv)
     setup_logging(logging.WARNING, to="stderr")  # a skipped image: one warning line; stdout: predictions
     check_arguments(args)
-
-    from ..deploy.predict import (check_class_names, embed_files, format_embedding_json, format_embedding_text,
-                                  format_json, format_text, list_images, predict_files, read_labels)
-
     paths = list_images(args.inputs)
     if args.weights:
-        from ..deploy.predict import load_classifier
-        from ..device import select_device
         select_device(args.device, "--device")
         predictor = load_classifier(args.weights, args.config, args.model, args.override, use_ema=args.ema,
                                     labels=args.labels)
         if args.precision == "bf16":  # the model traced and run by paddle.inference with oneDNN bf16
-            from ..deploy.inference import predictor_model
-            predictor.model = predictor_model(predictor.model, "bf16")
+            predictor.engine = engine_for_model(predictor.model, "predictor", "bf16")
         elif args.backend == "onnxruntime" or args.precision == "int8":  # exported (and quantized) on the fly
-            from ..deploy.inference import onnx_runtime_model
-            predictor.model = onnx_runtime_model(predictor.model, args.precision)
+            predictor.engine = engine_for_model(predictor.model, "onnxruntime", args.precision)
         transform, class_names = predictor.preprocess, predictor.class_names  # files decoded as its pipeline does
     else:
-        from ..deploy.inference import InferenceModel, InferenceOptions
-        from ..device import resolve_device
         device = resolve_device(args.device, "--device")
         options = InferenceOptions(device=device, mkldnn=not args.no_mkldnn, cpu_threads=args.cpu_threads,
                                    tensorrt=args.tensorrt, precision=args.precision)
-        predictor = InferenceModel(args.inference_model, options, backend=args.backend)
+        predictor = load_export(args.inference_model, options, backend=args.backend)
         transform, class_names = predictor.preprocess, predictor.class_names
         if args.labels:
             class_names = check_class_names(read_labels(args.labels), predictor.num_classes,
@@ -157,4 +152,8 @@ def predict(argv):
 
 
 COMMAND = predict
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit predict`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

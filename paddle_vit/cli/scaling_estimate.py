@@ -7,9 +7,11 @@ replace with measurements once GPUs are available.
 """
 import json
 
-from . import ArgumentParser, add_common_arguments, in_process
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
+from .. import scaling
 from ..errors import ConfigError
+from ..models import get_model_config
 
 DEFAULT_MICRO_BATCH = {"vit_base_patch16_224": 128, "vit_huge_patch14_224": 32}
 
@@ -32,9 +34,7 @@ def estimate(argv):
         raise ConfigError(f"--global-batch {args.global_batch} is smaller than --gpus {max(args.gpus)}: every GPU "
                           f"needs at least one image per update")
 
-    from ..models import get_model_config
-    from ..scaling import Hardware, estimate, format_table
-    hardware = Hardware(peak_tflops=args.peak_tflops, mfu=args.mfu, memory_gib=args.memory_gib)
+    hardware = scaling.Hardware(peak_tflops=args.peak_tflops, mfu=args.mfu, memory_gib=args.memory_gib)
     tables, result = [], {"hardware": vars(hardware), "global_batch": args.global_batch, "models": {}}
     for name in args.models:
         config = get_model_config(name)
@@ -43,10 +43,10 @@ def estimate(argv):
         for gpus in args.gpus:
             for sharding in ((None,) if gpus == 1 else (None, "os_g")):
                 for recompute in (False, True):
-                    rows.append(estimate(config, gpus, min(micro, args.global_batch // gpus or 1), args.global_batch,
-                                         hardware, recompute, sharding))
+                    rows.append(scaling.estimate(config, gpus, min(micro, args.global_batch // gpus or 1),
+                                                 args.global_batch, hardware, recompute, sharding))
         result["models"][name] = rows
-        tables.append(format_table(name, rows))
+        tables.append(scaling.format_table(name, rows))
     if args.json:
         print(json.dumps(result))
     else:
@@ -58,4 +58,8 @@ def estimate(argv):
 
 
 COMMAND = estimate
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit scaling-estimate`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

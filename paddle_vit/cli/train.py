@@ -9,7 +9,13 @@ import logging
 import os
 import sys
 
-from . import ArgumentParser, add_common_arguments, attach_log_file, in_process, setup_logging
+import paddle.distributed as dist
+
+from . import ArgumentParser, add_common_arguments, run
+from ..config import load_config
+from ..engine.logging_utils import attach_log_file, setup_logging
+from ..engine.trainer import Trainer
+from ..runtime import describe_allocator
 
 
 def train(argv):
@@ -19,13 +25,6 @@ def train(argv):
                         help="override one config key (repeatable), e.g. -o train.epochs=5")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-
-    import paddle.distributed as dist
-
-    from ..config import load_config
-    from ..engine.trainer import Trainer
-    from ..runtime import describe_allocator
-
     main_process = dist.get_rank() == 0  # only rank 0 logs and writes
     setup_logging(logging.INFO if main_process else logging.WARNING)
     config = load_config(args.config, args.override)
@@ -40,4 +39,8 @@ def train(argv):
 
 
 COMMAND = train
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit train`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

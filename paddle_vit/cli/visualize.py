@@ -9,15 +9,22 @@ VisualDL's image tab. --weights takes what tools/eval.py takes, and the recipe i
 """
 import os
 
-from . import ArgumentParser, add_common_arguments, in_process, setup_logging
+from visualdl import LogWriter
+
+from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer
+from .. import fileio, viz
+from ..deploy.predict import list_images, model_for_weights
+from ..device import select_device
+from ..engine.logging_utils import setup_logging
+from ..recipe import config_for_weights
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 
 
 def visualize(argv):
     parser = ArgumentParser(description="Draw the attention maps, position-embedding similarity, "
-                                                 "embedding filters and attention distance of a ViT.")
+                            "embedding filters and attention distance of a ViT.")
     parser.add_argument("-c", "--config", help="the YAML recipe the weights were trained with (a .pdckpt stores "
                                                "its own)")
     parser.add_argument("--model", metavar="NAME", help="a registered model name instead of a recipe (optional for "
@@ -34,11 +41,6 @@ def visualize(argv):
     parser.add_argument("--dpi", type=integer(1, MAX_DPI), default=100, help="resolution of the PNGs")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-
-    from .. import fileio
-    from ..deploy.predict import list_images
-    from ..recipe import config_for_weights
-
     setup_logging()
     config = config_for_weights(args.weights, args.config, args.model, args.override)
     paths = list_images(args.image)
@@ -49,10 +51,6 @@ def visualize(argv):
 
 def draw(args, config, paths):
     """Load the weights, draw every figure into args.out and print where they went."""
-    from .. import viz
-    from ..deploy.predict import model_for_weights
-    from ..device import select_device
-
     select_device(config.train.device)
     model = model_for_weights(config, args.weights, use_ema=args.ema)
     images, paths = viz.prepare_images(paths, config, model.patch_embed.image_size[0])
@@ -60,7 +58,6 @@ def draw(args, config, paths):
     paths, numbers, figures = viz.write_figures(model, images, config.data.mean, config.data.std, args.out,
                                                 titles=titles, max_rows=args.rows, dpi=args.dpi)
     if args.vdl:
-        from visualdl import LogWriter
         with LogWriter(logdir=os.path.join(args.out, "vdl")) as writer:
             for name, figure in figures.items():
                 writer.add_image(tag=f"viz/{name}", img=viz.figure_to_array(figure, args.dpi), step=0)
@@ -73,4 +70,8 @@ def draw(args, config, paths):
 
 
 COMMAND = visualize
-main = in_process(COMMAND)  # main(argv=None) -> exit code, in this process
+
+
+def main(argv=None):
+    """``paddle-vit visualize`` in this process: the exit code (2 with one ``error:`` line)."""
+    return run(COMMAND, argv)

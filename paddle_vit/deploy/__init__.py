@@ -3,5 +3,5 @@ an export without the model's Python code (inference.py).
 
 Imports flow one way: the engine uses this package (tools/eval.py's default engine is a
 paddle.inference predictor), and this package never imports the engine. It builds models through
-`paddle_vit.hub`, as the trainer does.
+`paddle_vit.factory`, as the trainer does.
 """

@@ -13,7 +13,7 @@ The folder written by `export_classifier`:
   folded; through paddle2onnx and onnxruntime, the optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
-- ``preprocess.json``: the eval preprocessing (`paddle_vit.deploy.predict.Preprocess`), the class
+- ``preprocess.json``: the eval preprocessing (`paddle_vit.data.preprocessing.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
 Everything is written to a hidden staging folder inside the target first (``--out/.export-XXXX``)
@@ -26,14 +26,14 @@ import json
 import logging
 import os
 
+import paddle
+
 from .. import __version__, fileio
 from ..errors import ConfigError, ExportError
 from ..weights import save_weights
-# ONNX_INSTALL_HINT, import_paddle2onnx and input_shape are imported from here by other modules too
-from .onnx_export import (DEFAULT_OPSET, ONNX_FILE, ONNX_INSTALL_HINT, convert_with_paddle2onnx,  # noqa: F401
-                          export_onnx, import_paddle2onnx)  # noqa: F401
+from .onnx_export import DEFAULT_OPSET, ONNX_FILE, export_onnx, import_paddle2onnx
 from .quantize import INT8_FILE, compare_logits, quantize_onnx
-from .tracing import INPUT_NAME, input_shape, save_traced  # noqa: F401
+from .tracing import INPUT_NAME, input_shape, save_traced
 
 logger = logging.getLogger("paddle_vit")
 
@@ -49,23 +49,8 @@ EXPORT_FILES = (METADATA_FILE, WEIGHTS_FILE, ONNX_FILE, INT8_FILE, f"{MODEL_PREF
                 f"{MODEL_PREFIX}.pdiparams", f"{MODEL_PREFIX}.pdiparams.info")
 
 
-def _write_onnx(paddle2onnx, model_file, params_file, path, opset_version, metadata):
-    """paddle2onnx's plain conversion of a saved Paddle model to `path` (in a child process: an
-    abort is an ExportError), the metadata JSON in its properties; no cleaning (export_onnx cleans)."""
-    del paddle2onnx  # imported by the caller to say early what is missing; the child imports its own
-    convert_with_paddle2onnx(model_file, params_file, path, opset_version)
-    import onnx
-
-    onnx_model = onnx.load(path)
-    entry = onnx_model.metadata_props.add()
-    entry.key, entry.value = "paddle_vit", json.dumps(metadata)
-    onnx.save(onnx_model, path)
-
-
 def build_metadata(classifier, softmax, files):
     """The ``preprocess.json`` content of an export."""
-    import paddle
-
     config = classifier.model.config
     return {
         "format": EXPORT_FORMAT,
@@ -129,7 +114,8 @@ class Int8Export:
 
 def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), opset_version=DEFAULT_OPSET,
                       int8=None):
-    """Export `classifier` (a `paddle_vit.deploy.predict.Classifier`) to the folder `out_dir`.
+    """Export `classifier` (a `paddle_vit.deploy.predict.Classifier` built from weights: its `model`
+    is what is written) to the folder `out_dir`.
 
     formats: any of "paddle" (the Paddle inference model) and "onnx" (needs paddle2onnx).
     softmax: put a softmax on the output, so the model returns probabilities.

@@ -1,21 +1,26 @@
 """Run an exported model (`paddle_vit.deploy.export`) without the model's Python code.
 
-``InferenceModel(directory)`` reads ``preprocess.json`` and the network it names, and maps a
-float32 [B, 3, S, S] batch, preprocessed by ``model.transform``, to [B, K] class
-probabilities, exactly as the dynamic model does (`paddle_vit.deploy.predict.Classifier`).
+``load_export(directory)`` reads ``preprocess.json`` and the network it names into a
+`paddle_vit.deploy.predict.Classifier`, which maps a float32 [B, 3, S, S] batch, preprocessed by
+its ``preprocess``, to [B, K] class probabilities, exactly as the dynamic model does.
 
 Backends:
-- "paddle": ``paddle.inference`` (Config, create_predictor) on the Paddle inference model.
-  Reads Paddle 3's PIR program (``inference.json``) and the older ``inference.pdmodel``. On
-  CPU oneDNN (MKLDNN) is on unless ``mkldnn=False``; ``cpu_threads`` sets the math library's
-  threads. ``device="gpu"`` and ``tensorrt=True`` switch on the GPU and the TensorRT engine;
-  both need a CUDA build of Paddle (and TensorRT) and have not been measured or tested here.
+- "paddle": `PaddlePredictor`, ``paddle.inference`` (Config, create_predictor) on the Paddle
+  inference model. Reads Paddle 3's PIR program (``inference.json``) and the older
+  ``inference.pdmodel``. On CPU oneDNN (MKLDNN) is on unless ``mkldnn=False``; ``cpu_threads``
+  sets the math library's threads. ``device="gpu"`` and ``tensorrt=True`` switch on the GPU and
+  the TensorRT engine; both need a CUDA build of Paddle (and TensorRT) and have not been measured
+  or tested here.
 - "onnxruntime": the ``model.onnx`` of an export with ``--format onnx`` (needs onnxruntime), or
   with precision int8 its ``model.int8.onnx`` (``--quantize int8``), run by `OnnxSession`.
 ``backend="auto"`` takes the export's ``model.onnx`` where ONNX Runtime is the engine measured
 fastest on this kind of CPU (`engine_choice.default_engine`: AVX2 CPUs, onnxruntime installed,
 oneDNN and TensorRT options left as they are), else the Paddle model when the export has one,
 else the ONNX one; precision int8 on CPU is onnxruntime's.
+
+`engine_for_model` runs a built model on an engine without an export step (traced, or exported
+to ONNX, into a temporary folder), and `EngineModel` calls such an engine with Paddle tensors,
+for code written for the model (the evaluator).
 """
 import dataclasses
 import json
@@ -25,16 +30,22 @@ import tempfile
 from typing import Optional
 
 import numpy as np
+import paddle
+from paddle import inference
+from paddle.base import core
 
+from ..data.preprocessing import Preprocess
 from ..device import GPU_INSTALL
-from ..errors import ConfigError, ExportError
+from ..errors import ConfigError, ExportError, check_choice
 from ..runtime import check_thread_count, cpu_vendor_and_flags
 from .engine_choice import default_engine
-from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX, save_traced
+from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX
 from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model, usable_cores
-from .predict import Preprocess, check_class_names, softmax
+from .predict import Classifier, check_class_names
+from .tracing import save_traced
 
 BACKENDS = ("auto", "paddle", "onnxruntime")
+ENGINES = ("predictor", "onnxruntime")  # what `engine_for_model` runs a built model on
 DEVICES = ("cpu", "gpu")
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 CPU_PRECISIONS = ("fp32", "bf16", "int8")  # bf16: oneDNN's (paddle); int8: onnxruntime's; fp16: TensorRT's
@@ -43,9 +54,6 @@ CPU_PRECISIONS = ("fp32", "bf16", "int8")  # bf16: oneDNN's (paddle); int8: onnx
 def cpu_bf16_support():
     """(True, what the CPU has) when oneDNN can run bfloat16 here (AVX512-BF16 or AMX), else
     (False, what is missing); read from Paddle's own check and /proc/cpuinfo's flags."""
-    from paddle.base import core
-
-
     _, flags = cpu_vendor_and_flags()
     named = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
     if core.supports_bfloat16() and (named or not flags):
@@ -78,10 +86,8 @@ class InferenceOptions:
     ir_optim: bool = True
 
     def validate(self):
-        if self.device not in DEVICES:
-            raise ConfigError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_choice("device", self.device, DEVICES)
+        check_choice("precision", self.precision, PRECISIONS)
         if self.tensorrt and self.device != "gpu":
             raise ConfigError("TensorRT runs on a GPU: use --device gpu with --tensorrt")
         if self.device == "cpu" and self.precision not in CPU_PRECISIONS:
@@ -134,14 +140,13 @@ def find_paddle_model(directory, files=None):
     return None
 
 
-class PaddleRunner:
-    """A paddle.inference predictor for an exported program, configured by `InferenceOptions`;
-    call it with a float32 [B, 3, S, S] batch (numpy) for the [B, K] output."""
+class PaddlePredictor:
+    """The engine that runs a paddle.inference predictor over an exported program, configured by
+    `InferenceOptions`: float32 [B, 3, S, S] (numpy) -> [B, K] (numpy), the call `EagerModel` and
+    `OnnxSession` have too."""
+    backend = "paddle"
 
     def __init__(self, model_file, params_file, options):
-        import paddle
-        from paddle import inference
-
         config = inference.Config(model_file, params_file)
         if options.device == "gpu":
             if not paddle.device.is_compiled_with_cuda():
@@ -181,128 +186,98 @@ class PaddleRunner:
         return self.predictor.get_output_handle(self.output_name).copy_to_cpu()
 
 
-def predictor_for_model(model, options=None, dtype="float32"):
-    """Trace `model` (a `paddle_vit.ViT`) for any batch size, save it to a temporary folder and
-    load it into a `PaddleRunner` (the folder is removed once loaded). `options` defaults to
-    this process's device with the cores it may use."""
-    import paddle
+def _process_options(precision):
+    """`InferenceOptions` for this process's device, "cpu" or "gpu:<id>" (each rank its own GPU)."""
+    device = paddle.get_device()
+    if device.startswith("gpu"):
+        return InferenceOptions(device="gpu", gpu_id=int(device.partition(":")[2] or 0), precision=precision)
+    return InferenceOptions(device="cpu", precision=precision)
 
-    if options is None:  # this process's device: "cpu" or "gpu:<id>" (each rank its own GPU)
-        device = paddle.get_device()
-        options = (InferenceOptions(device="gpu", gpu_id=int(device.partition(":")[2] or 0))
-                   if device.startswith("gpu") else InferenceOptions(device="cpu"))
+
+def engine_for_model(model, engine, precision="fp32", *, options=None, threads=None, dtype="float32"):
+    """`model` (a `paddle_vit.ViT`) on `engine`, with the call of `paddle_vit.deploy.predict.EagerModel`:
+
+    - "predictor": traced for any batch size (input `dtype`), saved to a temporary folder (removed
+      once loaded) and run by a `PaddlePredictor` with `options` (default: this process's device,
+      with the cores it may use, in `precision`: fp32, or bf16 on a CPU that has it);
+    - "onnxruntime": exported to ONNX on the fly (quantized for int8) and run by an `OnnxSession`
+      on the CPU with `threads` (`paddle_vit.deploy.onnx_runtime.session_for_model`).
+    """
+    check_choice("engine", engine, ENGINES)
+    if engine == "onnxruntime":
+        return session_for_model(model, precision, threads)
+    options = (options or _process_options(precision)).validate()
     folder = tempfile.mkdtemp(prefix="paddle_vit_predictor_")
     try:
-        return PaddleRunner(*save_traced(model, os.path.join(folder, MODEL_PREFIX), dtype=dtype), options)
+        return PaddlePredictor(*save_traced(model, os.path.join(folder, MODEL_PREFIX), dtype=dtype), options)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class PredictorModel:
-    """A `PaddleRunner` (or an `OnnxSession`) with the calling convention of a model in eval mode:
-    images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor), for code written for
-    the model."""
+class EngineModel:
+    """An engine of `engine_for_model` called like the Paddle model in eval mode, for code written
+    for the model: images [B, 3, S, S] (a Paddle tensor) -> logits [B, K] (a Paddle tensor)."""
 
-    def __init__(self, runner, config=None):
-        self.runner = runner
-        self.config = config  # the ViTConfig of the traced model, as the model has it
+    def __init__(self, engine):
+        self.engine = engine
 
     def eval(self):
         return self
 
     def __call__(self, images):
-        import paddle
-        logits = self.runner(np.ascontiguousarray(images.numpy(), dtype=np.float32))
-        return paddle.to_tensor(logits)
+        return paddle.to_tensor(self.engine(np.ascontiguousarray(images.numpy(), dtype=np.float32)))
 
 
-def predictor_model(model, precision="fp32"):
-    """`model` traced and run by paddle.inference on this process's device in `precision`
-    (fp32, or bf16 on a CPU that has it), called like the model."""
-    import paddle
+def load_export(directory, options=None, backend="auto"):
+    """The exported model folder `directory` as a `Classifier` (its ``metadata``: the folder's
+    ``preprocess.json``), run by the engine `backend` names ("auto": see the module's doc)."""
+    check_choice("backend", backend, BACKENDS)
+    directory = os.fspath(directory)
+    options = (options or InferenceOptions()).validate()
+    metadata = read_metadata(directory)
+    where = os.path.join(directory, METADATA_FILE)
+    preprocess = Preprocess.from_dict(metadata.get("preprocess") or {}, where)
+    num_classes = int(metadata.get("num_classes") or 0)
+    class_names = check_class_names(metadata.get("class_names"), num_classes, where)
+    engine = _export_engine(directory, metadata.get("files") or {}, options, backend)
+    return Classifier(engine, preprocess, class_names, metadata.get("model_name", "?"), num_classes,
+                      outputs_embedding=bool(metadata.get("outputs_embedding", num_classes == 0)),
+                      outputs_probabilities=metadata.get("output") == "probabilities", metadata=metadata)
 
-    options = None
-    if precision != "fp32":
-        options = InferenceOptions(device="gpu" if paddle.get_device().startswith("gpu") else "cpu",
-                                   precision=precision).validate()
-    return PredictorModel(predictor_for_model(model, options), getattr(model, "config", None))
 
-
-def onnx_runtime_model(model, precision="fp32", threads=None):
-    """`model` exported to ONNX on the fly (quantized for int8) and run by onnxruntime on the CPU,
-    called like the model."""
-    return PredictorModel(session_for_model(model, precision, threads), getattr(model, "config", None))
-
-
-class InferenceModel:
-    """An exported model folder, ready to predict.
-
-    Attributes: metadata (``preprocess.json``), preprocess (`Preprocess`), transform (the eval
-    transform), class_names (None when the export has none), model_name, backend.
-    """
-
-    def __init__(self, directory, options=None, backend="auto"):
-        if backend not in BACKENDS:
-            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        self.directory = os.fspath(directory)
-        self.options = (options or InferenceOptions()).validate()
-        self.metadata = read_metadata(self.directory)
-        where = os.path.join(self.directory, METADATA_FILE)
-        self.preprocess = Preprocess.from_dict(self.metadata.get("preprocess") or {}, where)
-        self.transform = self.preprocess.transform()
-        self.num_classes = int(self.metadata.get("num_classes") or 0)
-        self.class_names = check_class_names(self.metadata.get("class_names"), self.num_classes, where)
-        self.model_name = self.metadata.get("model_name", "?")
-        self.outputs_probabilities = self.metadata.get("output") == "probabilities"
-        self.outputs_embedding = bool(self.metadata.get("outputs_embedding", self.num_classes == 0))
-        files = self.metadata.get("files") or {}
-
-        int8 = self.options.device == "cpu" and self.options.precision == "int8"
-        if int8 and backend == "paddle":
-            raise ConfigError("precision int8 on CPU runs the export's model.int8.onnx through onnxruntime: "
-                              "use --backend onnxruntime (or auto)")
-        if backend == "onnxruntime" and self.options.precision == "bf16":
-            raise ConfigError("precision bf16 is paddle.inference's oneDNN path: use --backend paddle (or auto)")
-        onnx_file = os.path.join(self.directory, files.get("onnx_int8", INT8_FILE) if int8
-                                 else files.get("onnx", FP32_FILE))
-        fallback = None  # the Paddle model, when auto took model.onnx over it
-        if backend == "auto" and os.path.isfile(onnx_file) and self.options.mkldnn and not self.options.tensorrt:
-            preferred, _ = default_engine(self.options.device, self.options.precision, needs_export=False)
-            if preferred == "onnxruntime":  # the fastest on this CPU
-                backend = "onnxruntime"
-                fallback = find_paddle_model(self.directory, files)  # named if model.onnx will not load
-        paddle_model = (find_paddle_model(self.directory, files)
-                        if backend in ("auto", "paddle") and not int8 else None)
-        if paddle_model is None and self.options.precision == "bf16":
-            raise ExportError(f"{self.directory} holds no Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + "
-                              f".pdiparams): precision bf16 runs it on oneDNN (export with --format paddle)")
-        if paddle_model is not None:
-            self.backend = "paddle"
-            self._run = PaddleRunner(*paddle_model, self.options)
-        elif backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
-            self.backend = "onnxruntime"
-            try:
-                self._run = OnnxSession(onnx_file, self.options.cpu_threads, self.options.device)
-            except ExportError as error:
-                if fallback is None:
-                    raise
-                raise ExportError(f"{error}; --backend paddle runs the export's Paddle model instead") from None
-        elif int8:
-            raise ExportError(f"{self.directory} holds no {os.path.basename(onnx_file)}: precision int8 runs the "
-                              f"quantized ONNX model that tools/export.py --format onnx --quantize int8 writes")
-        else:
-            wanted = {"paddle": f"Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
-                      "onnxruntime": f"ONNX model ({os.path.basename(onnx_file)})"}.get(
-                backend, f"Paddle inference model or {os.path.basename(onnx_file)}")
-            raise ExportError(f"{self.directory} holds no {wanted}")
-
-    def outputs(self, batch):
-        """The network's raw output for a float32 [B, 3, S, S] batch (logits or probabilities,
-        as ``metadata["output"]`` says)."""
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        return np.asarray(self._run(batch), dtype=np.float32)
-
-    def __call__(self, batch):
-        """float32 [B, K] class probabilities."""
-        outputs = self.outputs(batch)
-        return outputs if self.outputs_probabilities else softmax(outputs)
+def _export_engine(directory, files, options, backend):
+    """The `PaddlePredictor` or `OnnxSession` that runs the export in `directory` (its metadata
+    names its `files`) with `options`, on `backend`."""
+    int8 = options.device == "cpu" and options.precision == "int8"
+    if int8 and backend == "paddle":
+        raise ConfigError("precision int8 on CPU runs the export's model.int8.onnx through onnxruntime: "
+                          "use --backend onnxruntime (or auto)")
+    if backend == "onnxruntime" and options.precision == "bf16":
+        raise ConfigError("precision bf16 is paddle.inference's oneDNN path: use --backend paddle (or auto)")
+    onnx_file = os.path.join(directory, files.get("onnx_int8", INT8_FILE) if int8 else files.get("onnx", FP32_FILE))
+    fallback = None  # the Paddle model, when auto took model.onnx over it
+    if backend == "auto" and os.path.isfile(onnx_file) and options.mkldnn and not options.tensorrt:
+        preferred, _ = default_engine(options.device, options.precision, needs_export=False)
+        if preferred == "onnxruntime":  # the fastest on this CPU
+            backend = "onnxruntime"
+            fallback = find_paddle_model(directory, files)  # named if model.onnx will not load
+    paddle_model = find_paddle_model(directory, files) if backend in ("auto", "paddle") and not int8 else None
+    if paddle_model is None and options.precision == "bf16":
+        raise ExportError(f"{directory} holds no Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + "
+                          f".pdiparams): precision bf16 runs it on oneDNN (export with --format paddle)")
+    if paddle_model is not None:
+        return PaddlePredictor(*paddle_model, options)
+    if backend in ("auto", "onnxruntime") and os.path.isfile(onnx_file):
+        try:
+            return OnnxSession(onnx_file, options.cpu_threads, options.device)
+        except ExportError as error:
+            if fallback is None:
+                raise
+            raise ExportError(f"{error}; --backend paddle runs the export's Paddle model instead") from None
+    if int8:
+        raise ExportError(f"{directory} holds no {os.path.basename(onnx_file)}: precision int8 runs the "
+                          f"quantized ONNX model that tools/export.py --format onnx --quantize int8 writes")
+    wanted = {"paddle": f"Paddle inference model ({MODEL_PREFIX}.json or .pdmodel + .pdiparams)",
+              "onnxruntime": f"ONNX model ({os.path.basename(onnx_file)})"}.get(
+        backend, f"Paddle inference model or {os.path.basename(onnx_file)}")
+    raise ExportError(f"{directory} holds no {wanted}")

@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 from ..errors import ExportError
+from ..runtime import environment_without_relaunch
 from ..variants import onnx_traceable
 from .tracing import INPUT_NAME, save_traced
 
@@ -38,7 +39,7 @@ DIMENSION_NAMES = ("batch", None, "height", "width")  # of the input [N, C, H, W
 def import_paddle2onnx():
     """paddle2onnx, or an ExportError saying how to install the extra."""
     try:
-        import paddle2onnx
+        import paddle2onnx  # here: the onnx extra is optional
     except ImportError as error:
         raise ExportError(f"--format onnx needs paddle2onnx and onnxruntime, which are not installed "
                           f"({error}): {ONNX_INSTALL_HINT}") from None
@@ -89,8 +90,6 @@ def convert_with_paddle2onnx(model_file, params_file, path, opset_version):
     """paddle2onnx's conversion of a saved Paddle model to `path`, in a child process; a failure
     (or an abort) is an ExportError with paddle2onnx's own message."""
     paddle2onnx = import_paddle2onnx()
-    from ..runtime import environment_without_relaunch
-
     # started without the allocator a tool's relaunch preloaded: under it paddle2onnx hangs on a lock
     environment = dict(environment_without_relaunch(), GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
     result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],

@@ -39,7 +39,7 @@ def usable_cores():
 def import_onnxruntime(what):
     """onnxruntime, or one ConfigError line saying that `what` needs the onnx extra."""
     try:
-        import onnxruntime
+        import onnxruntime  # here: the onnx extra is optional
     except ImportError as error:
         raise ConfigError(f"{what} needs onnxruntime, which is not installed ({error}): "
                           f"{ONNX_INSTALL_HINT}") from None
@@ -54,11 +54,13 @@ def check_onnx_precision(precision, where):
 
 class OnnxSession:
     """An onnxruntime session over an ONNX file; call it with a float32 [B, 3, H, W] numpy batch
-    for the graph's first output [B, K] (logits, or probabilities for an export with softmax).
+    for the graph's first output [B, K] (logits, or probabilities for an export with softmax),
+    the call `EagerModel` and `PaddlePredictor` have too.
 
     threads: intra-op threads (None: the cores this process may use); device "gpu" puts the
     CUDA provider first (not measured here); fuse: load the graph with its attentions fused
     (`fused_attention` says how many were)."""
+    backend = "onnxruntime"
 
     def __init__(self, onnx_file, threads=None, device="cpu", fuse=True):
         onnxruntime = import_onnxruntime(f"running {os.path.basename(onnx_file)}")
@@ -94,7 +96,7 @@ def _fused_graph(path):
     """(what to give InferenceSession, attentions fused): the serialized graph with its attentions
     fused, or `path` itself when there is nothing to fuse or onnx cannot read the file here."""
     try:
-        import onnx
+        import onnx  # here: the onnx extra is optional
 
         if not os.path.isfile(path) or os.path.getsize(path) > FUSE_SIZE_LIMIT:
             return path, 0  # not a regular file (onnxruntime says what it is), or too large to hold twice

@@ -2,11 +2,13 @@
 head: its embedding).
 
 What `tools/predict.py` shares between its two ways of running a model, the dynamic model
-built from weights (`load_classifier`) and an exported inference model (`paddle_vit.deploy.inference`):
+built from weights (`load_classifier`) and an exported inference model
+(`paddle_vit.deploy.inference.load_export`), both a `Classifier`:
 
-- `Preprocess` (defined in `paddle_vit.data.preprocessing`, re-exported here): the eval
-  preprocessing, a recipe's or the one a checkpoint's library computes, written into an
-  export's ``preprocess.json`` and rebuilt from it, so both paths feed the model the same numbers;
+- `Classifier`: an engine (`EagerModel` here; `paddle_vit.deploy.inference.PaddlePredictor`,
+  `paddle_vit.deploy.onnx_runtime.OnnxSession`) with the eval preprocessing (a
+  `paddle_vit.data.preprocessing.Preprocess`, written into an export's ``preprocess.json`` and
+  rebuilt from it, so both paths feed the model the same numbers) and the class names;
 - `list_images`, `iter_batches`: files and folders to batches of [B, 3, S, S] float32; a file
   that does not decode is skipped with one warning naming it;
 - `softmax`, `top_k`, `format_text`, `format_json`: the output.
@@ -18,11 +20,12 @@ import os
 from typing import List, Optional
 
 import numpy as np
+import paddle
 
 from ..checkpoint import load_checkpoint
 from ..config import keys_set
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
-from ..data.preprocessing import Preprocess, TooLargeToResize  # Preprocess re-exported too: its home was here
+from ..data.preprocessing import Preprocess, TooLargeToResize
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
 from ..factory import eval_preprocess, model_for_evaluation
@@ -191,42 +194,67 @@ def check_class_names(class_names, num_classes, where):
     return class_names
 
 
-# ---- the dynamic model -------------------------------------------------------------------------
+# ---- the eager engine, and an engine with its images' preprocessing ----------------------------
+
+class EagerModel:
+    """The engine that runs a Paddle model eagerly, without gradients: float32 [B, 3, S, S] (numpy)
+    -> [B, K] (numpy), the call `PaddlePredictor` and `OnnxSession` have too."""
+    backend = "dynamic"
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, batch):
+        with paddle.no_grad():
+            return self.model(paddle.to_tensor(batch)).numpy()
+
 
 @dataclasses.dataclass
 class Classifier:
-    """A ViT in eval mode with what is needed to use it on images.
+    """An engine with what is needed to use it on images: float32 [B, 3, S, S] batches in, [B, K]
+    class probabilities out (`outputs`: the engine's raw output).
 
-    model_name: the registered name it was built from; class_names: None when unknown.
+    engine: an `EagerModel`, `paddle_vit.deploy.inference.PaddlePredictor` or
+        `paddle_vit.deploy.onnx_runtime.OnnxSession`;
+    model_name: the registered name it was built from; class_names: None when unknown;
+    outputs_embedding: the output is an embedding (a model with no head, or whose head is a
+        projection, CLIP's), not class scores; outputs_probabilities: an export with a softmax;
+    model, config: the eager ViT and the full config it was built from (its data section: the
+        recipe's images), for one built from weights; metadata: an export's ``preprocess.json``.
     """
-    model: object
+    engine: object
     preprocess: Preprocess
     class_names: Optional[List[str]]
     model_name: str
-    config: object = None  # the full config it was built from (its data section: the recipe's images)
+    num_classes: int
+    outputs_embedding: bool
+    outputs_probabilities: bool = False
+    model: object = None
+    config: object = None
+    metadata: Optional[dict] = None
+
+    @classmethod
+    def for_model(cls, model, preprocess, class_names, model_name, config=None):
+        """`model` (a ViT in eval mode) run eagerly."""
+        num_classes = model.config.num_classes
+        return cls(EagerModel(model), preprocess, class_names, model_name, num_classes,
+                   outputs_embedding=num_classes == 0 or getattr(model, "head_is_projection", False),
+                   model=model, config=config)
 
     @property
-    def num_classes(self):
-        return self.model.config.num_classes
-
-    @property
-    def outputs_embedding(self):
-        """A model with no head, or whose head is a projection (CLIP's): its output is an embedding."""
-        return self.num_classes == 0 or getattr(self.model, "head_is_projection", False)
-
-    def logits(self, batch):
-        """float32 [B, K] logits of a float32 [B, 3, S, S] numpy batch."""
-        import paddle
-        with paddle.no_grad():
-            return self.model(paddle.to_tensor(np.ascontiguousarray(batch, dtype=np.float32))).numpy()
+    def backend(self):
+        """What runs it: "dynamic", "paddle" (paddle.inference) or "onnxruntime"."""
+        return self.engine.backend
 
     def outputs(self, batch):
-        """The model's raw output: logits, or for a model with no head its pooled embedding."""
-        return self.logits(batch)
+        """The engine's raw float32 [B, K] output for a float32 [B, 3, S, S] numpy batch: logits
+        (probabilities for an export with a softmax), or for a model with no head its embedding."""
+        return np.asarray(self.engine(np.ascontiguousarray(batch, dtype=np.float32)), dtype=np.float32)
 
     def __call__(self, batch):
         """float32 [B, K] class probabilities."""
-        return softmax(self.logits(batch))
+        outputs = self.outputs(batch)
+        return outputs if self.outputs_probabilities else softmax(outputs)
 
 
 def model_for_weights(config, weights, use_ema=False):
@@ -268,7 +296,7 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
         class_names = list(model.class_names)
     preprocess = eval_preprocess(model, config.data, keys_set("data", config_path, overrides))
     report_preprocess(preprocess, model)
-    return Classifier(model, preprocess, class_names, config.model.name, config)
+    return Classifier.for_model(model, preprocess, class_names, config.model.name, config)
 
 
 def report_preprocess(preprocess, model):
@@ -285,8 +313,7 @@ def report_preprocess(preprocess, model):
 def predict_files(predictor, paths, transform, batch_size, top, class_names=None, skipped=None):
     """Yield (path, top-k predictions) for every readable image of `paths`, batch by batch.
 
-    `predictor` maps a float32 [B, 3, S, S] batch to [B, K] probabilities (a `Classifier` or a
-    `paddle_vit.deploy.inference.InferenceModel`).
+    `predictor` maps a float32 [B, 3, S, S] batch to [B, K] probabilities (a `Classifier`).
     """
     for batch_paths, batch in iter_batches(paths, transform, batch_size, skipped):
         probabilities = predictor(batch)

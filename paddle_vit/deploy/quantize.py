@@ -34,11 +34,13 @@ import os
 
 import numpy as np
 
-from ..errors import ExportError
+from ..data.datasets import AugmentedDataset, build_datasets
+from ..errors import ExportError, check_choice
 from ..fileio import file_system_full
 from ..runtime import cpu_vendor_and_flags
 from .onnx_export import import_onnx_extra, work_folder
 from .onnx_fusion import fuse_attention
+from .predict import iter_batches, list_images
 
 MODES = ("dynamic", "static")
 ROLES = ("patch_embedding", "head", "attention_products")
@@ -139,8 +141,7 @@ def quantize_onnx(fp32_path, int8_path, *, mode="dynamic", calibration_batches=N
     keep_fp32: the roles left in float32 (see the module's doc), any of ROLES.
     """
     onnx, quantization = _import_quantization()
-    if mode not in MODES:
-        raise ExportError(f"quantization mode must be one of {', '.join(MODES)}, got {mode!r}")
+    check_choice("quantization mode", mode, MODES, error=ExportError)
     unknown = [role for role in keep_fp32 if role not in ROLES]
     if unknown:
         raise ExportError(f"keep_fp32 takes {', '.join(ROLES)}; got {', '.join(unknown)}")
@@ -247,7 +248,7 @@ def compare_logits(fp32_path, int8_path, batches, labels=None, threads=None):
     return {"images", "top1_agreement", "max_logit_difference", "max_relative_difference" (to the
     largest fp32 logit of the image), and with `labels` (one int per image) "top1_fp32",
     "top1_int8"}; fractions in [0, 1]."""
-    import onnxruntime
+    (onnxruntime,) = import_onnx_extra("the int8 accuracy gate", "onnxruntime")
 
     options = onnxruntime.SessionOptions()
     if threads:
@@ -280,8 +281,6 @@ def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_
     model sees it at evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
     (split="val") for the accuracy gate, or the first `limit` images of the train split in a fixed
     shuffled order (split="train", never augmented) for calibration."""
-    from ..data.datasets import AugmentedDataset, build_datasets
-
     train, val, class_names = build_datasets(data_config, image_size, eval_preprocess=preprocess)
     if split == "val":
         dataset, order = val, np.arange(len(val))
@@ -303,7 +302,5 @@ def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_
 def image_batches(inputs, preprocess, limit=None, batch_size=32):
     """float32 [B, 3, S, S] batches of the image files and folders `inputs` (the first `limit`),
     read as the model reads them at evaluation (`preprocess`); unreadable files are skipped."""
-    from .predict import iter_batches, list_images
-
     paths = list_images(inputs)[:limit]
     return [batch for _, batch in iter_batches(paths, preprocess, batch_size)]

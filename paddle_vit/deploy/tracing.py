@@ -4,27 +4,33 @@ dynamic_img_size) and the traced-graph variants it computes with (`paddle_vit.va
 Shared by the Paddle inference export (export.py) and the ONNX export (onnx_export.py)."""
 import os
 
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+from paddle.static import InputSpec
+
 from ..errors import ExportError
 from ..variants import traceable
 
 INPUT_NAME = "image"
 
 
-def inference_network(model, with_softmax=False):
+class InferenceNetwork(nn.Layer):
     """The layer that is traced: the ViT in eval mode, with a softmax on its logits if asked."""
-    import paddle.nn as nn
-    import paddle.nn.functional as F
 
-    class InferenceNetwork(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def __init__(self, model, with_softmax=False):
+        super().__init__()
+        self.model = model
+        self.with_softmax = with_softmax
 
-        def forward(self, image):
-            logits = self.model(image)  # [N, 3, S, S] -> [N, K]
-            return F.softmax(logits, axis=-1) if with_softmax else logits
+    def forward(self, image):
+        logits = self.model(image)  # [N, 3, S, S] -> [N, K]
+        return F.softmax(logits, axis=-1) if self.with_softmax else logits
 
-    network = InferenceNetwork()
+
+def inference_network(model, with_softmax=False):
+    """An `InferenceNetwork` of `model`, in eval mode."""
+    network = InferenceNetwork(model, with_softmax)
     network.eval()
     return network
 
@@ -49,9 +55,6 @@ def save_traced(model, prefix, softmax=False, dtype="float32", variants=traceabl
     (program file, parameters file). The graph computes with the traced-graph variants that the
     context `variants` applies (`paddle_vit.variants.traceable` by default); `model` itself stays
     eager and keeps its classes."""
-    import paddle
-    from paddle.static import InputSpec
-
     config = model.config
     was_training = model.training
     network = inference_network(model, softmax)

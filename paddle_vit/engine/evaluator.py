@@ -9,18 +9,17 @@ import logging
 import numpy as np
 import paddle
 import paddle.distributed as dist
-import paddle.nn.functional as F
 
 from ..data import build_dataloader, build_datasets
 from ..deploy.engine_choice import default_engine
-from ..deploy.inference import onnx_runtime_model, predictor_model
+from ..deploy.inference import EngineModel, engine_for_model
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
 from ..factory import check_fits_data, eval_preprocess, model_for_evaluation
 from ..variants import use_cpu_fast_paths, use_traceable_variants
+from ..viz import confusion_matrix_figure, save_figure
 
 logger = logging.getLogger("paddle_vit")
-from ..viz import confusion_matrix_figure, save_figure
 
 
 @paddle.no_grad()
@@ -117,10 +116,8 @@ def model_for_engine(model, engine, precision="fp32"):
                              if engine in ("dynamic", "to_static") else ""))
     if engine == "to_static":
         return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
-    if engine == "predictor":
-        return predictor_model(model, precision)
-    if engine == "onnxruntime":
-        return onnx_runtime_model(model, precision)
+    if engine in ("predictor", "onnxruntime"):
+        return EngineModel(engine_for_model(model, engine, precision))
     return model
 
 
@@ -129,7 +126,7 @@ def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
     (plus `class_names` and `precision`).
 
     The images are fed as the checkpoint's own pipeline feeds them where it implies one (timm's
-    pretrained_cfg, ...; `paddle_vit.hub.eval_preprocess`), each data key in
+    pretrained_cfg, ...; `paddle_vit.factory.eval_preprocess`), each data key in
     `chosen_data_keys` ({key: where the user set it}) replacing its value; else by the
     recipe's eval transform."""
 

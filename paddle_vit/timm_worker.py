@@ -1,22 +1,44 @@
-"""The PyTorch side of the project's reference checks (run with a Python that has torch + timm,
-never with Paddle): importing timm where torchvision does not match torch, and the timm half of
-``tools/benchmark.py --compare timm``.
+"""The timm side of ``paddle-vit benchmark --compare timm``, run by path with another Python, one
+with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` starts it):
 
-    import_timm()   used by tools/make_reference_fixtures.py and by the worker below
-    python tools/torch_reference.py benchmark '<settings json>'
-        the benchmark worker: builds timm's model of the given configuration, warms it up,
-        then times `run N` requests from stdin one at a time, so that the Paddle process and
-        this one take turns (A B A B) and never share the cores while timing.
+    python paddle_vit/timm_worker.py benchmark '<settings json>'
+        builds timm's model of the given configuration, warms it up, then times `run N`
+        requests from stdin one at a time, so that the Paddle process and this one take turns
+        (A B A B) and never share the cores while timing.
 
-Only the standard library is imported at module level: the Paddle side imports nothing from here.
+It also holds what both sides of the comparison share, the per-iteration timing loop, the peak
+memory and the answer lines' prefix, and `import_timm`, which the reference fixture makers
+(tests/fixtures/make/) use. Only the standard library is imported at module level, so that
+`paddle_vit.benchmark` imports it and a Python without Paddle runs it.
 """
+import glob
+import importlib.util
 import json
 import os
 import resource
 import sys
 import time
+from functools import partial
 
-PROTOCOL_PREFIX = "BENCH_JSON "  # worker answers are the stdout lines that start with this
+PROTOCOL_PREFIX = "BENCH_JSON "  # the worker's answers are the stdout lines that start with this
+
+
+def time_iterations(step, synchronize, iterations):
+    """The seconds of each of `iterations` calls of `step`, each ended by `synchronize` (the
+    device's wait: a kernel launch returns before it has run)."""
+    seconds = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        step()
+        synchronize()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def peak_rss_mb(children=False):
+    """The peak resident set size of this process (or of its largest child), in MiB."""
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    return resource.getrusage(who).ru_maxrss / 1024.0  # Linux reports KiB
 
 
 def import_timm():
@@ -28,9 +50,6 @@ def import_timm():
     schemas first lets the import finish (the ops are never called); where it loads, torchvision
     defines them itself, and declaring them first would make its registration abort.
     """
-    import glob
-    import importlib.util
-
     import torch
 
     spec = importlib.util.find_spec("torchvision")
@@ -48,10 +67,6 @@ def import_timm():
     return timm
 
 
-def _peak_rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
-
-
 def _say(**message):
     sys.stdout.write(PROTOCOL_PREFIX + json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -66,8 +81,6 @@ def _build_timm_model(timm, vit):
     A hybrid (`backbone_layers` set) gets timm's own hybrid backbone (vision_transformer_hybrid's
     ResNetV2 with StdConv2dSame) in a HybridEmbed, as timm's vit_*_r* models are built.
     """
-    from functools import partial
-
     from timm.models.vision_transformer import VisionTransformer
 
     pool = {"cls": "token"}.get(vit["pool"], "avg")
@@ -157,13 +170,7 @@ class _TimmSubject:
             self.torch.cuda.synchronize()
 
     def timed(self, iterations):
-        seconds = []
-        for _ in range(iterations):
-            start = time.perf_counter()
-            self.step()
-            self.synchronize()
-            seconds.append(time.perf_counter() - start)
-        return seconds
+        return time_iterations(self.step, self.synchronize, iterations)
 
     def gpu_max_allocated_mb(self):
         if self.device.type != "cuda":
@@ -189,13 +196,13 @@ def serve_benchmark(settings):
             _say(seconds=subject.timed(int(command[1])))
         elif command[0] == "quit":
             break
-    _say(peak_rss_mb=_peak_rss_mb(), gpu_max_allocated_mb=subject.gpu_max_allocated_mb())
+    _say(peak_rss_mb=peak_rss_mb(), gpu_max_allocated_mb=subject.gpu_max_allocated_mb())
     return 0
 
 
 def main(argv):
     if len(argv) != 2 or argv[0] != "benchmark":
-        sys.stderr.write("usage: python tools/torch_reference.py benchmark '<settings json>'\n")
+        sys.stderr.write("usage: python paddle_vit/timm_worker.py benchmark '<settings json>'\n")
         return 2
     return serve_benchmark(json.loads(argv[1]))
 
