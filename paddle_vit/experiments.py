@@ -19,16 +19,24 @@ pool "mean") and the same recipe (`tools/train.py`'s Trainer):
 Every run takes the same number of optimizer steps whatever the fraction (smaller fractions are
 seen more often): the families and the sizes differ in data, not in compute.
 """
+import json
+import logging
 import math
 import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 
 import numpy as np
+import paddle
 
 from . import runtime
 from .config import load_config
 from .engine.logging_utils import setup_logging
 from .engine.trainer import Trainer
-from .data.datasets import AugmentedDataset
+from .data.datasets import AugmentedDataset, digits_sources, stratified_subset
 from .data.loader import build_dataloader
 from .errors import TrainingError
 from .fewshot import extract_features, fewshot_accuracy
@@ -76,8 +84,6 @@ def training_images(fractions, batch_size=BATCH_SIZE):
     """{fraction: images of the digits training split it keeps} for the experiment's runs (at
     least one image of each class, as `data.train_fraction` keeps), and the smallest fraction,
     in thousandths, that keeps a whole batch of `batch_size`."""
-    from .data.datasets import digits_sources, stratified_subset
-
     data = experiment_config("ViT", 1.0, 0, "unused").data
     labels = digits_sources(data.val_fraction, data.split_seed)[0].labels
 
@@ -93,10 +99,6 @@ def training_images(fractions, batch_size=BATCH_SIZE):
 def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=FEWSHOT_SHOTS):
     """One run of the experiment: (validation top-1, parameters, training images, seconds,
     few-shot accuracies [[accuracy per draw of FEWSHOT_DRAWS] per shots])."""
-    import time
-
-    import paddle
-
     start = time.time()
     paddle.set_device("cpu")
     if threads:
@@ -140,8 +142,6 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
     out and run side by side with one math thread each, since a model this small keeps a core busy
     with Python and Paddle's dispatch, not with arithmetic. `progress(family, fraction, seed,
     accuracy, seconds, fewshot)` is called as each run ends (fewshot: {k: mean of the draws})."""
-    import threading
-
     shots = tuple(int(k) for k in shots)
     runs = [(family, fraction, seed) for family in families for fraction in fractions for seed in seeds]
     workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(runs)))
@@ -208,11 +208,6 @@ def _run_in_worker(share, work_dir, steps, batch_size, shots, record, errors):
     per run to `record`; the child's last stderr line to `errors` if it fails. A child process,
     not multiprocessing: multiprocessing's resource tracker outlives a notebook's kernel and holds
     up its shutdown (which then ends in a SIGTERM)."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
-
     request = {"runs": [list(run) for run in share], "work_dir": work_dir, "steps": steps, "batch_size": batch_size,
                "shots": list(shots)}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -239,10 +234,6 @@ _RESULT = "DATA_SIZE_RUN "
 
 def _worker_main():
     """The child's side of `_run_in_worker`: read the request from stdin, train each run."""
-    import json
-    import logging
-    import sys
-
 
     runtime.configure()  # a process of its own: the settings the tools make
     setup_logging(logging.WARNING, to="stderr")

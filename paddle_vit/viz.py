@@ -28,6 +28,7 @@ import os
 import numpy as np
 import paddle
 import paddle.nn.functional as F
+from PIL import Image, UnidentifiedImageError
 
 from . import fileio
 from .data import build_transforms
@@ -62,6 +63,8 @@ def _eval_mode(model):
 
 def new_figure(width, height):
     """A matplotlib figure on the Agg canvas, not registered with pyplot."""
+    # matplotlib is imported where a figure is drawn: training and evaluation import this module
+    # and need none of its start-up time
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -118,8 +121,6 @@ def _attentions_of(model, images):
 def load_image(path):
     """The image at `path` as an RGB PIL image, EXIF orientation applied, any mode converted
     (transparency on white). A missing or unreadable file is a DataError naming it."""
-    from PIL import UnidentifiedImageError
-
 
     if not os.path.isfile(path):
         raise DataError(f"image {path} does not exist")
@@ -240,8 +241,6 @@ def attention_overlay_image(model, image_chw_normalised, mean, std, *, min_side=
         image_chw_normalised: [3, S, S] float, as the data set yields it (tensor or numpy).
         mean, std: the normalisation of the data config (`config.data.mean`, `config.data.std`).
     """
-    from PIL import Image
-
     attentions = _attentions_of(model, image_chw_normalised)
     heat = rollout_patch_map(attention_rollout(attentions), _grid_of(model), rollout_query_for(model))[0]
     image = denormalise(image_chw_normalised, mean, std)  # [S, S, 3]
