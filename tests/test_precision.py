@@ -69,6 +69,7 @@ def evaluate(capsys, recipe, weights, *overrides):
 
 
 @needs_bf16
+@pytest.mark.slow  # trains the quick start for 6 epochs first
 def test_eval_in_bf16_keeps_the_accuracy_and_says_its_precision(digits_run, capsys):
     recipe, weights = digits_run
     fp32, _ = evaluate(capsys, recipe, weights)
@@ -94,6 +95,7 @@ def test_eval_in_bf16_on_the_eager_engine_is_refused(tmp_path, capsys):
 
 
 @needs_bf16
+@pytest.mark.slow  # trains the quick start for 6 epochs first
 def test_predict_in_bf16_from_weights_gives_the_fp32_classes(digits_run, tmp_path, capsys):
     from PIL import Image
     from sklearn.datasets import load_digits
