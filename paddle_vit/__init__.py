@@ -6,9 +6,9 @@
 
 Importing the package changes nothing outside it (no environment variable, Paddle flag, warning
 filter or log level), and Paddle itself is imported only when a name that needs it is first used.
-The speed settings the tools make for a whole process are one explicit call,
-`paddle_vit.runtime.configure()`; the CPU fast paths of a built model are another,
-`paddle_vit.variants.use_cpu_fast_paths(model)` (docs/design.md).
+On a CPU, `create_model` gives the model the CPU fast paths and, the first time, makes the process
+settings that change no result (`paddle_vit.runtime.configure_for_models`); the rest of the speed
+settings the tools make are one explicit call, `paddle_vit.runtime.configure()` (docs/design.md).
 """
 from .errors import ConfigError, DataError, ExportError, PaddleVitError, TrainingError, WeightsError
 from .lazy import lazy_names

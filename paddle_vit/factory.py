@@ -18,10 +18,12 @@ epsilon, GELU, ...), and the model keys a recipe sets win.
 import dataclasses
 import logging
 
+from . import runtime
 from .checkpoint import load_checkpoint
 from .data.preprocessing import Preprocess, preprocess_for_checkpoint
 from .errors import ConfigError, WeightsError
 from .models import ViT, get_model_config, timm_eval_config
+from .variants import runs_on_cpu, use_cpu_fast_paths
 from .weights import Implied, build_pretrained, implied_options
 from .weights.folders import describe_folder, model_image_size, resolve_name
 
@@ -46,15 +48,30 @@ def create_model(name=None, pretrained=None, *, resample=None, strict=True, **ov
     `name` may be left out (None) when `pretrained` is a folder whose config.json says what it
     is: a timm Hub folder's ``architecture`` and ``model_args``, a Hugging Face folder's sizes.
     A name that contradicts the folder is a WeightsError naming both.
+
+    On a CPU the model computes with the CPU fast paths (`paddle_vit.variants`: the same numbers,
+    the same parameters and names) and the first model makes the process settings that change no
+    result (`runtime.configure_for_models`), as the commands do;
+    `paddle_vit.variants.use_walkthrough_modules(model)` gives every layer the walkthrough's module
+    back.
     """
     if pretrained is None:
         if name is None:
             raise ConfigError("create_model needs a model name (paddle_vit.list_models()), or pretrained= a folder "
                               "whose config.json says what model it is")
-        return ViT(get_model_config(name, **overrides))
+        return fast_on_cpu(ViT(get_model_config(name, **overrides)))
     model = build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
                              name_given_as="create_model's name")
-    return with_checkpoint_preprocess(with_name_preprocessing(model, name))
+    return fast_on_cpu(with_checkpoint_preprocess(with_name_preprocessing(model, name)))
+
+
+def fast_on_cpu(model):
+    """`model` with the CPU fast paths and the process settings that change no result, when Paddle
+    computes on the CPU; as it is elsewhere."""
+    if runs_on_cpu():
+        runtime.configure_for_models()
+        use_cpu_fast_paths(model)
+    return model
 
 
 def with_name_preprocessing(model, name):

@@ -7,7 +7,9 @@ calls `configure()` once, before Paddle computes anything::
     import paddle_vit.runtime
     paddle_vit.runtime.configure()      # returns what it set, also kept in runtime.APPLIED
 
-Each setting has an environment variable to switch it off. Why each one is made, what it changes
+The two that change no result (MKL on AMD, glibc's malloc) are also made by `create_model` when it
+first builds a model on a CPU (`configure_for_models`), never by an import. Each setting has an
+environment variable to switch it off. Why each one is made, what it changes
 for other code in the process and what it was measured to give: docs/benchmarks.md, section
 "Process settings".
 
@@ -130,6 +132,23 @@ def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo", malloc=True):
         applied["mallopt"] = {"M_MMAP_THRESHOLD": MMAP_THRESHOLD_BYTES, "M_TRIM_THRESHOLD": TRIM_THRESHOLD_BYTES}
     APPLIED.update(applied)
     return applied
+
+
+def configure_for_models():
+    """The settings that change no result, made once per process when `create_model` first builds a
+    model on a CPU, so that a plain script computes as fast as the commands: MKL's AVX2 kernels on
+    AMD (the same products by other kernels; MKL reads it at its first product, so it takes effect
+    when none ran before) and glibc's malloc thresholds. Each is switched off by its variable as
+    in `configure()`, and named in `APPLIED`; the stride kernels, which change what a view of a
+    tensor is, stay `configure()`'s alone. Returns what it set now."""
+    global _MODEL_SETTINGS_MADE
+    if _MODEL_SETTINGS_MADE:
+        return {}
+    _MODEL_SETTINGS_MADE = True
+    return configure_cpu_math()
+
+
+_MODEL_SETTINGS_MADE = False
 
 
 def check_thread_count(threads, option):

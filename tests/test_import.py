@@ -1,7 +1,8 @@
 """Importing the library changes nothing outside it: the environment, Paddle's flags and the
-warning filters are as they were after `import paddle_vit` and a model built and run; the
-process-wide settings come from one explicit call, `paddle_vit.runtime.configure()`, and each of
-its settings can be switched off."""
+warning filters are as they were after `import paddle_vit`, and after a model built as the
+walkthrough builds it and run. `create_model` on a CPU makes the settings that change no result
+(MKL's kernels on AMD, glibc's malloc) once, and nothing else; the others come from one explicit
+call, `paddle_vit.runtime.configure()`; each of them can be switched off."""
 import json
 import os
 import subprocess
@@ -20,20 +21,29 @@ def state():
             "flags": {name: str(flags[name]) for name in flags.keys()}, "argv": list(sys.argv),
             "default_dtype": paddle.get_default_dtype()}
 
+def changes(before, after):
+    return {part: sorted(key for key in set(before[part]) | set(after[part])
+                         if before[part].get(key) != after[part].get(key))
+            for part in ("environ", "flags")}
+
 before = state()
 import paddle_vit
-model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, num_classes=3)
+from paddle_vit import runtime
+imported = state()
+imported_applied = dict(runtime.APPLIED)
+if "--walkthrough" in sys.argv:  # the walkthrough's way: the class itself
+    model = paddle_vit.ViT(image_size=28, patch_size=7, num_classes=3)
+else:
+    model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, num_classes=3)
+attention_class = type(model.encoder.layers[0].attn).__name__
 logits = model(paddle.randn([2, 3, 28, 28]))
 model.train()
 model(paddle.randn([2, 3, 28, 28])).sum().backward()
 after = state()
-from paddle_vit import runtime
-changed = {part: sorted(key for key in set(before[part]) | set(after[part])
-                         if before[part].get(key) != after[part].get(key))
-           for part in ("environ", "flags")}
-print(json.dumps({"changed": changed, "filters_same": before["filters"] == after["filters"],
+print(json.dumps({"import_changed": changes(before, imported), "import_applied": imported_applied,
+                  "changed": changes(before, after), "filters_same": before["filters"] == after["filters"],
                   "argv_same": before["argv"] == after["argv"], "applied": runtime.APPLIED,
-                  "logits": list(logits.shape)}))
+                  "attention": attention_class, "logits": list(logits.shape)}))
 if "--configure" in sys.argv:
     applied = runtime.configure()
     print(json.dumps({"applied": sorted(applied), "stride": paddle.get_flags(["FLAGS_use_stride_kernel"])}))
@@ -42,7 +52,7 @@ if "--configure" in sys.argv:
 
 def probe(*arguments, **environ):
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG")) and key != "FLAGS_use_stride_kernel"}
+           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG")) and key not in ("FLAGS_use_stride_kernel", "LD_PRELOAD")}
     env.update(environ)
     result = subprocess.run([sys.executable, "-c", PROBE, *arguments], capture_output=True, text=True,
                             timeout=300, cwd=REPO, env=env)
@@ -50,12 +60,35 @@ def probe(*arguments, **environ):
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def test_import_and_a_model_run_leave_the_process_as_it_was():
-    (report,) = probe()
-    assert report["logits"] == [2, 3]
-    assert report["changed"] == {"environ": [], "flags": []}, report["changed"]
+def amd_with_avx2():
+    """What MKL's kernel choice depends on, read here from /proc/cpuinfo independently of runtime.py."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "AuthenticAMD" in text and {"avx2", "fma"} <= set(flags)
+
+
+def test_import_and_a_walkthrough_model_run_leave_the_process_as_it_was():
+    (report,) = probe("--walkthrough")
+    assert report["logits"] == [2, 3] and report["attention"] == "Attention"
+    assert report["import_changed"] == report["changed"] == {"environ": [], "flags": []}, report["changed"]
     assert report["filters_same"] and report["argv_same"]
-    assert report["applied"] == {}  # no process-wide setting was made
+    assert report["import_applied"] == report["applied"] == {}  # no process-wide setting was made
+
+
+def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_change_no_result():
+    (report,) = probe()
+    assert report["logits"] == [2, 3] and report["attention"] == "FastCpuAttention"
+    assert report["import_changed"] == {"environ": [], "flags": []} and report["import_applied"] == {}
+    mkl = ["MKL_DEBUG_CPU_TYPE"] if amd_with_avx2() else []
+    assert report["changed"] == {"environ": mkl, "flags": []}, report["changed"]  # stride kernels untouched
+    assert report["filters_same"] and report["argv_same"]
+    expected = set(mkl) | ({"mallopt"} if sys.platform.startswith("linux") else set())
+    assert set(report["applied"]) == expected, report["applied"]
+    (opted_out,) = probe(PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0")
+    assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
 
 
 def test_configure_is_the_one_call_that_makes_them_and_each_can_be_switched_off():

@@ -6,6 +6,7 @@ import paddle
 import paddle.nn as nn
 import pytest
 
+import paddle_vit
 from paddle_vit import ViT, variants
 from paddle_vit.models import Attention
 from paddle_vit.variants import cpu as cpu_variants
@@ -133,3 +134,17 @@ def test_a_graph_traced_with_the_traceable_variants_computes_the_eager_numbers(o
         np.testing.assert_allclose(model(x).numpy(), eager, atol=1e-6)  # eagerly a variant is its module
         traced = paddle.jit.to_static(model, full_graph=True)  # (the same layer, its forward now traced)
         np.testing.assert_allclose(traced(x).numpy(), eager, atol=1e-4)
+
+
+def test_create_model_on_a_cpu_computes_with_the_fast_paths_and_the_walkthroughs_numbers():
+    paddle.seed(11)
+    model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, num_classes=3)
+    kinds = {type(layer) for layer in model.sublayers()}
+    assert variants.FastCpuAttention in kinds and variants.AddmmLinear in kinds and Attention not in kinds
+    assert type(ViT(image_size=28, patch_size=7, num_classes=3).encoder.layers[0].attn) is Attention  # the class itself
+    x = paddle.randn([2, 3, 28, 28])
+    model.eval()
+    fast = model(x).numpy()
+    variants.use_walkthrough_modules(model)
+    assert type(model.encoder.layers[0].attn) is Attention
+    np.testing.assert_allclose(model(x).numpy(), fast, rtol=1e-5, atol=1e-6)
