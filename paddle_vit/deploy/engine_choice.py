@@ -4,9 +4,10 @@ the same numbers (within 1e-5; docs/deployment.md, "Engines on a CPU").
 
 Measured (docs/benchmarks.md): on AVX2 CPUs without AVX-512 ONNX Runtime, with each attention
 fused into its kernel, ran ViT-Ti/16, S/16 and B/16 faster than the paddle.inference predictor
-(oneDNN). CPUs with AVX-512 have not had ONNX Runtime measured against the predictor yet, so
-the predictor stays their default; so does a GPU, a precision only one engine runs (bf16: the
-predictor; int8: ONNX Runtime), and a machine without the onnx extra.
+(oneDNN); on an AVX-512 Xeon with VNNI the predictor ran ViT-S/16 in fp32 faster than ONNX Runtime
+(docs/deployment.md, "int8 on a VNNI CPU"), so the predictor is the default there; so is it on a
+GPU and on a machine without the onnx extra, and a precision only one engine runs takes that one
+(bf16: the predictor; int8: ONNX Runtime).
 """
 import importlib.util
 
@@ -43,7 +44,8 @@ def default_engine(device="cpu", precision="fp32", needs_export=True, flags=None
         return "predictor", "on a GPU the predictor"
     kind = cpu_kind(flags)
     if kind not in ONNXRUNTIME_FASTEST_ON:
-        return "predictor", f"the predictor on {kind.upper()} CPUs (onnxruntime not measured against it there)"
+        measured = "measured ahead of onnxruntime there" if kind == "avx512" else "onnxruntime not measured against it there"
+        return "predictor", f"the predictor on {kind.upper()} CPUs ({measured})"
     modules = ("onnxruntime", "onnx") + (("paddle2onnx",) if needs_export else ())
     if not installed(*modules):
         return "predictor", 'the predictor: onnxruntime, the fastest here, needs pip install -e ".[onnx]"'
