@@ -13,6 +13,10 @@ alternate: Paddle runs `iters` iterations while the PyTorch process waits on its
 PyTorch runs `iters` while Paddle waits, and so on (A B A B). Both see the same load of a shared
 machine, and `ratio` is the median over rounds of (Paddle's round median / timm's round median)
 images per second, a paired comparison that drifting background load does not bias.
+What the rest of the machine used while the rounds ran is measured too (`other_load`: every CPU's
+busy time from /proc/stat less this process's and its children's, in cores), and the command
+warns in one line when it passed `BUSY_CORES` (or `BUSY_SHARE` of the cores where that is more;
+Linux only, elsewhere it is None).
 
 What each mode times:
 - ``infer``: the forward pass without autograd (``paddle.no_grad`` / ``torch.inference_mode``);
@@ -35,7 +39,9 @@ import logging
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
+import time
 from typing import Optional
 
 import numpy as np
@@ -188,6 +194,136 @@ def paired_ratio(own_rounds, reference_rounds):
     ratios = [statistics.median(theirs) / statistics.median(ours)
               for ours, theirs in zip(own_rounds, reference_rounds)]
     return statistics.median(ratios), ratios
+
+
+# ---- what else ran on the machine while we timed -----------------------------------------------
+
+# the benchmark warns when other processes (and other virtual machines, through steal) took more
+# than BUSY_CORES cores, or BUSY_SHARE of all cores where that is more, on average while it timed
+# (docs/benchmarks.md, "Machine and method")
+BUSY_CORES = 0.25
+BUSY_SHARE = 0.10
+# the CPU times are counted in clock ticks (SC_CLK_TCK a second): over a shorter timing they say little
+MIN_LOAD_SECONDS = 1.0
+# /proc/stat's cpu lines: user nice system idle iowait irq softirq steal guest guest_nice (guest
+# time is counted inside user and nice already)
+_BUSY_FIELDS = (0, 1, 2, 5, 6)
+_STEAL_FIELD = 7
+
+
+def _clock_ticks(hz):
+    return hz or os.sysconf("SC_CLK_TCK")
+
+
+def read_cpu_times(path="/proc/stat", hz=None):
+    """(busy seconds, steal seconds, number of CPUs) of all CPUs together since boot, from
+    /proc/stat: busy = user + nice + system + irq + softirq (idle and I/O wait left out); steal =
+    the time the hypervisor ran other virtual machines on this machine's CPUs."""
+    with open(path) as stat:
+        lines = stat.read().splitlines()
+    fields = lines[0].split() if lines else []
+    if not fields or fields[0] != "cpu":
+        raise ValueError(f"{path}: the first line is not the all-CPU 'cpu' line")
+    ticks = [int(value) for value in fields[1:]]
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    steal = ticks[_STEAL_FIELD] if len(ticks) > _STEAL_FIELD else 0
+    hz = _clock_ticks(hz)
+    return sum(ticks[i] for i in _BUSY_FIELDS if i < len(ticks)) / hz, steal / hz, cpus
+
+
+def process_tree_cpu_seconds(root=None, proc="/proc", hz=None):
+    """CPU seconds (user + system) of process `root` (default: this one) and of every live
+    descendant, each with the time of the children it has waited for (cutime + cstime): the timm
+    worker and the DataLoader workers while they run, and those already reaped inside the tree."""
+    root = os.getpid() if root is None else root
+    parents, ticks = {}, {}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat")) as stat:
+                text = stat.read()
+        except OSError:  # ended since the listing
+            continue
+        fields = text[text.rindex(")") + 1:].split()  # after "pid (name)": a name may hold spaces
+        parents[int(name)] = int(fields[1])
+        ticks[int(name)] = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    children = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += ticks.get(pid, 0)
+        stack.extend(children.get(pid, ()))
+    return total / _clock_ticks(hz)
+
+
+def sample_cpu(proc="/proc", root=None, hz=None, clock=time.monotonic):
+    """One reading for `other_load`: the wall clock, the machine's busy and steal CPU seconds and
+    this process tree's; None where there is no /proc (not Linux) or it cannot be read."""
+    if not sys.platform.startswith("linux") and proc == "/proc":
+        return None
+    try:
+        busy, steal, cpus = read_cpu_times(os.path.join(proc, "stat"), hz)
+        own = process_tree_cpu_seconds(root, proc, hz)
+    except (OSError, ValueError, IndexError):
+        return None
+    return {"time": clock(), "busy": busy, "steal": steal, "own": own, "cpus": cpus}
+
+
+def other_load(before, after):
+    """What the rest of the machine used between two `sample_cpu` readings, in cores on average:
+    ``other_cores`` = (all CPUs' busy time - this process tree's CPU time) / wall time (not below
+    0: the two are counted in clock ticks), ``steal_cores`` the same for other virtual machines,
+    and whether their sum passes the threshold (``busy``). None without both readings; over less
+    than MIN_LOAD_SECONDS only ``seconds`` and ``cpus``, the rest None (too short to measure)."""
+    if before is None or after is None:
+        return None
+    seconds = after["time"] - before["time"]
+    if seconds < MIN_LOAD_SECONDS:
+        return {"other_cores": None, "steal_cores": None, "own_cores": None, "cpus": after["cpus"],
+                "seconds": seconds, "threshold_cores": None, "busy": None}
+    own = (after["own"] - before["own"]) / seconds
+    others = max(0.0, (after["busy"] - before["busy"]) / seconds - own)
+    steal = max(0.0, (after["steal"] - before["steal"]) / seconds)
+    threshold = max(BUSY_CORES, BUSY_SHARE * after["cpus"])
+    return {"other_cores": others, "steal_cores": steal, "own_cores": own, "cpus": after["cpus"],
+            "seconds": seconds, "threshold_cores": threshold, "busy": others + steal > threshold}
+
+
+def add_other_load(result, load):
+    """`result`'s keys for `other_load`'s reading `load`: ``other_load_cores`` (None off Linux or
+    over a timing too short to measure) and ``machine_load``, the reading itself."""
+    result["other_load_cores"] = None if load is None else load["other_cores"]
+    result["machine_load"] = load
+    return result
+
+
+def busy_warning(result):
+    """The one line to print on stderr when the machine was busy while `result` was timed, else None."""
+    load = result.get("machine_load")
+    if not load or not load["busy"]:
+        return None
+    used = f"other processes used {load['other_cores']:.2f} of {load['cpus']} cores"
+    if load["steal_cores"] >= 0.05:
+        used += f" (and other virtual machines {load['steal_cores']:.2f})"
+    figures = "the figures and the ratio are" if ("timm" in result or result.get("side_by_side")) else "the figures are"
+    return (f"warning: the machine was busy: {used} during the timing, more than {load['threshold_cores']:.2f}; "
+            f"{figures} not comparable (run again on a quiet machine)")
+
+
+def format_other_load(result):
+    """The report's line on the machine's other load, or None off Linux."""
+    load = result.get("machine_load")
+    if not load:
+        return None
+    if load["other_cores"] is None:
+        return (f"other processes: not measured, the timing took {load['seconds']:.2f} s "
+                f"(at least {MIN_LOAD_SECONDS:.0f} s is needed)")
+    return (f"other processes used {load['other_cores']:.2f} of {load['cpus']} cores during the timing "
+            f"(this run {load['own_cores']:.2f}, steal {load['steal_cores']:.2f}; busy above "
+            f"{load['threshold_cores']:.2f})")
 
 
 # ---- the Paddle subject ------------------------------------------------------------------------
@@ -436,10 +572,12 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
         subject = PaddleSubject(settings)
         subject.timed(settings.warmup)
         own_rounds, reference_rounds = [], []
+        before = sample_cpu()
         for _ in range(settings.rounds):
             own_rounds.append(subject.timed(settings.iters))
             if reference is not None:
                 reference_rounds.append(reference.timed(settings.iters))
+        load = other_load(before, sample_cpu())
         operators = profile_operators(subject, settings.iters) if settings.profile else None
     finally:
         if subject is not None:
@@ -463,8 +601,9 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
         "vit_config": dataclasses.asdict(vit_config),
         "paddle": own,
         "environment": environment_report(),
-        "load_average_1min": [load_before, load_after],  # other processes on the machine: > 0 means noise
+        "load_average_1min": [load_before, load_after],  # this run's processes included
     }
+    add_other_load(result, load)
     if operators is not None:
         result["operators"] = operators
     if settings.engine == "predictor":
@@ -551,6 +690,7 @@ def gemm_limits(size=2048, iterations=10, threads=None):
     x = paddle.randn([size, size])
     layer = _MatrixProduct(size, size)
     results = {"size": size, "threads": threads, "iterations": iterations}
+    before = sample_cpu()
     with paddle.no_grad():
         results["fp32_eager_gflops"] = flops / _best_seconds(lambda: float(layer(x)[0, 0]), iterations) / 1e9
     host = x.numpy()
@@ -570,7 +710,7 @@ def gemm_limits(size=2048, iterations=10, threads=None):
             results[key] = flops / _best_seconds(lambda: runner(host), iterations) / 1e9
     results["bf16_cpu"] = what
     results.update(onnxruntime_gemm_limits(size, iterations, threads))
-    return results
+    return add_other_load(results, other_load(before, sample_cpu()))
 
 
 def _matrix_product_graph(size, int8):
@@ -629,6 +769,8 @@ def format_gemm(result):
         unit = "GOP/s" if key.startswith("int8") else "GFLOP/s"
         lines.append(f"{name:<27} " + (f"{value:8.1f} {unit}" if value is not None
                                         else f"not available: {result.get(missing)}"))
+    if format_other_load(result):
+        lines.append(format_other_load(result))
     return "\n".join(lines)
 
 
@@ -692,6 +834,8 @@ def format_report(result):
         per_round = ", ".join(f"{r:.2f}" for r in result["ratio_per_round"])
         lines.append(f"paddle / timm = {result['ratio']:.2f}x (median of paired rounds: {per_round})")
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
+    if format_other_load(result):
+        lines.append(format_other_load(result))
     if result.get("operators"):
         lines.append("where a step's time goes (paddle.profiler, op by op):")
         for row in result["operators"][:12]:
@@ -755,9 +899,11 @@ def run_side_by_side(settings, torch_python, worker_script=TIMM_WORKER, limits=N
             paths.append({"name": name, "framework": framework, "engine": engine, "dtype": dtype})
             subjects.append(subject)
         rounds = [[] for _ in subjects]
+        before = sample_cpu()
         for _ in range(settings.rounds):
             for index, subject in enumerate(subjects):
                 rounds[index].append(subject.timed(settings.iters))
+        load = other_load(before, sample_cpu())
     finally:
         for subject in subjects:
             subject.close()
@@ -774,12 +920,13 @@ def run_side_by_side(settings, torch_python, worker_script=TIMM_WORKER, limits=N
         path["vs_timm_int8"], _ = paired_ratio(own, timm_int8)
         if path["engine"] == "onnxruntime":
             path["onnx"] = onnx_summary(subject.onnx_report)
-    return {"model": settings.model, "mode": "infer", "side_by_side": True, "device": "cpu",
-            "batch_size": settings.batch_size, "image_size": vit_config.image_size, "threads": threads,
-            "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
-            "flops_per_image": flops, "vit_config": dataclasses.asdict(vit_config), "limits": limits,
-            "paths": paths, "versions": subjects[0].versions, "environment": environment_report(),
-            "load_average_1min": [load_before, os.getloadavg()[0]]}
+    return add_other_load({
+        "model": settings.model, "mode": "infer", "side_by_side": True, "device": "cpu",
+        "batch_size": settings.batch_size, "image_size": vit_config.image_size, "threads": threads,
+        "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
+        "flops_per_image": flops, "vit_config": dataclasses.asdict(vit_config), "limits": limits,
+        "paths": paths, "versions": subjects[0].versions, "environment": environment_report(),
+        "load_average_1min": [load_before, os.getloadavg()[0]]}, load)
 
 
 def format_side_by_side(result):
@@ -798,4 +945,6 @@ def format_side_by_side(result):
                           for value in (machine_limit(limits, "fp32"), machine_limit(limits, "bf16"),
                                         machine_limit(limits, "int8")))))
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
+    if format_other_load(result):
+        lines.append(format_other_load(result))
     return "\n".join(lines)

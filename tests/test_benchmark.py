@@ -178,6 +178,166 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
     assert summary["tflops"] == 8.0 and summary["mfu"] == 0.5
 
 
+# ---- the machine's other load ------------------------------------------------------------------
+
+def write_proc(folder, cpu_ticks, processes):
+    """A fake /proc: `cpu_ticks` the all-CPU line's ten fields (user nice system idle iowait irq
+    softirq steal guest guest_nice) over two CPUs, `processes` {pid: (ppid, name, utime, stime,
+    cutime, cstime)}."""
+    folder.mkdir(exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_dir():
+            (old / "stat").unlink()
+            old.rmdir()
+    half = " ".join(str(tick // 2) for tick in cpu_ticks)
+    (folder / "stat").write_text(f"cpu  {' '.join(map(str, cpu_ticks))}\ncpu0 {half}\ncpu1 {half}\n"
+                                 f"intr 12345 0 0\nctxt 999\n")
+    for pid, (ppid, name, *times) in processes.items():
+        (folder / str(pid)).mkdir()
+        # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
+        (folder / str(pid) / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} {pid} 0 -1 4194304 7 0 0 0 "
+                                                f"{' '.join(map(str, times))} 20 0 3 0 100 1000 200\n")
+
+
+def test_other_load_is_the_machines_busy_time_less_this_process_tree(tmp_path):
+    """Hand-computed from two fake /proc snapshots 2 s apart, 100 ticks a second: the machine's
+    busy ticks grew by 300 (user 150, nice 10, system 100, irq 15, softirq 25; idle and I/O wait
+    left out), 3.0 CPU-s = 1.5 cores; this tree (pid 100, its child 101 whose name holds spaces and
+    a bracket, the grandchild 102 that 101 then reaps) used 50 + 10 + 40 + (30 - 20) = 110 ticks,
+    0.55 cores; an unrelated process's 100 ticks are the others'. Others: 1.5 - 0.55 = 0.95 cores;
+    steal grew by 20 ticks, 0.1 cores."""
+    proc = tmp_path / "proc"
+    write_proc(proc, [1000, 50, 400, 9000, 70, 20, 30, 100, 0, 0],
+               {1: (0, "init", 5, 5, 0, 0), 100: (1, "python", 500, 100, 0, 0),
+                101: (100, "timm worker) (x", 300, 50, 0, 0), 102: (101, "sh", 20, 0, 0, 0),
+                200: (1, "other", 700, 0, 0, 0)})
+    before = bench.sample_cpu(str(proc), root=100, hz=100, clock=lambda: 10.0)
+    assert (before["busy"], before["steal"], before["own"], before["cpus"]) == (15.0, 1.0, 9.7, 2)
+    write_proc(proc, [1150, 60, 500, 9400, 90, 35, 55, 120, 0, 0],
+               {1: (0, "init", 5, 5, 0, 0), 100: (1, "python", 550, 110, 0, 0),
+                101: (100, "timm worker) (x", 340, 50, 30, 0), 200: (1, "other", 800, 0, 0, 0)})
+    after = bench.sample_cpu(str(proc), root=100, hz=100, clock=lambda: 12.0)
+    load = bench.other_load(before, after)
+    assert load["seconds"] == 2.0 and load["cpus"] == 2
+    assert load["other_cores"] == pytest.approx(0.95)
+    assert load["own_cores"] == pytest.approx(0.55)
+    assert load["steal_cores"] == pytest.approx(0.10)
+    assert load["threshold_cores"] == bench.BUSY_CORES == 0.25 and load["busy"] is True
+    # the tree's CPU time alone: 100 + 101 + 102 of the first snapshot, 1's and 200's left out
+    assert bench.process_tree_cpu_seconds(100, str(proc), hz=100) == pytest.approx((660 + 420) / 100)
+
+    quiet = dict(after, busy=before["busy"] + 1.2, steal=before["steal"])  # 1.2 CPU-s, 1.1 of them ours
+    load = bench.other_load(before, quiet)
+    assert load["other_cores"] == pytest.approx(0.05) and load["busy"] is False
+    # the two counts disagree by a tick or two: never fewer than 0 other cores
+    assert bench.other_load(before, dict(quiet, busy=before["busy"] + 1.0))["other_cores"] == 0.0
+    # a share of a large machine's cores: 10% of 64 is the threshold there
+    assert bench.other_load(dict(before, cpus=64), dict(after, cpus=64))["threshold_cores"] == pytest.approx(6.4)
+
+
+def test_other_load_is_none_off_linux_and_unmeasured_over_a_short_timing(tmp_path):
+    assert bench.sample_cpu(str(tmp_path / "no-proc")) is None
+    reading = {"time": 0.0, "busy": 0.0, "steal": 0.0, "own": 0.0, "cpus": 2}
+    assert bench.other_load(None, reading) is None and bench.other_load(reading, None) is None
+    result = bench.add_other_load({}, None)
+    assert result == {"other_load_cores": None, "machine_load": None}
+    assert bench.busy_warning(result) is None and bench.format_other_load(result) is None
+    # 0.5 s of clock ticks is no figure: not measured, never a warning
+    short = bench.other_load(reading, dict(reading, time=0.5, busy=1.0))
+    result = bench.add_other_load({}, short)
+    assert result["other_load_cores"] is None and short["busy"] is None and bench.busy_warning(result) is None
+    assert bench.format_other_load(result) == ("other processes: not measured, the timing took 0.50 s "
+                                               "(at least 1 s is needed)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_this_process_trees_cpu_time_counts_a_running_child_and_a_reaped_one():
+    """The timm worker runs while the rounds are timed, the DataLoader workers may end within
+    them: a child's CPU time is ours while it runs (its /proc/PID/stat) and after we reap it
+    (our cutime). Each child here burns 0.4 s of CPU, then sleeps or ends."""
+    burn = "import time\nwhile time.process_time() < 0.4:\n    pass\n"
+    start = bench.process_tree_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c", burn + "print('done', flush=True)\ntime.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "done\n"
+        running = bench.process_tree_cpu_seconds() - start
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+    reaped = bench.process_tree_cpu_seconds() - start
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    # /proc counts whole clock ticks, rounded down: a few short of 0.4 s
+    assert running >= 0.35 and reaped >= running
+    assert bench.process_tree_cpu_seconds() - start >= reaped + 0.35
+
+
+def fake_cpu_readings(monkeypatch, busy_cpu_seconds, own_cpu_seconds):
+    """sample_cpu as the benchmark calls it, before and after its rounds: 2 s apart on 2 CPUs."""
+    readings = iter([{"time": 100.0, "busy": 50.0, "steal": 1.0, "own": 7.0, "cpus": 2},
+                     {"time": 102.0, "busy": 50.0 + busy_cpu_seconds, "steal": 1.0, "own": 7.0 + own_cpu_seconds,
+                      "cpus": 2}])
+    monkeypatch.setattr(bench, "sample_cpu", lambda: next(readings))
+
+
+@pytest.mark.parametrize("mode", ["infer", "train", "data"])
+def test_the_benchmark_warns_in_one_line_when_other_processes_were_busy(capsys, monkeypatch, mode):
+    """The decision on an injected reading: 4 CPU-s busy in 2 s, 1 of them ours, so other
+    processes used 1.5 cores."""
+    fake_cpu_readings(monkeypatch, busy_cpu_seconds=4.0, own_cpu_seconds=1.0)
+    assert benchmark_tool.main([*TINY, "--mode", mode]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["other_load_cores"] == pytest.approx(1.5)
+    assert result["machine_load"]["own_cores"] == pytest.approx(0.5) and result["machine_load"]["busy"] is True
+    assert result["paddle"]["images_per_sec"]["median"] > 0  # the public figure is still there
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning:")]
+    assert warnings == [("warning: the machine was busy: other processes used 1.50 of 2 cores during the timing, "
+                         "more than 0.25; the figures are not comparable (run again on a quiet machine)")]
+
+
+def test_no_warning_when_the_rest_of_the_machine_was_quiet(capsys, monkeypatch):
+    fake_cpu_readings(monkeypatch, busy_cpu_seconds=2.3, own_cpu_seconds=2.0)  # others: 0.15 cores
+    assert benchmark_tool.main([arg for arg in TINY if arg != "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err
+    assert ("other processes used 0.15 of 2 cores during the timing (this run 1.00, steal 0.00; busy above 0.25)"
+            in captured.out.splitlines())
+
+
+def test_a_comparison_says_the_ratio_is_not_comparable_either():
+    load = {"other_cores": 1.3, "steal_cores": 0.1, "own_cores": 0.6, "cpus": 2, "seconds": 5.0,
+            "threshold_cores": 0.25, "busy": True}
+    assert bench.busy_warning({"timm": {}, "machine_load": load}) == (
+        "warning: the machine was busy: other processes used 1.30 of 2 cores (and other virtual machines 0.10) "
+        "during the timing, more than 0.25; the figures and the ratio are not comparable (run again on a quiet "
+        "machine)")
+    assert "the figures and the ratio" in bench.busy_warning({"side_by_side": True, "machine_load": load})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_a_busy_loop_in_another_process_makes_the_benchmark_warn():
+    """A real busy loop beside a real benchmark (tools/benchmark.py in its own process, timing
+    for a few seconds): the loop's core shows in what the others used, and the one warning line
+    is on stderr. (Whether a quiet machine gives no warning depends on the machine; the decision
+    is tested above on injected readings.)"""
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        command = [sys.executable, os.path.join(TOOLS, "benchmark.py"), *TINY, "--iters", "400", "--rounds", "4"]
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        loop.kill()
+        loop.wait()
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["machine_load"]["seconds"] >= bench.MIN_LOAD_SECONDS
+    assert result["other_load_cores"] >= 0.5
+    warnings = [line for line in completed.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: the machine was busy: other processes used ")
+
+
 def write_cpuinfo(tmp_path, name, vendor, flags):
     path = tmp_path / name
     path.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: {' '.join(flags)}\n\n"

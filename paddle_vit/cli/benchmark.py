@@ -13,9 +13,11 @@ Examples (docs/benchmarks.md has the method and the measured table):
 
 Prints median/min/max images per second, peak memory, achieved TFLOP/s (analytic FLOPs) and
 MFU against --peak-tflops; with --compare timm also timm's numbers, measured in turns with
-ours, and the ratio. --json prints one JSON object instead. Model fields are set with
-``-o model.KEY=VALUE`` (e.g. ``-o model.depth=2``), the data of mode ``data`` with ``-c`` and
-``-o data.KEY=VALUE``, as in tools/train.py.
+ours, and the ratio. --json prints one JSON object instead. When other processes kept the
+machine busy during the timing, one ``warning:`` line on stderr says so (docs/benchmarks.md,
+"Machine and method"). Model fields are set with ``-o model.KEY=VALUE`` (e.g. ``-o
+model.depth=2``), the data of mode ``data`` with ``-c`` and ``-o data.KEY=VALUE``, as in
+tools/train.py.
 """
 import argparse
 import dataclasses
@@ -25,8 +27,8 @@ import sys
 
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
-from ..benchmark import (DEVICES, DTYPES, ENGINES, MODES, REFERENCES, BenchmarkSettings, format_gemm, format_report,
-                         format_side_by_side, gemm_limits, run_benchmark, run_side_by_side)
+from ..benchmark import (DEVICES, DTYPES, ENGINES, MODES, REFERENCES, BenchmarkSettings, busy_warning, format_gemm,
+                         format_report, format_side_by_side, gemm_limits, run_benchmark, run_side_by_side)
 from ..config import load_config
 from ..errors import ConfigError
 
@@ -94,6 +96,15 @@ def settings_from_arguments(args):
         num_workers=num_workers, onednn=args.onednn, profile=args.profile)
 
 
+def show(result, as_json, formatter):
+    """Print `result` (one JSON object with --json, else the report), and on stderr the one-line
+    warning when other processes were busy on the machine while it was timed."""
+    print(json.dumps(result) if as_json else formatter(result))
+    warning = busy_warning(result)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def benchmark(argv):
     args = build_parser().parse_args(argv)
     if args.mode == "gemm":  # the CPU's limits that the model paths are measured against
@@ -104,7 +115,7 @@ def benchmark(argv):
                           threads=args.threads, peak_tflops=args.peak_tflops,
                           num_workers=args.num_workers or 0).validate()
         result = gemm_limits(threads=args.threads, iterations=args.iters * 2)
-        print(json.dumps(result) if args.json else format_gemm(result))
+        show(result, args.json, format_gemm)
         return 0
 
     settings = settings_from_arguments(args)
@@ -117,10 +128,10 @@ def benchmark(argv):
         if given:
             raise ConfigError(f"--side-by-side times every engine and dtype; leave out {', '.join(given)}")
         result = run_side_by_side(settings, args.torch_python)
-        print(json.dumps(result) if args.json else format_side_by_side(result))
+        show(result, args.json, format_side_by_side)
         return 0
     result = run_benchmark(settings, compare=args.compare, torch_python=args.torch_python)
-    print(json.dumps(result) if args.json else format_report(result))
+    show(result, args.json, format_report)
     return 0
 
 
