@@ -7,8 +7,8 @@ calls `configure()` once, before Paddle computes anything::
     import paddle_vit.runtime
     paddle_vit.runtime.configure()      # returns what it set, also kept in runtime.APPLIED
 
-The two that change no result (MKL on AMD, glibc's malloc) are also made by `create_model` when it
-first builds a model on a CPU (`configure_for_models`), never by an import. Each setting has an
+The three that change no result (MKL on AMD, glibc's malloc, the math threads) are also made by
+`create_model` when it first builds a model on a CPU (`configure_for_models`), never by an import. Each setting has an
 environment variable to switch it off. Why each one is made, what it changes
 for other code in the process and what it was measured to give: docs/benchmarks.md, section
 "Process settings".
@@ -19,6 +19,7 @@ for other code in the process and what it was measured to give: docs/benchmarks.
 | MKL on AMD | ``MKL_DEBUG_CPU_TYPE=5``: MKL's AVX2 kernels on AMD CPUs | ``PADDLE_VIT_MKL_AVX2=0`` |
 | glibc's malloc | `mallopt` keeps freed blocks in the heap | ``PADDLE_VIT_MALLOC_TUNING=0`` |
 | stride kernels | ``FLAGS_use_stride_kernel`` off: dense transposes | ``PADDLE_VIT_STRIDE_KERNELS=1`` |
+| math threads | every core the process may use (Paddle's own default is one) | ``PADDLE_VIT_MATH_THREADS=N`` (0: Paddle's) |
 | the allocator | train, eval, benchmark restart with tcmalloc or oneTBB's malloc | ``PADDLE_VIT_ALLOCATOR=system`` |
 
 ``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc when installed, else oneTBB's from the `tbb`
@@ -40,6 +41,7 @@ MKL_AVX2 = "5"
 OPT_OUT_VARIABLE = "PADDLE_VIT_MKL_AVX2"
 STRIDE_KERNELS_VARIABLE = "PADDLE_VIT_STRIDE_KERNELS"
 MALLOC_TUNING_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
+MATH_THREADS_VARIABLE = "PADDLE_VIT_MATH_THREADS"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 MMAP_THRESHOLD_BYTES = 32 * 2 ** 20  # glibc's maximum on 64-bit systems
 TRIM_THRESHOLD_BYTES = 2 ** 30
@@ -134,18 +136,56 @@ def configure_cpu_math(environ=None, cpuinfo_path="/proc/cpuinfo", malloc=True):
     return applied
 
 
+def math_threads_wanted(environ=None):
+    """The CPU math threads `set_math_threads` would set, or None to leave Paddle's own: its import
+    sets OMP_NUM_THREADS to 1 when unset, so that value says nothing of the user's wish.
+    PADDLE_VIT_MATH_THREADS=N chooses (0: leave Paddle's); an OMP_NUM_THREADS other than 1, a
+    distributed launch (several processes share the machine) or one core leave Paddle's; else
+    every core this process may use."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(MATH_THREADS_VARIABLE, "").strip()
+    if chosen:
+        if not chosen.isdigit():
+            raise ConfigError(f"{MATH_THREADS_VARIABLE} must be a whole number (0: Paddle's own), got {chosen!r}")
+        return int(chosen) or None
+    if environ.get("OMP_NUM_THREADS", "1").strip() != "1":
+        return None
+    if environ.get("PADDLE_TRAINERS_NUM", "1").strip() not in ("", "1"):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores if cores > 1 else None
+
+
+def set_math_threads(environ=None):
+    """Let Paddle's CPU math use `math_threads_wanted` threads; returns what it set."""
+    threads = math_threads_wanted(environ)
+    if threads is None:
+        return {}
+    import paddle  # here, not at the top: this module is imported before Paddle is loaded
+
+    paddle.base.core.set_num_threads(threads)
+    APPLIED["math_threads"] = threads
+    return {"math_threads": threads}
+
+
 def configure_for_models():
     """The settings that change no result, made once per process when `create_model` first builds a
     model on a CPU, so that a plain script computes as fast as the commands: MKL's AVX2 kernels on
     AMD (the same products by other kernels; MKL reads it at its first product, so it takes effect
-    when none ran before) and glibc's malloc thresholds. Each is switched off by its variable as
-    in `configure()`, and named in `APPLIED`; the stride kernels, which change what a view of a
-    tensor is, stay `configure()`'s alone. Returns what it set now."""
+    when none ran before), glibc's malloc thresholds and the math threads (Paddle's default is one).
+    Each is switched off by its variable as in `configure()`, and named in `APPLIED`; the stride
+    kernels, which change what a view of a tensor is, stay `configure()`'s for the process (the
+    fast paths turn them off only while their own forward pass runs). Returns what it set now."""
     global _MODEL_SETTINGS_MADE
     if _MODEL_SETTINGS_MADE:
         return {}
     _MODEL_SETTINGS_MADE = True
-    return configure_cpu_math()
+    applied = configure_cpu_math()
+    applied.update(set_math_threads())
+    return applied
 
 
 _MODEL_SETTINGS_MADE = False
@@ -316,4 +356,5 @@ def configure(debug=False, relaunch=False):
     applied = quiet_paddle(debug)
     applied.update(configure_cpu_math())
     applied.update(configure_paddle_flags())
+    applied.update(set_math_threads())
     return applied

@@ -1,7 +1,12 @@
 """Shared test set-up."""
 import logging
+import os
 
 from paddle_vit import runtime
+
+# one math thread per process: pytest-xdist already runs one worker per core, and the tools the
+# tests start inherit it (runtime.math_threads_wanted)
+os.environ.setdefault(runtime.MATH_THREADS_VARIABLE, "1")
 
 # the suite runs the library as the tools do: with the process-wide settings made first (before
 # Paddle computes: MKL's AVX2 kernels on AMD CPUs, the tuned malloc, Paddle's quiet log)

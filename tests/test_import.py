@@ -52,7 +52,8 @@ if "--configure" in sys.argv:
 
 def probe(*arguments, **environ):
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG")) and key not in ("FLAGS_use_stride_kernel", "LD_PRELOAD")}
+           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG", "OMP_NUM_THREADS"))
+           and key not in ("FLAGS_use_stride_kernel", "LD_PRELOAD")}
     env.update(environ)
     result = subprocess.run([sys.executable, "-c", PROBE, *arguments], capture_output=True, text=True,
                             timeout=300, cwd=REPO, env=env)
@@ -85,9 +86,11 @@ def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_ch
     mkl = ["MKL_DEBUG_CPU_TYPE"] if amd_with_avx2() else []
     assert report["changed"] == {"environ": mkl, "flags": []}, report["changed"]  # stride kernels untouched
     assert report["filters_same"] and report["argv_same"]
-    expected = set(mkl) | ({"mallopt"} if sys.platform.startswith("linux") else set())
+    cores = len(os.sched_getaffinity(0))
+    expected = set(mkl) | {"mallopt"} | ({"math_threads"} if cores > 1 else set())
     assert set(report["applied"]) == expected, report["applied"]
-    (opted_out,) = probe(PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0")
+    assert report["applied"].get("math_threads", cores) == cores  # every core, where Paddle's default is one
+    (opted_out,) = probe(PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0", PADDLE_VIT_MATH_THREADS="0")
     assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
 
 

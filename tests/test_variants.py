@@ -24,7 +24,7 @@ def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():
     with variants.traceable(model):  # for a trace only, over the fast paths
         assert type(model) is variants.TraceableViT and type(model.encoder.layers[0].attn) is variants.TracedCpuAttention
         assert list(model.state_dict()) == names
-    assert type(model) is ViT and type(model.encoder.layers[0].attn) is variants.FastCpuAttention
+    assert type(model) is variants.DenseTransposeViT and type(model.encoder.layers[0].attn) is variants.FastCpuAttention
     variants.use_walkthrough_modules(model)
     assert {type(layer) for layer in model.sublayers()} & {variants.FastCpuAttention, variants.AddmmLinear} == set()
 
@@ -148,3 +148,26 @@ def test_create_model_on_a_cpu_computes_with_the_fast_paths_and_the_walkthroughs
     variants.use_walkthrough_modules(model)
     assert type(model.encoder.layers[0].attn) is Attention
     np.testing.assert_allclose(model(x).numpy(), fast, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fast_forward_runs_with_dense_transposes_and_leaves_the_flag_as_it_was():
+    seen = []
+    model = variants.use_cpu_fast_paths(tiny_vit(backbone_layers=None)).eval()
+    original = ViT.forward
+
+    def recording_forward(self, x):
+        seen.append(paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"])
+        return original(self, x)
+
+    x = paddle.randn([2, 3, 32, 32])
+    before = paddle.get_flags(["FLAGS_use_stride_kernel"])
+    try:
+        ViT.forward = recording_forward
+        for stride_kernels in (True, False):
+            paddle.set_flags({"FLAGS_use_stride_kernel": stride_kernels})
+            model(x)
+            assert paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"] is stride_kernels
+    finally:
+        ViT.forward = original
+        paddle.set_flags(before)
+    assert seen == [False, False]  # dense inside the forward pass, whatever the process had

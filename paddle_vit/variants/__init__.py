@@ -21,7 +21,7 @@ variant to its module's numbers.
 """
 import contextlib
 
-from .cpu import CPU_FAST_PATHS, AddmmLinear, FastCpuAttention, RecomputedAttention, runs_on_cpu
+from .cpu import CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, RecomputedAttention, dense_transposes, runs_on_cpu
 from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
                     TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
@@ -92,8 +92,8 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "FastCpuAttention", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
-           "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "mean_over", "onnx_traceable",
+           "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
            "walkthrough_class"]

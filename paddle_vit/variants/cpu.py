@@ -1,11 +1,14 @@
 """The CPU fast paths: eager float32 on a CPU, where Paddle has no fused attention kernel and adds a
 Linear's bias in a second pass. Same parameters, same numbers (tests/test_variants.py)."""
+import contextlib
+
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from ..models.attention import Attention
+from ..models.vit import ViT
 
 
 def runs_on_cpu():
@@ -123,4 +126,34 @@ class AddmmLinear(nn.Linear):
         return out if x.ndim == 2 else out.reshape([*x.shape[:-1], self.weight.shape[1]])  # [..., out]
 
 
-CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear)
+@contextlib.contextmanager
+def dense_transposes():
+    """Paddle's stride kernels off while the body runs, as they were afterwards: with them on, each
+    transpose is a view that the next kernel copies with a slow generic strided copy
+    (docs/benchmarks.md, "Process settings"); off, a view of a tensor does not share its memory,
+    which only our own forward pass sees here."""
+    stride_kernels = paddle.get_flags(["FLAGS_use_stride_kernel"])["FLAGS_use_stride_kernel"]
+    if not stride_kernels:
+        yield
+        return
+    paddle.set_flags({"FLAGS_use_stride_kernel": False})
+    try:
+        yield
+    finally:
+        paddle.set_flags({"FLAGS_use_stride_kernel": True})
+
+
+class DenseTransposeViT(ViT):
+    """`ViT` whose forward pass in eager mode on a CPU runs with dense transposes (`dense_transposes`),
+    so a model is as fast in a script that left the stride kernels on as under `runtime.configure()`."""
+
+    variant_of = ViT
+
+    def forward(self, x):
+        if not (runs_on_cpu() and paddle.in_dynamic_mode()):
+            return super().forward(x)
+        with dense_transposes():
+            return super().forward(x)
+
+
+CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, DenseTransposeViT)
