@@ -147,7 +147,7 @@ def math_threads_wanted(environ=None):
     if chosen:
         if not chosen.isdigit():
             raise ConfigError(f"{MATH_THREADS_VARIABLE} must be a whole number (0: Paddle's own), got {chosen!r}")
-        return int(chosen) or None
+        return check_thread_count(int(chosen), MATH_THREADS_VARIABLE) if int(chosen) else None
     if environ.get("OMP_NUM_THREADS", "1").strip() != "1":
         return None
     if environ.get("PADDLE_TRAINERS_NUM", "1").strip() not in ("", "1"):

@@ -102,3 +102,22 @@ def test_configure_is_the_one_call_that_makes_them_and_each_can_be_switched_off(
     _, kept = probe("--configure", PADDLE_VIT_STRIDE_KERNELS="1", PADDLE_VIT_MALLOC_TUNING="0")
     assert "FLAGS_use_stride_kernel" not in kept["applied"] and "mallopt" not in kept["applied"]
     assert kept["stride"] == {"FLAGS_use_stride_kernel": True}
+
+
+def test_the_math_threads_follow_the_users_choice_and_paddles_own_one_is_no_choice():
+    import pytest
+
+    from paddle_vit import runtime
+    from paddle_vit.errors import ConfigError
+
+    cores = len(os.sched_getaffinity(0))
+    every_core = cores if cores > 1 else None
+    assert runtime.math_threads_wanted({}) == every_core
+    assert runtime.math_threads_wanted({"OMP_NUM_THREADS": "1"}) == every_core  # what Paddle's import sets
+    assert runtime.math_threads_wanted({"OMP_NUM_THREADS": "3"}) is None  # the user's: Paddle reads it
+    assert runtime.math_threads_wanted({"PADDLE_TRAINERS_NUM": "2"}) is None  # ranks share the machine
+    assert runtime.math_threads_wanted({"PADDLE_VIT_MATH_THREADS": "0"}) is None
+    assert runtime.math_threads_wanted({"PADDLE_VIT_MATH_THREADS": "1", "OMP_NUM_THREADS": "3"}) == 1
+    for bad in ("abc", "-1", "inf", str(cores + 1)):
+        with pytest.raises(ConfigError, match="PADDLE_VIT_MATH_THREADS"):
+            runtime.math_threads_wanted({"PADDLE_VIT_MATH_THREADS": bad})
