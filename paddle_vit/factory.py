@@ -1,8 +1,8 @@
 """Models built by name, by recipe, or for a weights file, with the options a checkpoint implies:
 where the model registry meets the checkpoint loaders.
 
-`models/` knows the architectures and `weights/` the checkpoint families; neither imports the
-other's callers, and this module is the one place that uses both:
+`models/` knows the architectures and `weights/` the checkpoint families (it builds on
+`models/`); this module joins both to the registry and the recipes:
 
 - `create_model(name, pretrained=None, **overrides)`, the public entry point;
 - `build_model` (training): ``model.pretrained`` is the checkpoint; the data set decides the

@@ -152,11 +152,16 @@ def math_threads_wanted(environ=None):
         return None
     if environ.get("PADDLE_TRAINERS_NUM", "1").strip() not in ("", "1"):
         return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return cores if cores > 1 else None
+
+
+def usable_cores():
+    """The cores this process may run on (its affinity mask), the default thread count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def set_math_threads(environ=None):

@@ -37,10 +37,10 @@ from paddle.base import core
 from ..data.preprocessing import Preprocess
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError, check_choice
-from ..runtime import check_thread_count, cpu_vendor_and_flags
+from ..runtime import check_thread_count, cpu_vendor_and_flags, usable_cores
 from .engine_choice import default_engine
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX
-from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model, usable_cores
+from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model
 from .predict import Classifier, check_class_names
 from .tracing import save_traced
 

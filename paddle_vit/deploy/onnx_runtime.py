@@ -19,6 +19,7 @@ import shutil
 import tempfile
 
 from ..errors import ConfigError, ExportError
+from ..runtime import usable_cores
 from .onnx_export import ONNX_INSTALL_HINT, export_onnx
 from .onnx_fusion import fuse_attention
 from .quantize import quantize_onnx
@@ -26,14 +27,6 @@ from .quantize import quantize_onnx
 ONNX_PRECISIONS = ("fp32", "int8")
 FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
-
-
-def usable_cores():
-    """The cores this process may run on (its affinity mask), the default thread count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def import_onnxruntime(what):
