@@ -533,6 +533,12 @@ class ReferenceProcess:
         self.process.stdin.flush()
         return self._read()["seconds"]
 
+    def profiled(self, iterations):
+        """Where `iterations` more steps of timm's time goes, op by op (torch.profiler)."""
+        self.process.stdin.write(f"profile {iterations}\n")
+        self.process.stdin.flush()
+        return self._read()["operators"]
+
     def close(self):
         if self.process.poll() is None:
             try:
@@ -567,7 +573,7 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
     reference = None
     if compare:  # start it first: its set-up overlaps nothing we time
         reference = ReferenceProcess(settings, vit_config, torch_python, worker_script)
-    subject, operators = None, None
+    subject, operators, reference_operators = None, None, None
     try:
         subject = PaddleSubject(settings)
         subject.timed(settings.warmup)
@@ -579,6 +585,8 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
                 reference_rounds.append(reference.timed(settings.iters))
         load = other_load(before, sample_cpu())
         operators = profile_operators(subject, settings.iters) if settings.profile else None
+        if settings.profile and reference is not None:
+            reference_operators = reference.profiled(settings.iters)
     finally:
         if subject is not None:
             subject.close()
@@ -623,6 +631,8 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
         result["timm"] = theirs
         result["ratio"] = ratio
         result["ratio_per_round"] = per_round
+        if reference_operators is not None:
+            result["timm_operators"] = reference_operators
     return result
 
 
@@ -836,9 +846,11 @@ def format_report(result):
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
     if format_other_load(result):
         lines.append(format_other_load(result))
-    if result.get("operators"):
-        lines.append("where a step's time goes (paddle.profiler, op by op):")
-        for row in result["operators"][:12]:
+    for key, title in (("operators", "where a step's time goes (paddle.profiler, op by op):"),
+                       ("timm_operators", "where timm's step goes (torch.profiler, each op's own time):")):
+        for index, row in enumerate(result.get(key, [])[:12]):
+            if index == 0:
+                lines.append(title)
             lines.append(f"  {row['name']:<28} {row['calls']:5d} calls {row['ms_per_step']:8.1f} ms "
                          f"{100 * row['share']:5.1f}%")
     return "\n".join(lines)

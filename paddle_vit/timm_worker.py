@@ -35,6 +35,18 @@ def time_iterations(step, synchronize, iterations):
     return seconds
 
 
+def operator_rows(events, iterations):
+    """Where `iterations` steps' time went, op by op, from torch.profiler's `key_averages()`:
+    [{"name", "calls", "ms_per_step", "share"}], largest first. Each op's self time (without the
+    ops it calls), so that the rows add up to the step and no time is counted twice."""
+    total = sum(event.self_cpu_time_total for event in events) or 1.0
+    rows = [{"name": event.key, "calls": event.count // iterations,
+             "ms_per_step": event.self_cpu_time_total / 1e3 / iterations,  # microseconds -> ms
+             "share": event.self_cpu_time_total / total}
+            for event in events if event.self_cpu_time_total > 0]
+    return sorted(rows, key=lambda row: -row["ms_per_step"])
+
+
 def peak_rss_mb(children=False):
     """The peak resident set size of this process (or of its largest child), in MiB."""
     who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
@@ -172,6 +184,13 @@ class _TimmSubject:
     def timed(self, iterations):
         return time_iterations(self.step, self.synchronize, iterations)
 
+    def profiled(self, iterations):
+        """`operator_rows` of `iterations` more steps under torch.profiler."""
+        profiler = self.torch.profiler
+        with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as profile:
+            self.timed(iterations)
+        return operator_rows(profile.key_averages(), iterations)
+
     def gpu_max_allocated_mb(self):
         if self.device.type != "cuda":
             return None
@@ -194,6 +213,8 @@ def serve_benchmark(settings):
             continue
         if command[0] == "run":
             _say(seconds=subject.timed(int(command[1])))
+        elif command[0] == "profile":
+            _say(operators=subject.profiled(int(command[1])))
         elif command[0] == "quit":
             break
     _say(peak_rss_mb=peak_rss_mb(), gpu_max_allocated_mb=subject.gpu_max_allocated_mb())

@@ -1,6 +1,7 @@
 """The benchmark: analytic FLOPs against paddle.flops, every CPU mode and engine runs and gives
 well-formed JSON, the timm comparison fails clearly without a torch Python, the runtime
 settings pick the right machines. No test here asserts a speed."""
+import collections
 import json
 import os
 import resource
@@ -14,7 +15,7 @@ import pytest
 
 from paddle_vit import ConfigError, ViT
 from paddle_vit import benchmark as bench
-from paddle_vit import runtime
+from paddle_vit import runtime, timm_worker
 
 from repo_paths import TOOLS
 
@@ -520,6 +521,16 @@ def test_compare_timm_runs_both_sides_in_turns(capsys, mode):
     assert result["timm"]["threads"] == 1 and result["timm"]["peak_rss_mb"] > 0
 
 
+@pytest.mark.skipif(not os.environ.get("PADDLE_VIT_TORCH_PYTHON"),
+                    reason="set PADDLE_VIT_TORCH_PYTHON to a Python with torch and timm")
+def test_a_profiled_comparison_reports_timms_ops_too(capsys):
+    result = run_tool(capsys, *TINY, "--mode", "train", "--profile", "--compare", "timm",
+                      "--torch-python", os.environ["PADDLE_VIT_TORCH_PYTHON"])
+    names = {row["name"] for row in result["timm_operators"]}
+    assert {"aten::mm", "aten::addmm"} <= names
+    assert abs(sum(row["share"] for row in result["timm_operators"]) - 1.0) < 1e-6
+
+
 FAULT_PROBE = """
 import json, resource
 from paddle_vit import runtime
@@ -555,3 +566,24 @@ def test_default_malloc_tuning_reuses_freed_tensors_instead_of_page_faulting_the
     pages = 8 * 197 * 1536 * 4 / resource.getpagesize()
     assert untuned["faults_per_op"] > 0.9 * pages
     assert tuned["faults_per_op"] < 0.25 * pages
+
+
+def test_timms_profile_rows_are_each_ops_own_time_per_step_largest_first():
+    """Two steps under torch.profiler, fake key averages: self times 30 ms / 10 ms / 0 us (an op
+    whose time is all in the ops it calls), so per step 15 and 5 ms, shares 3/4 and 1/4."""
+    event = collections.namedtuple("event", "key count self_cpu_time_total")
+    rows = timm_worker.operator_rows([event("aten::gelu", 24, 10_000.0), event("aten::mm", 196, 30_000.0),
+                                      event("aten::linear", 98, 0.0)], iterations=2)
+    assert rows == [{"name": "aten::mm", "calls": 98, "ms_per_step": 15.0, "share": 0.75},
+                    {"name": "aten::gelu", "calls": 12, "ms_per_step": 5.0, "share": 0.25}]
+
+
+def test_a_profiled_run_reports_the_ops_and_the_report_prints_each_side_under_its_title(capsys):
+    result = run_tool(capsys, *TINY, "--mode", "train", "--profile")
+    names = [row["name"] for row in result["operators"]]
+    assert any(name.startswith("matmul") for name in names) and all(row["calls"] >= 0 for row in result["operators"])
+    result["timm_operators"] = [{"name": "aten::mm", "calls": 3, "ms_per_step": 2.0, "share": 0.5}]
+    lines = bench.format_report(result).splitlines()
+    paddle_title = lines.index("where a step's time goes (paddle.profiler, op by op):")
+    timm_title = lines.index("where timm's step goes (torch.profiler, each op's own time):")
+    assert paddle_title < timm_title == len(lines) - 2 and lines[-1].split()[:3] == ["aten::mm", "3", "calls"]

@@ -73,8 +73,8 @@ def build_parser():
                              "else this Python)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile --iters more steps op by op (paddle.profiler; eager and to_static) and "
-                             "print where the time goes")
+                        help="also profile --iters more steps op by op (paddle.profiler; eager and to_static; with "
+                             "--compare timm, timm's too, by torch.profiler) and print where the time goes")
     add_common_arguments(parser)
     return parser
 
