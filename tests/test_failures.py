@@ -619,11 +619,11 @@ def test_export_refused_weights_or_a_failed_write_leave_no_out_folder(trained, t
 
 
 def test_an_interrupted_data_size_experiment_leaves_no_out_folder(tmp_path, capsys, monkeypatch):
-    import paddle_vit.experiments
+    import paddle_vit.cli.data_size_experiment as command  # the name the command calls, bound at its import
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(paddle_vit.experiments, "run_data_size_experiment", interrupted)
+    monkeypatch.setattr(command, "run_data_size_experiment", interrupted)
     code = run(load_tool("data_size_experiment").main, ["--out", str(tmp_path / "new" / "figures")])
     assert code == 130 and capsys.readouterr().err.strip() == "error: interrupted"
     assert not (tmp_path / "new").exists()
