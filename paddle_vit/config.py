@@ -15,7 +15,8 @@ from typing import List, Optional
 import yaml
 
 from . import fileio
-from .data.config import BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CROPS, DataConfig
+from .data.config import (BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CROPS, DataConfig,
+                          check_augmentation_keys)
 from .device import DEVICES
 from .errors import ConfigError, check_choice, close_matches
 from .models import ViTConfig, get_model_config  # the registry is the authority on architectures
@@ -549,6 +550,7 @@ def _validate_data_transforms(data):
     _at_least("data.cutmix_alpha", data.cutmix_alpha, 0.0)
     if not 0 < data.eval_crop_pct <= 1:
         raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data.eval_crop_pct!r}")
+    check_augmentation_keys(data)
 
 
 def _validate_optimizer(optimizer):

@@ -4,12 +4,17 @@ It lives with the data code that reads it, below `paddle_vit.config` (which make
 section of a recipe), so that the data package needs nothing above it.
 """
 import dataclasses
+import math
 from typing import List, Optional
+
+from ..errors import ConfigError, check_choice
 
 DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # every resize; transforms.py maps them to PIL's filters
 TRAIN_CROPS = ("resize", "random_resized_crop", "pad_crop")
 BAD_IMAGE_POLICIES = ("skip", "error")
+AUTO_AUGMENTS = ("none", "three_augment")  # null is "none"
+THREE_AUGMENT_COLOR_JITTER = 0.3  # DeiT III's colour jitter, data.color_jitter's value under three_augment
 
 
 @dataclasses.dataclass
@@ -43,6 +48,15 @@ class DataConfig:
     crop_padding: pixels of padding for pad_crop.
     hflip: probability of a horizontal flip (0 for digits: a mirrored 2 is no 2).
     randaugment_num_ops, randaugment_magnitude: RandAugment (0 ops switches it off).
+    auto_augment: null/"none", or "three_augment": DeiT III's 3-Augment, one of grayscale,
+        solarize, gaussian blur per image (data/three_augment.py), after the crop and flip;
+        refused together with RandAugment.
+    color_jitter: brightness, contrast and saturation factors each uniform in
+        [max(0, 1 - c), 1 + c], applied in a random order after the crop, flip and 3-Augment;
+        0 is off; null: 0.3 with three_augment (DeiT III), else 0.
+    repeated_augmentation: n >= 1 copies of each image per epoch, each with its own
+        augmentations, spread over the ranks, the epoch length kept (DeiT's repeated
+        augmentation: about N / n distinct images an epoch; data/loader.py); 1 is off.
     random_erasing: probability of erasing a random rectangle (DeiT: 0.25).
     mixup_alpha, cutmix_alpha: Beta parameters of mixup / cutmix (0 switches each off).
     mix_prob: probability of mixing a batch at all; switch_prob: of cutmix over mixup when both.
@@ -71,6 +85,9 @@ class DataConfig:
     hflip: float = 0.0
     randaugment_num_ops: int = 0
     randaugment_magnitude: int = 9
+    auto_augment: Optional[str] = None
+    color_jitter: Optional[float] = None
+    repeated_augmentation: int = 1
     random_erasing: float = 0.0
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
@@ -78,3 +95,26 @@ class DataConfig:
     switch_prob: float = 0.5
     eval_crop_pct: float = 1.0
     on_bad_image: str = "skip"
+
+
+def color_jitter_strength(data):
+    """data.color_jitter, with null resolved: 0.3 under three_augment (DeiT III), else 0 (off)."""
+    if data.color_jitter is not None:
+        return float(data.color_jitter)
+    return THREE_AUGMENT_COLOR_JITTER if data.auto_augment == "three_augment" else 0.0
+
+
+def check_augmentation_keys(data):
+    """Refuse (ConfigError, one line) bad values of data.auto_augment, data.color_jitter and
+    data.repeated_augmentation, and 3-Augment together with RandAugment (one policy per image)."""
+    check_choice("data.auto_augment", "none" if data.auto_augment is None else data.auto_augment, AUTO_AUGMENTS)
+    if data.color_jitter is not None and not 0 <= data.color_jitter < math.inf:
+        raise ConfigError(f"data.color_jitter must be a finite number >= 0 (0 is off; DeiT III 0.3) or null, "
+                          f"got {data.color_jitter!r}")
+    repeats = data.repeated_augmentation
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"data.repeated_augmentation must be an integer >= 1 (1 is off; DeiT: 3), got {repeats!r}")
+    if data.auto_augment == "three_augment" and data.randaugment_num_ops > 0:
+        raise ConfigError(f"data.auto_augment three_augment and data.randaugment_num_ops "
+                          f"{data.randaugment_num_ops} are two augmentation policies: set "
+                          f"data.randaugment_num_ops=0 (DeiT III) or data.auto_augment=none")

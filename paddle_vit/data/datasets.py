@@ -3,7 +3,9 @@
 A source holds the raw images and answers `load(index) -> (RGB PIL image, label)`; it has
 `labels` (int64 array) and `class_names`. `AugmentedDataset` puts a transform on a source and
 gives sample `index` of epoch `epoch` a generator keyed by (seed, epoch, index), so its
-augmentations do not depend on the process, the worker or what was loaded before.
+augmentations do not depend on the process, the worker or what was loaded before. It also takes
+a tagged index `copy * len(source) + index` (rng.py's `tag_copy`): copy `copy` of image `index`,
+keyed by (seed, epoch, index, copy), which repeated augmentation's sampler asks for.
 """
 import logging
 import numbers
@@ -19,7 +21,7 @@ from .cifar import load_cifar
 from .config import BAD_IMAGE_POLICIES, DATASETS, DataConfig
 from .filelist import build_filelist_sources
 from .imagefolder import build_imagefolder_sources
-from .rng import STREAM_SPLIT, STREAM_SUBSET, STREAM_SYNTHETIC, keyed_rng, sample_rng
+from .rng import STREAM_SPLIT, STREAM_SUBSET, STREAM_SYNTHETIC, keyed_rng, sample_rng, untag_copy
 from .shared import SharedBytes
 from .transforms import build_transforms
 
@@ -169,7 +171,9 @@ def _split_report(message):
 class AugmentedDataset(paddle.io.Dataset):
     """`dataset[index] -> (float32 [3, S, S] normalised image, int64 label)`.
 
-    Sample `index` of epoch `epoch` is transformed with `sample_rng(seed, epoch, index)`;
+    Sample `index` of epoch `epoch` is transformed with `sample_rng(seed, epoch, index)`; a
+    tagged index `copy * len(self) + index` (copy >= 1) loads the same image and label with
+    `sample_rng(seed, epoch, index, copy)`: the copies of repeated augmentation differ.
     `set_epoch` picks the epoch (the loader calls it). Worker processes see the epoch that
     was set when iteration began (workers are created per epoch, never persistent).
 
@@ -220,9 +224,10 @@ class AugmentedDataset(paddle.io.Dataset):
             self._record_worker_error(report)
             return np.zeros((3, self.image_size, self.image_size), np.float32), np.int64(0)
 
-    def _load(self, index):
+    def _load(self, tagged):
+        index, copy = untag_copy(tagged, len(self.source))
         image, label = self.source.load(index)
-        return self.transform(image, sample_rng(self.seed, self.epoch, index)), np.int64(label)
+        return self.transform(image, sample_rng(self.seed, self.epoch, index, copy)), np.int64(label)
 
     def _record_worker_error(self, report):
         """Keep the first report of this iteration; a newer iteration's report replaces an older one's."""

@@ -24,9 +24,26 @@ k, k+1, ... of that epoch, the same samples with the same augmentations as witho
 because the order comes from (seed, epoch) and each sample's augmentations from (seed, epoch,
 index). `len(loader)` is always the batches of a whole epoch. Call `set_epoch` every epoch;
 without it every iteration repeats the same epoch.
+
+Repeated augmentation (`repeats` = n > 1, data.repeated_augmentation; DeiT's RASampler): the
+permutation above is expanded to each index n times in a row,
+    repeated = [p0, p0, ..., p0, p1, p1, ..., p1, ...]   (n copies each, n * N entries)
+with copy c of image i read as the tagged index c * N + i (rng.py's `tag_copy`), so that the
+dataset keys its augmentations by (seed, epoch, i, c) and the copies differ. The epoch keeps its
+length: its positions are the first total_size entries of `repeated` (wrapped around only when
+n * N < total_size), so an epoch sees about N / n distinct images, each n times. Rank r reads
+every R-th position, r, r + R, r + 2R, ... (batch k: positions (k * B + j) * R + r, j < B), so
+the n copies of an image, which sit next to each other, go to n different ranks when n <= R.
+With by_step this is the same set of positions per step as without repetition: step k reads
+positions k * R * B to (k + 1) * R * B - 1 whatever R, so the same images, copies and therefore
+augmentations; but which rank reads which copy depends on R, and with one process the n copies
+of an image are neighbours in one batch (as DeiT on one GPU). A checkpoint carries the position
+in images, so a resume on another number of processes continues at the same entry of the same
+`repeated` list. `repeats` = 1 is the order above exactly.
 """
 import logging
 import math
+import numbers
 import os
 import signal
 
@@ -34,7 +51,7 @@ import numpy as np
 import paddle
 
 from ..errors import DataError
-from .rng import shuffle_rng
+from .rng import shuffle_rng, tag_copy
 
 logger = logging.getLogger("paddle_vit")
 
@@ -43,12 +60,15 @@ class ResumableBatchSampler(paddle.io.Sampler):
     """Batches of dataset indices for one rank, keyed by (seed, epoch), resumable at any batch."""
 
     def __init__(self, num_samples, batch_size, *, shuffle=False, drop_last=False, seed=0,
-                 num_replicas=1, rank=0, by_step=False):
+                 num_replicas=1, rank=0, by_step=False, repeats=1):
         super().__init__()
         if num_samples <= 0:
             raise DataError("cannot load batches from an empty data set")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if isinstance(repeats, bool) or not isinstance(repeats, numbers.Integral) or repeats < 1:
+            raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+        self.repeats = int(repeats)
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank must be in [0, {num_replicas}), got {rank}")
         self.num_samples, self.batch_size = int(num_samples), int(batch_size)
@@ -70,16 +90,25 @@ class ResumableBatchSampler(paddle.io.Sampler):
         self.epoch, self.start_batch = int(epoch), int(start_batch)
 
     def global_order(self, epoch=None):
-        """Dataset indices of the padded epoch order, total_size of them (all ranks)."""
+        """Dataset indices of the padded epoch order, total_size of them (all ranks); with
+        repeats n each index of the permutation n times in a row."""
         epoch = self.epoch if epoch is None else epoch
         if self.shuffle:
             order = shuffle_rng(self.seed, epoch).permutation(self.num_samples)
         else:
             order = np.arange(self.num_samples)
-        return np.resize(order, self.total_size)  # np.resize repeats the array: wrap-around padding
+        # np.resize repeats the array: wrap-around padding (and the cut to the epoch's length)
+        return np.resize(np.repeat(order, self.repeats), self.total_size)
+
+    def global_copies(self):
+        """The copy number (0 .. repeats - 1) of each position of `global_order`."""
+        return np.resize(np.tile(np.arange(self.repeats), self.num_samples), self.total_size)
 
     def local_positions(self):
         """Positions in the padded global order that this rank reads, in reading order."""
+        if self.repeats > 1:  # every R-th position from `rank`: an image's copies go to different ranks
+            count = len(self) * self.batch_size if self.drop_last else self.per_rank
+            return self.rank + self.num_replicas * np.arange(count)
         if self.by_step:  # batch k: slice `rank` of step k
             first = (np.arange(len(self)) * self.num_replicas + self.rank) * self.batch_size
             return (first[:, None] + np.arange(self.batch_size)[None, :]).reshape(-1)
@@ -89,9 +118,16 @@ class ResumableBatchSampler(paddle.io.Sampler):
         """Dataset indices this rank reads in `epoch`, in reading order (padding included)."""
         return self.global_order(epoch)[self.local_positions()]
 
+    def local_samples(self, epoch=None):
+        """What this rank hands the dataset in `epoch`, in reading order: the dataset indices,
+        tagged with their copy number when repeated (copy * num_samples + index)."""
+        positions = self.local_positions()
+        copies = self.global_copies()[positions]
+        return tag_copy(self.global_order(epoch)[positions], copies, self.num_samples)
+
     def padding_mask(self):
         """True for each sample this rank reads that is a padding duplicate."""
-        return self.local_positions() >= self.num_samples
+        return self.local_positions() >= self.num_samples * self.repeats
 
     def __len__(self):
         if self.drop_last:
@@ -100,7 +136,7 @@ class ResumableBatchSampler(paddle.io.Sampler):
 
     def __iter__(self):
         start, self.start_batch = self.start_batch, 0  # a resume applies to one iteration only
-        indices = self.local_indices()
+        indices = self.local_samples()
         for batch in range(start, len(self)):
             yield indices[batch * self.batch_size:(batch + 1) * self.batch_size].tolist()
 
@@ -183,12 +219,15 @@ def leave_stop_signals_to_the_main_process(worker_id):
 
 
 def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, seed=0, distributed=None,
-                     by_step=False):
+                     by_step=False, repeats=1):
     """A `ResumableDataLoader` over `dataset`.
 
     distributed: None shards when Paddle's world size is > 1; True shards over the world
     (also of size 1); False never shards. `seed` keys the shuffle order with the epoch.
     by_step: shard each step rather than the epoch (training; see the module docstring).
+    repeats: repeated augmentation, each image `repeats` times in a row with its own
+    augmentations, the epoch length kept (the module docstring); `dataset` must take tagged
+    indices, as `AugmentedDataset` does.
     """
     world_size, rank = 1, 0
     if distributed is None or distributed:
@@ -198,5 +237,5 @@ def build_dataloader(dataset, batch_size, *, shuffle, drop_last, num_workers=0, 
         else:
             world_size = 1
     sampler = ResumableBatchSampler(len(dataset), batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                                    num_replicas=world_size, rank=rank, by_step=by_step)
+                                    num_replicas=world_size, rank=rank, by_step=by_step, repeats=repeats)
     return ResumableDataLoader(dataset, sampler, num_workers=num_workers)

@@ -3,8 +3,14 @@
 A worker process, a resumed run and an uninterrupted run draw the same numbers because the
 generator is built from the key alone (never from Python's `random`, global numpy or Paddle's
 RNG, whose state depends on what ran before): the shuffle order from (seed, epoch), a sample's
-augmentations from (seed, epoch, index), a batch's mixup/cutmix from (seed, epoch, batch index).
+augmentations from (seed, epoch, index), or (seed, epoch, index, copy) for the copies 1, 2, ...
+of data.repeated_augmentation, a batch's mixup/cutmix from (seed, epoch, batch index).
 Each use has its own stream number first in the key, so two uses never share numbers.
+
+The sampler tells the dataset which copy of an image it wants through one integer, the tagged
+index `copy * num_images + index` (`tag_copy` / `untag_copy`): copy 0 is the plain index, so
+without repetition nothing changes, and the tag passes through Paddle's DataLoader workers as
+any index does.
 """
 import numpy as np
 
@@ -29,9 +35,22 @@ def keyed_rng(stream, *keys):
     return np.random.default_rng(np.random.SeedSequence(words))
 
 
-def sample_rng(seed, epoch, index):
-    """The generator of every augmentation choice for sample `index` in `epoch`."""
-    return keyed_rng(STREAM_SAMPLE, seed, epoch, index)
+def sample_rng(seed, epoch, index, copy=0):
+    """The generator of every augmentation choice for sample `index` in `epoch`; `copy` >= 1
+    numbers the repeated copies of repeated augmentation (copy 0 is keyed as before it existed)."""
+    return keyed_rng(STREAM_SAMPLE, seed, epoch, index, *([copy] if copy else []))
+
+
+def tag_copy(index, copy, num_images):
+    """The one integer that names copy `copy` of image `index` among `num_images`:
+    copy * num_images + index (works on numpy arrays too)."""
+    return copy * num_images + index
+
+
+def untag_copy(tagged, num_images):
+    """(index, copy) of a tagged index: the inverse of `tag_copy`."""
+    copy, index = divmod(int(tagged), int(num_images))
+    return index, copy
 
 
 def shuffle_rng(seed, epoch):

@@ -6,18 +6,20 @@ augmented identically in any process and after a resume. paddle.vision's transfo
 used because they draw from the global random state.
 
 Train pipeline (timm/DeiT order): crop ("resize" | "random_resized_crop" | "pad_crop") ->
-horizontal flip -> RandAugment -> float, normalise, HWC -> CHW -> random erasing.
+horizontal flip -> 3-Augment -> colour jitter -> RandAugment -> float, normalise, HWC -> CHW ->
+random erasing; a step whose key is off is left out (and draws nothing).
 Eval pipeline: resize the shorter side to int(size / eval_crop_pct), centre-crop size;
 eval_crop_pct == 1.0 is a plain resize to size x size (as the train "resize").
 """
 import math
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageEnhance
 
 from ..errors import ConfigError, check_choice
-from .config import INTERPOLATIONS, TRAIN_CROPS
+from .config import INTERPOLATIONS, TRAIN_CROPS, check_augmentation_keys, color_jitter_strength
 from .randaugment import RandAugment
+from .three_augment import ThreeAugment
 
 PIL_FILTERS = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}  # "bicubic" -> BICUBIC
 
@@ -173,6 +175,33 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip({self.probability})"
 
 
+class ColorJitter:
+    """Brightness, contrast and saturation with factors f_b, f_c, f_s each uniform in
+    [max(0, 1 - strength), 1 + strength], applied in a random order (torchvision's ColorJitter
+    without hue, as DeiT III uses it):
+        brightness: x -> f_b x;  contrast: x -> f_c x + (1 - f_c) mean(gray(x));
+        saturation: x -> f_s x + (1 - f_s) gray(x);   each clipped to 0..255 (PIL's enhancers).
+    Draws the order (a permutation of 3) first, then f_b, f_c, f_s.
+    """
+
+    ENHANCERS = (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color)
+
+    def __init__(self, strength):
+        if not strength >= 0:
+            raise ConfigError(f"data.color_jitter must be >= 0, got {strength}")
+        self.strength = float(strength)
+
+    def __call__(self, image, rng):
+        order = rng.permutation(len(self.ENHANCERS))
+        factors = rng.uniform(max(0.0, 1.0 - self.strength), 1.0 + self.strength, size=len(self.ENHANCERS))
+        for which in order:
+            image = self.ENHANCERS[which](image).enhance(float(factors[which]))
+        return image
+
+    def __repr__(self):
+        return f"ColorJitter({self.strength})"
+
+
 class ToNormalizedArray:
     """RGB PIL image -> float32 [3, H, W] array of (pixel / 255 - mean) / std."""
 
@@ -235,6 +264,7 @@ def build_transforms(data_config, image_size, train):
     size = int(image_size)
     steps = []
     if train:
+        check_augmentation_keys(data_config)
         crop = check_choice("data.train_crop", data_config.train_crop, TRAIN_CROPS)
         if crop == "resize":
             steps.append(Resize(size, interpolation))
@@ -244,6 +274,11 @@ def build_transforms(data_config, image_size, train):
             steps.append(PadCrop(size, data_config.crop_padding, interpolation))
         if data_config.hflip > 0:
             steps.append(RandomHorizontalFlip(data_config.hflip))
+        if data_config.auto_augment == "three_augment":
+            steps.append(ThreeAugment())
+        jitter = color_jitter_strength(data_config)
+        if jitter > 0:
+            steps.append(ColorJitter(jitter))
         if data_config.randaugment_num_ops > 0:
             steps.append(RandAugment(data_config.randaugment_num_ops, data_config.randaugment_magnitude))
         steps.append(ToNormalizedArray(data_config.mean, data_config.std))

@@ -97,7 +97,8 @@ def build_data(config):
         raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {data.dataset} "
                           f"has {len(class_names)} classes; set model.num_classes: null to follow the data")
     train_loader = build_dataloader(train_set, train.batch_size, shuffle=True, drop_last=True,
-                                    num_workers=data.num_workers, seed=train.seed, by_step=True)
+                                    num_workers=data.num_workers, seed=train.seed, by_step=True,
+                                    repeats=data.repeated_augmentation)
     val_loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                                   num_workers=data.num_workers, seed=train.seed)
     if len(train_loader) == 0:

@@ -110,11 +110,14 @@ def check_same_run(config, state, path, class_names, geometry_differences):
     was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
            "data.train_list": recorded["data"].get("train_list"),  # a file list: which images, in which order
            "data.train_fraction": recorded["data"].get("train_fraction", 1.0),
+           # the epoch's order: another repetition reads other images at the same position
+           "data.repeated_augmentation": recorded["data"].get("repeated_augmentation", 1),
            # what trains and how: another optimizer's state, or a frozen backbone's lack of it, does not continue
            "model.freeze": recorded["model"].get("freeze"),
            "optimizer.name": recorded["optimizer"].get("name", "adamw")}
     now = {"data.dataset": config.data.dataset, "data.root": config.data.root,
            "data.train_list": config.data.train_list, "data.train_fraction": config.data.train_fraction,
+           "data.repeated_augmentation": config.data.repeated_augmentation,
            "model.freeze": config.model.freeze, "optimizer.name": config.optimizer.name}
     differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
     differences += geometry_differences
