@@ -19,7 +19,7 @@ from .data.config import (BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CR
                           check_augmentation_keys)
 from .device import DEVICES
 from .errors import ConfigError, check_choice, close_matches
-from .models import ViTConfig, get_model_config  # the registry is the authority on architectures
+from .models import ViTConfig, get_model_config, list_models  # the registry is the authority on architectures
 from .weights import RESAMPLE_METHODS
 
 
@@ -123,6 +123,32 @@ class ScheduleConfig:
 
 
 @dataclasses.dataclass
+class DistillationConfig:
+    """DeiT's distillation (Touvron et al. 2021): the student's distillation token learns from a
+    frozen teacher's logits on the same (mixed) images. The student must have
+    `model.distilled: true`; evaluation reads the mean of its two heads.
+
+    teacher: a run's training checkpoint (.pdckpt: its stored recipe builds the model), a folder
+        whose config.json names its model (timm Hub, Hugging Face), or a registered model name
+        (`paddle_vit.list_models()`, built with its initial weights: for tests). Its class count
+        must be the data's and its input size the student's. May be null only with type none.
+    type: "hard" (the distillation head learns the teacher's argmax), "soft" (the teacher's
+        softened distribution, KL at temperature tau) or "none" (DeiT's: the class head alone
+        learns the labels; no teacher is run).
+    alpha: the distillation term's weight: loss = (1 - alpha) * base + alpha * distillation
+        (DeiT: 0.5); in [0, 1].
+    tau: the soft distillation's temperature (> 0, finite; DeiT: 1.0).
+    """
+    teacher: Optional[str] = None
+    type: str = "hard"
+    alpha: float = 0.5
+    tau: float = 1.0
+
+
+DISTILLATION_TYPES = ("hard", "soft", "none")
+
+
+@dataclasses.dataclass
 class TrainConfig:
     """How to run training.
 
@@ -158,6 +184,9 @@ class TrainConfig:
         scalar read per step; false reads it only at log intervals and stops there instead).
     max_bad_steps: stop after this many non-finite steps in a row.
     weights_format: "pdparams" or "safetensors" for the weight files best/last (+ _ema).
+    distillation: null (off) or DeiT's distillation from a teacher, a mapping of
+        `DistillationConfig`'s keys ({teacher, type, alpha, tau}); one key is set with
+        ``-o train.distillation.type=soft``.
     """
     epochs: int = 10
     batch_size: int = 64
@@ -183,6 +212,7 @@ class TrainConfig:
     max_bad_steps: int = 5
     weights_format: str = "pdparams"
     sharding: Optional[str] = None
+    distillation: Optional[DistillationConfig] = None
 
 
 SHARDING_LEVELS = ("os", "os_g", "p_g_os")
@@ -288,6 +318,14 @@ def load_config(path=None, overrides=(), data=None):
         data.setdefault(section, {})
         if not isinstance(data[section], dict):
             raise ConfigError(f"{where}: section {section!r} must be a mapping of keys to values")
+        if "." in key:  # section.key.subkey: one key of a nested mapping (train.distillation.type)
+            key, subkey = key.split(".", 1)
+            nested = data[section].get(key)
+            if nested is not None and not isinstance(nested, dict):
+                raise ConfigError(f"{where}: {section}.{key} is {nested!r}, not a mapping: -o {section}.{key}.{subkey} "
+                                  f"cannot set a key in it")
+            data[section] = dict(data[section], **{key: dict(nested or {}, **{subkey: value})})  # the file's left whole
+            continue
         data[section][key] = value
     config = Config(name=name)
     for section_name, values in data.items():
@@ -323,6 +361,9 @@ def _expand_user_paths(config):
         value = getattr(getattr(config, section), key)
         if isinstance(value, str) and value.startswith("~"):
             setattr(getattr(config, section), key, os.path.expanduser(value))
+    distillation = config.train.distillation
+    if distillation is not None and isinstance(distillation.teacher, str) and distillation.teacher.startswith("~"):
+        distillation.teacher = os.path.expanduser(distillation.teacher)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -384,13 +425,14 @@ def _parse_override(override):
         raise ConfigError(f"override {override!r} has no '=': write -o section.key=value, e.g. -o train.epochs=5")
     dotted, text = override.split("=", 1)
     parts = dotted.strip().split(".")
-    if len(parts) != 2 or not all(parts):
-        raise ConfigError(f"override {override!r} must name section.key (e.g. optimizer.lr=0.001)")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ConfigError(f"override {override!r} must name section.key (e.g. optimizer.lr=0.001), or "
+                          f"section.key.subkey for a nested key (e.g. train.distillation.type=soft)")
     try:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError as error:
         raise ConfigError(f"override {override!r}: the value is not a valid YAML scalar") from error
-    return parts[0], parts[1], value
+    return parts[0], ".".join(parts[1:]), value
 
 
 def _type_name(annotation):
@@ -414,12 +456,16 @@ def _check_type(key, value, annotation):
         if value is None:
             return None
         inner = [arg for arg in typing.get_args(annotation) if arg is not type(None)][0]
+        if dataclasses.is_dataclass(inner):  # a nested mapping names its own bad key
+            return _nested_section(key, value, inner)
         try:
             return _check_type(key, value, inner)
         except ConfigError as error:
             if "finite" in str(error):  # the right type, not a usable value
                 raise
             raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}") from None
+    if dataclasses.is_dataclass(annotation):
+        return _nested_section(key, value, annotation)
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
@@ -442,6 +488,23 @@ def _check_type(key, value, annotation):
         if isinstance(value, str):
             return value
     raise ConfigError(f"{key} must be {_type_name(annotation)}, got {value!r}")
+
+
+def _nested_section(key, value, cls):
+    """A mapping given for the nested dataclass `cls` (e.g. train.distillation), each key checked."""
+    if isinstance(value, cls):
+        value = dataclasses.asdict(value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be null or a mapping of {', '.join(f.name for f in dataclasses.fields(cls))}, "
+                          f"got {value!r}")
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    checked = {}
+    for name, item in value.items():
+        if name not in fields:
+            raise ConfigError(f"unknown key {key}.{name}{close_matches(name, fields)}; its keys are "
+                              f"{', '.join(fields)}")
+        checked[name] = _check_type(f"{key}.{name}", item, fields[name].type)
+    return cls(**checked)
 
 
 def _at_least(key, value, low, exclusive=False):
@@ -480,6 +543,7 @@ def validate(config):
     _validate_optimizer(config.optimizer)
     _validate_schedule(config.schedule)
     _validate_train(config.train)
+    _validate_distillation(config.train.distillation, vit)
     _validate_eval(config.eval, vit)
     return config
 
@@ -596,6 +660,37 @@ def _validate_train(train):
     check_choice("train.weights_format", train.weights_format, WEIGHTS_FORMATS)
     if train.sharding is not None:
         check_choice("train.sharding", train.sharding, SHARDING_LEVELS)
+
+
+def _validate_distillation(distillation, vit):
+    """train.distillation, against the student the model section builds: values in range, a
+    distilled student, a teacher named when one is run. Whether a teacher path exists is checked
+    when the run is built (engine/distillation.py), so that a run's stored recipe still loads
+    once its teacher is gone."""
+    if distillation is None:
+        return
+    check_choice("train.distillation.type", distillation.type, DISTILLATION_TYPES)
+    _fraction("train.distillation.alpha", distillation.alpha, closed=True)
+    _at_least("train.distillation.tau", distillation.tau, 0.0, exclusive=True)
+    if not vit.distilled:
+        raise ConfigError("train.distillation trains the student's distillation token, and model.distilled is false: "
+                          "set model.distilled: true (with model.pool: cls), or train.distillation: null")
+    teacher = distillation.teacher
+    if teacher is None or not teacher.strip():
+        if distillation.type != "none":
+            raise ConfigError(f"train.distillation.teacher must name the teacher for type {distillation.type}: a run's "
+                              f".pdckpt, a timm or Hugging Face folder, or a registered model name")
+        return
+    if not looks_like_a_path(teacher) and teacher not in list_models():
+        raise ConfigError(f"train.distillation.teacher {teacher!r} is neither a registered model name"
+                          f"{close_matches(teacher, list_models())} nor a path (a run's .pdckpt, a timm or Hugging "
+                          f"Face folder)")
+
+
+def looks_like_a_path(teacher):
+    """A teacher given as a file or folder rather than a registered name: it has a folder
+    separator or an extension, or exists."""
+    return os.sep in teacher or "/" in teacher or os.path.splitext(teacher)[1] != "" or os.path.exists(teacher)
 
 
 def _validate_eval(evaluation, vit):

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..factory import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from . import sharding
+from .distillation import Distiller, build_distiller
 from .ema import ModelEma
 from .freeze import freeze_backbone
 from .optim import build_optimizer, build_schedule
@@ -81,6 +82,7 @@ class RunParts:
     ema: Optional[ModelEma]
     sharded: bool
     mix: Optional[MixupCutmix]
+    distiller: Optional[Distiller] = None  # train.distillation's teacher and losses
 
     @property
     def num_classes(self):
@@ -119,10 +121,14 @@ def build_run(config, placement):
     vit = use_cpu_fast_paths(build_model(config, num_classes))
     if config.model.freeze == "backbone":  # before the optimizer: it gets the head's parameters alone
         freeze_backbone(vit)
+    amp_dtype = amp_dtype_for(train.amp, placement.place)
+    distiller = None
+    if train.distillation is not None:  # after the student (its initial weights drawn as without a teacher), before
+        # the optimizer (type none freezes the distillation head)
+        distiller = build_distiller(train.distillation, vit, class_names, data, placement.place, amp_dtype)
     updates_per_epoch = math.ceil(len(train_loader) / train.accumulate_steps)
     schedule = build_schedule(config.optimizer, config.schedule, updates_per_epoch, train.epochs)
     optimizer = build_optimizer(vit, config.optimizer, schedule)
-    amp_dtype = amp_dtype_for(train.amp, placement.place)
     if amp_dtype and train.amp_level == "O2":
         vit, optimizer = paddle.amp.decorate(models=vit, optimizers=optimizer, level="O2", dtype=amp_dtype,
                                              master_weight=True)
@@ -143,4 +149,4 @@ def build_run(config, placement):
     return RunParts(train_set=train_set, val_set=val_set, class_names=class_names, train_loader=train_loader,
                     val_loader=val_loader, vit=vit, model=model, optimizer=optimizer, schedule=schedule,
                     updates_per_epoch=updates_per_epoch, amp_dtype=amp_dtype, scaler=scaler, ema=ema,
-                    sharded=sharded, mix=mix)
+                    sharded=sharded, mix=mix, distiller=distiller)

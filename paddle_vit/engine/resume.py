@@ -17,6 +17,7 @@ import paddle
 from .. import checkpoint as ckpt
 from ..errors import ConfigError
 from ..models import ViTConfig
+from .distillation import identity_differences
 from .position import TrainingPosition
 
 logger = logging.getLogger("paddle_vit")
@@ -102,10 +103,11 @@ def _few(names, limit=5):
     return "[" + ", ".join(map(str, names[:limit])) + (f", ... ({len(names)} in all)" if len(names) > limit else "") + "]"
 
 
-def check_same_run(config, state, path, class_names, geometry_differences):
+def check_same_run(config, state, path, class_names, geometry_differences, teacher=None):
     """Refuse (one line naming what differs) a checkpoint of another data set, class list,
-    global batch, optimizer or frozen part, unless train.resume_check is off; then the data
-    position is carried over in images."""
+    global batch, optimizer, frozen part or distillation teacher (`teacher`: the run's
+    `Distiller.identity`, None without distillation), unless train.resume_check is off; then
+    the data position is carried over in images."""
     recorded = state["config"]
     was = {"data.dataset": recorded["data"]["dataset"], "data.root": recorded["data"].get("root"),
            "data.train_list": recorded["data"].get("train_list"),  # a file list: which images, in which order
@@ -121,6 +123,7 @@ def check_same_run(config, state, path, class_names, geometry_differences):
            "model.freeze": config.model.freeze, "optimizer.name": config.optimizer.name}
     differences = [f"{key} {was[key]!r} (the config: {now[key]!r})" for key in was if was[key] != now[key]]
     differences += geometry_differences
+    differences += identity_differences(state.get("distillation"), teacher)
     recorded_classes = state.get("class_names")
     if recorded_classes is not None and list(recorded_classes) != list(class_names):
         differences.append(f"the classes {_few(recorded_classes)} (the data: {_few(class_names)})")
@@ -180,7 +183,8 @@ def resume(config, state, path, parts, geometry_differences, processes):
     """Check that `state` (from `open_checkpoint`) continues this run, and restore it into
     `parts`; returns where the run stands. Called before a new run folder exists, so that a
     refused resume leaves nothing behind."""
-    check_same_run(config, state, path, parts.class_names, geometry_differences)
+    check_same_run(config, state, path, parts.class_names, geometry_differences,
+                   parts.distiller.identity if parts.distiller else None)
     check_same_model(state, path, parts.vit)
     position = carry_position_over(restore(state, path, parts), state, config, processes, len(parts.train_loader))
     logger.info("resumed from %s: epoch %d, batch %d, step %d", path, position.epoch + 1, position.batch_in_epoch,

@@ -144,6 +144,7 @@ class Trainer:
             "model_config": dataclasses.asdict(parts.vit.config),
             "class_names": parts.class_names,
             "world_size": self.placement.world_size,
+            "distillation": parts.distiller.identity if parts.distiller else None,  # resumed with the same teacher
         }
 
     def save(self, name):
@@ -172,6 +173,15 @@ class Trainer:
 
     def loss(self, logits, targets):
         return step.classification_loss(logits, targets)
+
+    def forward_loss(self, images, targets, timed=False):
+        """One step's loss: the model's on `images` against `targets`, or with train.distillation
+        the distilled student's against the labels and the teacher (`timed`: time the teacher's
+        share on this step)."""
+        distiller = self.parts.distiller
+        if distiller is not None:
+            return distiller.forward_loss(self.parts.model, images, targets, self.autocast, timed)
+        return step.forward_loss(self.parts.model, images, targets, self.autocast)
 
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
@@ -337,7 +347,11 @@ class Trainer:
             if train.deterministic:
                 paddle.seed(step_seed(train.seed, epoch, batch, self.placement.rank))
             images, targets = self.targets(images, labels, epoch, batch)  # [B, 3, S, S]; [B] or [B, K]
-            loss = step.forward_loss(parts.model, images, targets, self.autocast)
+            # the teacher's cost is timed on one step per log interval: a device sync around those only
+            timed = parts.distiller is not None and parts.distiller.teacher is not None and (
+                (batch + 1) % train.log_interval == 0 or batch + 1 == total_batches)
+            step_started = parts.distiller.share.now() if timed else None
+            loss = self.forward_loss(images, targets, timed)  # the teacher sees the mixed images
             # with fp16 the loss scaler checks the gradients; otherwise one scalar read per step
             finite = self._loss_is_finite(loss) if train.check_finite and not parts.scaler else True
             at_update = (batch + 1) % train.accumulate_steps == 0 or batch + 1 == total_batches
@@ -355,6 +369,8 @@ class Trainer:
             interval_steps += 1
             if at_update:
                 self.optimizer_step()
+            if timed:
+                parts.distiller.share.end_step(step_started)
             interval_images += images.shape[0]
             epoch_images += images.shape[0]
             if (at_update and train.checkpoint_steps and position.global_step % train.checkpoint_steps == 0
@@ -423,6 +439,9 @@ class Trainer:
         skipped = parts.train_set.num_bad_images + parts.val_set.num_bad_images
         if skipped:
             record["skipped_images"] = skipped  # unreadable files passed over (data.on_bad_image: skip)
+        if parts.distiller is not None and parts.distiller.share.share() is not None:
+            record["teacher_forward_share"] = parts.distiller.share.share()  # of the training step, timed steps
+            parts.distiller.share.reset()
         last_epoch = epoch + 1 == train.epochs
         if (epoch + 1) % self.config.eval.interval == 0 or last_epoch:
             record.update(self._evaluation(writer, epoch))
