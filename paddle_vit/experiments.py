@@ -18,6 +18,14 @@ pool "mean") and the same recipe (`tools/train.py`'s Trainer):
   averaged, LayerNorm and the head; no position embedding.
 Every run takes the same number of optimizer steps whatever the fraction (smaller fractions are
 seen more often): the families and the sizes differ in data, not in compute.
+
+DeiT's answer to the data-hunger (Touvron et al. 2021) adds two rows, the same ViT with a class
+and a distillation token read by a head each (pool "cls", DeiT's design):
+- "ViT distilled": taught by the ResNet run of the same fraction and seed (DeiT's hard
+  distillation: the distillation head learns the teacher's argmax), so the teacher saw the same
+  images and no more; these runs start once the ResNet runs have ended;
+- "ViT two tokens": the same model without a teacher, both heads learning the labels through
+  their mean, to tell the teacher's effect from the change of read-out.
 """
 import json
 import logging
@@ -38,7 +46,7 @@ from .engine.logging_utils import setup_logging
 from .engine.trainer import Trainer
 from .data.datasets import AugmentedDataset, digits_sources, stratified_subset
 from .data.loader import build_dataloader
-from .errors import TrainingError
+from .errors import ConfigError, TrainingError
 from .fewshot import extract_features, fewshot_accuracy
 from .viz import new_figure
 
@@ -50,6 +58,9 @@ FAMILIES = {
     "ResNet": dict(name="vit_tiny_r_s16_p8_224", patch_size=1, embed_dim=64, depth=0, num_heads=4,
                    backbone_layers=[1], pool="mean", position_embedding="none"),
 }
+FAMILIES["ViT distilled"] = dict(FAMILIES["ViT"], pool="cls", distilled=True)
+FAMILIES["ViT two tokens"] = dict(FAMILIES["ViT distilled"])
+TEACHERS = {"ViT distilled": "ResNet"}  # family: the family whose run of the same fraction and seed teaches it
 IMAGE_SIZE = 16  # the 8 x 8 digits, resized
 BATCH_SIZE = 32  # every run's, whatever its fraction: the smallest fraction must keep a batch
 # The few-shot protocol (Section 4.1). Shots 1, 5 and 10 of each of the 10 digits: the paper reads
@@ -68,14 +79,18 @@ RECIPE = {
 }
 
 
-def experiment_config(family, fraction, seed, output_dir, steps=150, batch_size=BATCH_SIZE, train_size=1438):
+def experiment_config(family, fraction, seed, output_dir, steps=150, batch_size=BATCH_SIZE, train_size=1438,
+                      teacher=None):
     """The `Config` of one run: `family` (a key of FAMILIES) on `fraction` of the training split
-    (`train_size` images in full), `steps` optimizer steps of `batch_size`, warm-up a tenth."""
+    (`train_size` images in full), `steps` optimizer steps of `batch_size`, warm-up a tenth;
+    distilled from the checkpoint `teacher` (DeiT's hard distillation) when given."""
     images = max(1, round(train_size * fraction))
     epochs = math.ceil(steps * batch_size / images)
     model = dict(FAMILIES[family], image_size=IMAGE_SIZE, num_classes=None, dropout=0.0, drop_path=0.0)
     data = dict(RECIPE["data"], train_fraction=fraction)
     train = dict(RECIPE["train"], epochs=epochs, batch_size=batch_size, seed=seed, output_dir=output_dir)
+    if teacher is not None:
+        train["distillation"] = {"teacher": teacher, "type": "hard"}
     return load_config(data={"model": model, "data": data, "optimizer": RECIPE["optimizer"],
                              "schedule": {"warmup_epochs": 0.1 * epochs}, "train": train, "eval": RECIPE["eval"]})
 
@@ -96,14 +111,16 @@ def training_images(fractions, batch_size=BATCH_SIZE):
     return {fraction: kept(fraction) for fraction in fractions}, round(smallest, 3)
 
 
-def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=FEWSHOT_SHOTS):
-    """One run of the experiment: (validation top-1, parameters, training images, seconds,
-    few-shot accuracies [[accuracy per draw of FEWSHOT_DRAWS] per shots])."""
+def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=FEWSHOT_SHOTS,
+              teacher=None):
+    """One run of the experiment (distilled from the checkpoint `teacher` when given): (validation
+    top-1, parameters, training images, seconds, few-shot accuracies [[accuracy per draw of
+    FEWSHOT_DRAWS] per shots])."""
     start = time.time()
     paddle.set_device("cpu")
     if threads:
         paddle.base.core.set_num_threads(threads)
-    trainer = Trainer(experiment_config(family, fraction, seed, output_dir, steps, batch_size))
+    trainer = Trainer(experiment_config(family, fraction, seed, output_dir, steps, batch_size, teacher=teacher))
     parameters = sum(int(np.prod(parameter.shape)) for parameter in trainer.vit.parameters())
     accuracy = trainer.fit()["last_epoch"]["val_top1"]  # the weights saved as checkpoints/last.pdparams
     fewshot = fewshot_of_trained(trainer, shots)
@@ -137,12 +154,17 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
     - "summary": {family: {"val_top1" | "fewshot_<k>shot": [{"mean", "std", "min", "max"} over the
       seeds, per fraction]}} (`seed_spread`);
     - "train_images": [per fraction], "parameters": {family: count}, and the settings.
-    Run i's model stays in work_dir/<family>-<fraction>-<seed>/ (checkpoints/last.pdparams).
+    Run i's model stays in work_dir/<family>-<fraction>-<seed>/ (checkpoints/last.pdparams); a family
+    with a teacher (`TEACHERS`) needs the teacher family among `families` and runs after it.
     The runs are independent: `workers` processes (default: one per core, at most 4) share them
     out and run side by side with one math thread each, since a model this small keeps a core busy
     with Python and Paddle's dispatch, not with arithmetic. `progress(family, fraction, seed,
     accuracy, seconds, fewshot)` is called as each run ends (fewshot: {k: mean of the draws})."""
     shots = tuple(int(k) for k in shots)
+    for family in families:
+        if TEACHERS.get(family, family) not in families:
+            raise ConfigError(f"the family {family!r} is taught by the {TEACHERS[family]} runs: add "
+                              f"{TEACHERS[family]!r} to the families")
     runs = [(family, fraction, seed) for family in families for fraction in fractions for seed in seeds]
     workers = max(1, min(workers or min(4, os.cpu_count() or 1), len(runs)))
     outcomes, errors, lock = {}, [], threading.Lock()
@@ -154,11 +176,14 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
                 means = {k: float(np.mean(draws)) for k, draws in zip(shots, outcome[4])}
                 progress(*run, outcome[0], outcome[3], means)
 
-    if workers == 1:
-        for run in runs:
-            record(run, train_one(*run, run_folder(work_dir, *run), steps, batch_size, shots=shots))
-    else:
-        shares = [runs[index::workers] for index in range(workers)]
+    # the teachers' runs end before their students' start
+    for phase in ([run for run in runs if run[0] not in TEACHERS], [run for run in runs if run[0] in TEACHERS]):
+        if workers == 1:
+            for run in phase:
+                record(run, train_one(*run, run_folder(work_dir, *run), steps, batch_size, shots=shots,
+                                      teacher=teacher_checkpoint(work_dir, *run)))
+            continue
+        shares = [share for share in (phase[index::workers] for index in range(workers)) if share]
         threads = [threading.Thread(target=_run_in_worker,
                                     args=(share, work_dir, steps, batch_size, shots, record, errors))
                    for share in shares]
@@ -166,7 +191,7 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
             thread.start()
         for thread in threads:
             thread.join()
-        missing = [run for run in runs if run not in outcomes]
+        missing = [run for run in phase if run not in outcomes]
         if missing:
             raise TrainingError(f"{len(missing)} of the {len(runs)} runs did not finish: {errors[-1] if errors else '?'}")
 
@@ -194,6 +219,14 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
 def run_folder(work_dir, family, fraction, seed):
     """Where run (family, fraction, seed) of an experiment in `work_dir` keeps its model."""
     return os.path.join(work_dir, f"{family}-{fraction}-{seed}")
+
+
+def teacher_checkpoint(work_dir, family, fraction, seed):
+    """The checkpoint that teaches run (family, fraction, seed): the last of its teacher family's
+    run of the same fraction and seed (`TEACHERS`), or None for a family without a teacher."""
+    if family not in TEACHERS:
+        return None
+    return os.path.join(run_folder(work_dir, TEACHERS[family], fraction, seed), "checkpoints", "last.pdckpt")
 
 
 def seed_spread(values):
@@ -241,7 +274,7 @@ def _worker_main():
     for family, fraction, seed in request["runs"]:
         output_dir = run_folder(request["work_dir"], family, fraction, seed)
         outcome = train_one(family, fraction, seed, output_dir, request["steps"], request["batch_size"], threads=1,
-                            shots=request["shots"])
+                            shots=request["shots"], teacher=teacher_checkpoint(request["work_dir"], family, fraction, seed))
         print(_RESULT + json.dumps({"run": [family, fraction, seed], "outcome": list(outcome)}), flush=True)
 
 

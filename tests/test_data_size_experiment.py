@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from paddle_vit import ConfigError
+
 from repo_paths import load_tool
 
 
@@ -52,7 +54,8 @@ def test_the_reported_fewshot_accuracy_is_that_of_the_saved_models_features(tmp_
     assert results["shots"] == [1, 3] and results["fewshot_draw_seeds"] == [0, 1, 2]
 
 
-def fake_train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=(1, 5, 10)):
+def fake_train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=(1, 5, 10),
+                   teacher=None):
     """Known numbers per run: accuracy 0.5 + fraction / 4 + seed / 100 (+ 0.1 for the ResNet); the
     k-shot accuracy of draw d is a tenth below it, + k / 100 + d / 1000."""
     accuracy = 0.5 + fraction / 4 + seed / 100 + (0.1 if family == "ResNet" else 0.0)
@@ -83,7 +86,7 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
 
     with open(out / "data_size_experiment.csv", newline="") as stream:
         rows = list(csv.DictReader(stream))
-    assert len(rows) == 3 * 2 * 3  # families x fractions x (val_top1, 1-shot, 5-shot)
+    assert len(rows) == 5 * 2 * 3  # families x fractions x (val_top1, 1-shot, 5-shot)
     def row_of(family, fraction, metric):
         return next(row for row in rows
                     if (row["family"], row["fraction"], row["metric"]) == (family, fraction, metric))
@@ -99,3 +102,36 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
     assert [axis.get_title() for axis in figure.axes] == ["trained on the subset: validation top-1",
                                                           "frozen representation: linear 5-shot top-1"]
     assert (out / "data_size_experiment.png").stat().st_size > 0
+
+
+def test_the_distilled_vit_learns_from_the_resnet_run_of_its_own_fraction_and_seed_after_it_ended(tmp_path,
+                                                                                                monkeypatch):
+    from paddle_vit import experiments
+
+    calls = []
+
+    def record(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=(1,), teacher=None):
+        calls.append((family, fraction, seed, teacher))
+        return fake_train_one(family, fraction, seed, output_dir, steps, batch_size, shots=shots)
+    monkeypatch.setattr(experiments, "train_one", record)
+    work = str(tmp_path)
+    results = experiments.run_data_size_experiment(work, fractions=(0.25, 1.0), seeds=(3,), workers=1, shots=(1,),
+                                                   families=("ViT distilled", "ViT", "ResNet"))
+    assert [call[0] for call in calls] == ["ViT", "ViT", "ResNet", "ResNet", "ViT distilled", "ViT distilled"]
+    assert calls[-1][3] == str(tmp_path / "ResNet-1.0-3" / "checkpoints" / "last.pdckpt")
+    assert all(teacher is None for family, _, _, teacher in calls if family != "ViT distilled")
+    assert list(results["accuracy"]) == ["ViT distilled", "ViT", "ResNet"]  # the tables keep the order asked for
+    with pytest.raises(ConfigError, match="'ViT distilled' is taught by the ResNet runs: add 'ResNet'"):
+        experiments.run_data_size_experiment(work, fractions=(1.0,), seeds=(0,), workers=1, families=("ViT distilled",))
+
+
+def test_the_distilled_and_two_token_families_are_the_plain_vit_with_deits_tokens():
+    from paddle_vit import experiments
+
+    distilled = experiments.experiment_config("ViT distilled", 0.5, 0, "unused", teacher="t.pdckpt")
+    control = experiments.experiment_config("ViT two tokens", 0.5, 0, "unused")
+    plain = experiments.experiment_config("ViT", 0.5, 0, "unused")
+    assert distilled.model.distilled and distilled.model.pool == "cls" and control.model == distilled.model
+    assert (distilled.model.embed_dim, distilled.model.depth) == (plain.model.embed_dim, plain.model.depth)
+    assert distilled.train.distillation.teacher == "t.pdckpt" and distilled.train.distillation.type == "hard"
+    assert control.train.distillation is None and plain.train.distillation is None
