@@ -57,7 +57,7 @@ from .engine import step as train_step
 from .engine.optim import build_optimizer
 from .errors import ConfigError, PaddleVitError, check_choice
 from .models import ViT, get_model_config
-from .timm_worker import PROTOCOL_PREFIX, peak_rss_mb, time_iterations
+from .timm_worker import PROTOCOL_PREFIX, operator_rows, peak_rss_mb, time_iterations
 from .variants import use_cpu_fast_paths, use_traceable_variants
 
 logger = logging.getLogger("paddle_vit")
@@ -654,19 +654,36 @@ def onnx_summary(report):
 def profile_operators(subject, iterations):
     """Where the time of `iterations` more steps goes, op by op, from `paddle.profiler` (after
     the timed rounds, so the profiler costs them nothing): [{"name", "calls", "ms_per_step",
-    "share"}] by total time, largest first. Eager and to_static steps only (the predictor runs
-    its ops inside paddle.inference, which the profiler does not see op by op)."""
-    events = {}
+    "share"}], largest first. Each op's self time, without the ops it calls (a backward node runs
+    matmuls of its own), so that the rows add up to the step and no time is counted twice, as
+    timm's side counts. Eager and to_static steps only (the predictor runs its ops inside
+    paddle.inference, which the profiler does not see op by op)."""
     with profiler.Profiler(targets=[profiler.ProfilerTarget.CPU], on_trace_ready=lambda prof: None) as prof:
         subject.timed(iterations)
-    statistic = profiler.profiler_statistic.StatisticData(prof.profiler_result.get_data(),
-                                                          prof.profiler_result.get_extra_info())
-    for name, item in statistic.event_summary.items.items():
-        events[name] = (item.call, item.cpu_time / 1e6)  # ns -> ms
-    total = sum(ms for _, ms in events.values()) or 1.0
-    rows = [{"name": name, "calls": calls // iterations, "ms_per_step": ms / iterations, "share": ms / total}
-            for name, (calls, ms) in events.items()]
-    return sorted(rows, key=lambda row: -row["ms_per_step"])
+    events = {}
+    for root in prof.profiler_result.get_data().values():  # one tree of host events per thread
+        for name, self_ns in operator_self_times(root):
+            calls, total = events.get(name, (0, 0))
+            events[name] = (calls + 1, total + self_ns)
+    return operator_rows(events, iterations)
+
+
+def operator_self_times(node):
+    """(name, self time in ns) of every operator event under `node`: its span less the spans of
+    the operators nearest below it (through events of other kinds)."""
+    def operators_below(event):
+        for child in event.children_node:
+            if child.type == profiler.TracerEventType.Operator:
+                yield child
+            else:
+                yield from operators_below(child)
+
+    stack = list(operators_below(node))
+    while stack:
+        operator = stack.pop()
+        inner = list(operators_below(operator))
+        yield operator.name, (operator.end_ns - operator.start_ns) - sum(op.end_ns - op.start_ns for op in inner)
+        stack.extend(inner)
 
 
 # ---- the CPU's limits: one large matrix product --------------------------------------------------
@@ -846,7 +863,7 @@ def format_report(result):
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
     if format_other_load(result):
         lines.append(format_other_load(result))
-    for key, title in (("operators", "where a step's time goes (paddle.profiler, op by op):"),
+    for key, title in (("operators", "where a step's time goes (paddle.profiler, each op's own time):"),
                        ("timm_operators", "where timm's step goes (torch.profiler, each op's own time):")):
         for index, row in enumerate(result.get(key, [])[:12]):
             if index == 0:

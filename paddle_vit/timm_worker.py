@@ -36,14 +36,13 @@ def time_iterations(step, synchronize, iterations):
 
 
 def operator_rows(events, iterations):
-    """Where `iterations` steps' time went, op by op, from torch.profiler's `key_averages()`:
-    [{"name", "calls", "ms_per_step", "share"}], largest first. Each op's self time (without the
-    ops it calls), so that the rows add up to the step and no time is counted twice."""
-    total = sum(event.self_cpu_time_total for event in events) or 1.0
-    rows = [{"name": event.key, "calls": event.count // iterations,
-             "ms_per_step": event.self_cpu_time_total / 1e3 / iterations,  # microseconds -> ms
-             "share": event.self_cpu_time_total / total}
-            for event in events if event.self_cpu_time_total > 0]
+    """{op name: (calls, self time in ns)} of `iterations` profiled steps -> [{"name", "calls",
+    "ms_per_step", "share"}] per step, largest first. Self times (an op's own, without the ops it
+    calls), so that the rows add up to the step and no time is counted twice; both sides of the
+    benchmark report this way."""
+    total = sum(ns for _, ns in events.values()) or 1.0
+    rows = [{"name": name, "calls": calls // iterations, "ms_per_step": ns / 1e6 / iterations, "share": ns / total}
+            for name, (calls, ns) in events.items() if ns > 0]
     return sorted(rows, key=lambda row: -row["ms_per_step"])
 
 
@@ -189,7 +188,9 @@ class _TimmSubject:
         profiler = self.torch.profiler
         with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as profile:
             self.timed(iterations)
-        return operator_rows(profile.key_averages(), iterations)
+        events = {event.key: (event.count, event.self_cpu_time_total * 1e3)  # microseconds -> ns
+                  for event in profile.key_averages()}
+        return operator_rows(events, iterations)
 
     def gpu_max_allocated_mb(self):
         if self.device.type != "cuda":

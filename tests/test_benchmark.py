@@ -1,12 +1,12 @@
 """The benchmark: analytic FLOPs against paddle.flops, every CPU mode and engine runs and gives
 well-formed JSON, the timm comparison fails clearly without a torch Python, the runtime
 settings pick the right machines. No test here asserts a speed."""
-import collections
 import json
 import os
 import resource
 import subprocess
 import sys
+import types
 
 import numpy as np
 import paddle
@@ -568,14 +568,27 @@ def test_default_malloc_tuning_reuses_freed_tensors_instead_of_page_faulting_the
     assert tuned["faults_per_op"] < 0.25 * pages
 
 
-def test_timms_profile_rows_are_each_ops_own_time_per_step_largest_first():
-    """Two steps under torch.profiler, fake key averages: self times 30 ms / 10 ms / 0 us (an op
-    whose time is all in the ops it calls), so per step 15 and 5 ms, shares 3/4 and 1/4."""
-    event = collections.namedtuple("event", "key count self_cpu_time_total")
-    rows = timm_worker.operator_rows([event("aten::gelu", 24, 10_000.0), event("aten::mm", 196, 30_000.0),
-                                      event("aten::linear", 98, 0.0)], iterations=2)
+def test_profile_rows_are_each_ops_own_time_per_step_largest_first():
+    """Two profiled steps: self times 30 ms / 10 ms / 0 (an op whose time is all in the ops it
+    calls), so per step 15 and 5 ms, shares 3/4 and 1/4."""
+    rows = timm_worker.operator_rows({"aten::gelu": (24, 10e6), "aten::mm": (196, 30e6), "aten::linear": (98, 0.0)},
+                                     iterations=2)
     assert rows == [{"name": "aten::mm", "calls": 98, "ms_per_step": 15.0, "share": 0.75},
                     {"name": "aten::gelu", "calls": 12, "ms_per_step": 5.0, "share": 0.25}]
+
+
+def test_an_ops_self_time_leaves_out_the_ops_below_it_through_other_events():
+    """A backward node (0-100 ns) runs a matmul (10-40) directly and another (50-70) inside a
+    non-operator event (45-80), which holds an add (72-75) too: the node's own time is
+    100 - 30 - 20 - 3 = 47; the matmuls keep their 30 and 20, the add its 3."""
+    operator, other = bench.profiler.TracerEventType.Operator, bench.profiler.TracerEventType.UserDefined
+
+    def node(name, kind, start, end, *children):
+        return types.SimpleNamespace(name=name, type=kind, start_ns=start, end_ns=end, children_node=list(children))
+    tree = node("thread", other, 0, 200,
+                node("GradNode", operator, 0, 100, node("matmul", operator, 10, 40),
+                     node("inner", other, 45, 80, node("matmul", operator, 50, 70), node("add", operator, 72, 75))))
+    assert sorted(bench.operator_self_times(tree)) == [("GradNode", 47), ("add", 3), ("matmul", 20), ("matmul", 30)]
 
 
 def test_a_profiled_run_reports_the_ops_and_the_report_prints_each_side_under_its_title(capsys):
@@ -584,6 +597,6 @@ def test_a_profiled_run_reports_the_ops_and_the_report_prints_each_side_under_it
     assert any(name.startswith("matmul") for name in names) and all(row["calls"] >= 0 for row in result["operators"])
     result["timm_operators"] = [{"name": "aten::mm", "calls": 3, "ms_per_step": 2.0, "share": 0.5}]
     lines = bench.format_report(result).splitlines()
-    paddle_title = lines.index("where a step's time goes (paddle.profiler, op by op):")
+    paddle_title = lines.index("where a step's time goes (paddle.profiler, each op's own time):")
     timm_title = lines.index("where timm's step goes (torch.profiler, each op's own time):")
     assert paddle_title < timm_title == len(lines) - 2 and lines[-1].split()[:3] == ["aten::mm", "3", "calls"]
