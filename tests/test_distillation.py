@@ -281,3 +281,13 @@ def test_a_bare_weights_file_as_teacher_is_one_line_saying_what_a_teacher_is(tmp
     assert_one_line_error(*run_tool(TRAIN, argv, capsys), f"train.distillation.teacher {weights} is a weights file",
                           ".pdckpt")
     assert not output.exists()
+
+
+def test_a_model_name_as_teacher_is_built_untrained_and_says_so(caplog):
+    from paddle_vit.engine.distillation import load_teacher
+
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        teacher, normalization = load_teacher("vit_walkthrough", 10)
+    assert teacher.config.num_classes == 10 and normalization is None
+    assert len(caplog.records) == 1 and "initial, untrained weights" in caplog.records[0].getMessage()
+    assert "train.distillation.teacher vit_walkthrough" in caplog.records[0].getMessage()

@@ -187,6 +187,8 @@ def load_teacher(source, num_classes):
     weights and the data's class count."""
     key = f"train.distillation.teacher {source}"
     if not looks_like_a_path(source):
+        logger.warning("%s is a model name: the teacher has its initial, untrained weights and teaches nothing "
+                       "useful; name a trained run's checkpoint (.pdckpt) or a timm or Hugging Face folder", key)
         return ViT(get_model_config(source, num_classes=num_classes).validate()), None
     if not os.path.exists(source):
         raise ConfigError(f"{key} does not exist: train the teacher first (its run's checkpoints/last.pdckpt), or "
