@@ -162,6 +162,9 @@ def test_a_step_leaves_the_teacher_untouched_and_without_gradients():
     (["train.distillation.teacher=null"], ["train.distillation.teacher must name the teacher for type hard"]),
     (["train.distillation.teacher=nowhere/last.pdckpt"], ["train.distillation.teacher nowhere/last.pdckpt does "
                                                           "not exist", "train the teacher first"]),
+    (["train.distillation.teacher=/dev/null"], ["train.distillation.teacher /dev/null is neither a regular file "
+                                                 "nor a folder", "a run's training checkpoint (.pdckpt"]),
+    (["train.distillation.teacher=" + REPO + "/configs"], ["configs is a folder without a model's config.json"]),
     # a registered teacher at its own size, 224, for a student of 28
     (["train.distillation.teacher=vit_walkthrough"], ["train.distillation.teacher vit_walkthrough takes 224 x 224",
                                                       "the student 28 x 28"]),

@@ -25,6 +25,7 @@ from ..factory import describe_class_difference, model_for_evaluation
 from ..models import ViT, get_model_config
 from ..recipe import config_for_weights
 from ..variants import use_cpu_fast_paths
+from ..weights.folders import describe_folder
 from .step import autocast, classification_loss
 
 logger = logging.getLogger("paddle_vit")
@@ -193,10 +194,14 @@ def load_teacher(source, num_classes):
     if not os.path.exists(source):
         raise ConfigError(f"{key} does not exist: train the teacher first (its run's checkpoints/last.pdckpt), or "
                           f"name another")
+    what_a_teacher_is = ("a teacher is a run's training checkpoint (.pdckpt, which stores its recipe) or a timm or "
+                         "Hugging Face folder (its config.json names the model)")
     if os.path.isfile(source) and not source.endswith(".pdckpt"):
-        raise ConfigError(f"{key} is a weights file that does not say which model it is: a teacher is a run's "
-                          f"training checkpoint (.pdckpt, which stores its recipe) or a timm or Hugging Face folder "
-                          f"(its config.json names the model)")
+        raise ConfigError(f"{key} is a weights file that does not say which model it is: {what_a_teacher_is}")
+    if os.path.isdir(source) and describe_folder(source) is None:
+        raise ConfigError(f"{key} is a folder without a model's config.json: {what_a_teacher_is}")
+    if not (os.path.isfile(source) or os.path.isdir(source)):
+        raise ConfigError(f"{key} is neither a regular file nor a folder: {what_a_teacher_is}")
     try:
         config = config_for_weights(source)
         teacher = model_for_evaluation(config, source)
