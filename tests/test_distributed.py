@@ -389,3 +389,25 @@ def test_a_signal_in_a_multi_process_run_is_one_line_at_once_and_only_while_trai
             assert ("stopped by SIGTERM (the launcher sends it" if number == 15 else "aborted (SIGABRT)") in lines[0]
         else:
             assert result.returncode != 128 + number and lines == [], result.stderr
+
+
+def test_two_processes_distil_with_repeated_augmentation_as_one_process_of_the_global_batch(tmp_path):
+    """DeiT's recipe on two ranks: the teacher in every process, each image twice an epoch with
+    its copies on both ranks, the same steps' images as one process of batch 16 reads."""
+    teacher_folder = tmp_path / "teacher"
+    Trainer(load_config(data={**RECIPE, "train": {**RECIPE["train"], "epochs": 1, "output_dir": str(teacher_folder)},
+                              "eval": {"batch_size": 8}})).fit()
+    deit = {"model": {"distilled": True, "pool": "cls"}, "data": {"repeated_augmentation": 2},
+            "train": {"distillation": {"teacher": str(teacher_folder / "checkpoints" / "last.pdckpt")}}}
+    one = tmp_path / "one"
+    sections = {section: dict(values, **deit.get(section, {})) for section, values in RECIPE.items()}
+    Trainer(load_config(data={**sections, "train": {**sections["train"], "batch_size": 16,
+                                                    "output_dir": str(one)}})).fit()
+    recipe, two = write_recipe(tmp_path / "recipe.yaml", **deit), tmp_path / "two"
+    for code, output in run_job(lambda: [launcher(tmp_path / "logs", recipe, f"train.output_dir={two}", nproc=2)],
+                                [tmp_path / "logs"], tmp_path):
+        assert code == 0, output[-3000:]
+    assert_same_weights(weights(two / "checkpoints" / "last.pdparams"), weights(one / "checkpoints" / "last.pdparams"))
+    assert_same_metrics(metrics(two), metrics(one))
+    assert load_checkpoint(str(two / "checkpoints" / "last.pdckpt"))["distillation"]["type"] == "hard"
+    assert all(record["teacher_forward_share"] > 0 for record in metrics(two) + metrics(one))  # the teacher ran
