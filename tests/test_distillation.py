@@ -15,7 +15,7 @@ from paddle_vit.engine.step import autocast
 from paddle_vit.engine.trainer import Trainer
 
 from repo_paths import REPO
-from test_failures import TRAIN, assert_one_line_error, run_tool
+from test_failures import TRAIN, assert_one_line_error, assert_train_refuses, run_tool
 from test_train import read_metrics
 
 TEACHER_RECIPE = os.path.join(REPO, "configs", "resnet_digits_28.yaml")
@@ -170,12 +170,7 @@ def test_a_step_leaves_the_teacher_untouched_and_without_gradients():
                                                       "the student 28 x 28"]),
 ])
 def test_bad_distillation_input_is_one_line_before_the_run_folder(tmp_path, capsys, overrides, fragments):
-    output = tmp_path / "out"
-    argv = ["-c", STUDENT_RECIPE, "-o", f"train.output_dir={output}"]
-    for override in SMALL_RUN + overrides:
-        argv += ["-o", override]
-    assert_one_line_error(*run_tool(TRAIN, argv, capsys), *fragments)
-    assert not output.exists()
+    assert_train_refuses(tmp_path, capsys, STUDENT_RECIPE, SMALL_RUN + overrides, *fragments)
 
 
 # ---- the digits recipe's two commands, small -----------------------------------------------------

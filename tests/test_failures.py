@@ -69,8 +69,14 @@ def assert_one_line_error(code, lines, *fragments):
     (["train.epochs"], ["has no '='"]),
 ])
 def test_bad_config_is_one_line_and_leaves_nothing_behind(tmp_path, capsys, overrides, fragments):
+    assert_train_refuses(tmp_path, capsys, write_config(tmp_path), overrides, *fragments)
+
+
+def assert_train_refuses(tmp_path, capsys, recipe, overrides, *fragments):
+    """`train.py -c recipe -o override ...` ends with one error line holding `fragments`, exit
+    code 2, and no run folder."""
     output = tmp_path / "out"
-    argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={output}"]
+    argv = ["-c", recipe, "-o", f"train.output_dir={output}"]
     for override in overrides:
         argv += ["-o", override]
     assert_one_line_error(*run_tool(TRAIN, argv, capsys), *fragments)

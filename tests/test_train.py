@@ -48,6 +48,17 @@ def final_weights(output_dir):
     return {name: value.numpy() for name, value in state["model"].items()}
 
 
+def assert_resumed_equals_straight(straight, broken, keys=("train_loss", "val_top1", "val_loss", "lr")):
+    """The run folder `broken` (stopped and resumed) ends with the weights of `straight` (unbroken)
+    and the same per-epoch `keys` of metrics.jsonl, to float rounding."""
+    expected, got = final_weights(straight), final_weights(broken)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-6, err_msg=name)
+    for a, b in zip(read_metrics(straight), read_metrics(broken)):
+        for key in keys:
+            assert a[key] == pytest.approx(b[key], abs=1e-6), key
+
+
 def test_two_epochs_loss_falls_and_everything_is_written(tmp_path):
     config = small_config(tmp_path / "run", train={"epochs": 4})
     summary = Trainer(config).fit()
@@ -168,12 +179,7 @@ def test_resume_mid_epoch_equals_uninterrupted_run(tmp_path, augment):
     resumed = Trainer(config("broken", resume="auto"))
     assert resumed.position.global_step == 4
     resumed.fit()
-    straight, broken = final_weights(tmp_path / "straight"), final_weights(tmp_path / "broken")
-    for name in straight:
-        np.testing.assert_allclose(broken[name], straight[name], atol=1e-6, err_msg=name)
-    for a, b in zip(read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "broken")):
-        for key in ("train_loss", "val_top1", "val_loss", "lr"):
-            assert a[key] == pytest.approx(b[key], abs=1e-6), key
+    assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
 
 
 def test_resume_auto_skips_a_checkpoint_cut_short(tmp_path):
