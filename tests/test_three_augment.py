@@ -14,7 +14,6 @@ from paddle_vit.data.transforms import ColorJitter
 from test_failures import assert_train_refuses, write_config
 
 
-
 def rgb(pixels):
     return Image.fromarray(np.asarray(pixels, dtype=np.uint8), "RGB")
 
