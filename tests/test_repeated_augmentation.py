@@ -10,11 +10,8 @@ from paddle_vit.config import load_config
 from paddle_vit.data import DataConfig, ResumableBatchSampler, build_dataloader, build_datasets
 from paddle_vit.engine.trainer import Trainer
 
-from repo_paths import load_tool
-from test_failures import assert_one_line_error, run_tool, write_config
+from test_failures import assert_train_refuses, write_config
 from test_train import assert_resumed_equals_straight, small_config, stop_after
-
-TRAIN = load_tool("train")
 
 
 def sampler(num_samples, batch, repeats, world=1, rank=0, shuffle=False, seed=0):
@@ -177,11 +174,15 @@ def test_loader_serves_each_copy_with_its_label_and_resumes(num_workers):
     ("true", "got True"), ("inf", "got 'inf'"), (".inf", "got inf"), ("nan", "got 'nan'"), (".nan", "got nan"),
 ])
 def test_bad_repeated_augmentation_is_one_line_and_leaves_nothing_behind(tmp_path, capsys, value, fragment):
-    output = tmp_path / "out"
-    argv = ["-c", write_config(tmp_path), "-o", f"train.output_dir={output}",
-            "-o", f"data.repeated_augmentation={value}"]
-    assert_one_line_error(*run_tool(TRAIN, argv, capsys), "data.repeated_augmentation", fragment)
-    assert not output.exists()
+    assert_train_refuses(tmp_path, capsys, write_config(tmp_path), [f"data.repeated_augmentation={value}"],
+                         "data.repeated_augmentation", fragment)
+
+
+def test_more_repeats_than_training_images_is_one_line_and_leaves_nothing_behind(tmp_path, capsys):
+    """The synthetic set of test_failures' recipe has 48 training images: 49 copies of each would
+    leave an epoch less than one distinct image; 48 still runs."""
+    assert_train_refuses(tmp_path, capsys, write_config(tmp_path), ["data.repeated_augmentation=49"],
+                         "data.repeated_augmentation 49 is more than the 48 training images")
 
 
 def test_the_trainer_builds_its_train_loader_with_the_repeats(tmp_path):

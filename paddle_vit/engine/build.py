@@ -98,6 +98,10 @@ def build_data(config):
     if config.model.num_classes is not None and config.model.num_classes != len(class_names):
         raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {data.dataset} "
                           f"has {len(class_names)} classes; set model.num_classes: null to follow the data")
+    if data.repeated_augmentation > len(train_set):  # an epoch shows about N / n distinct images
+        raise ConfigError(f"data.repeated_augmentation {data.repeated_augmentation} is more than the "
+                          f"{len(train_set)} training images: an epoch would show less than one distinct image "
+                          f"(DeiT: 3)")
     train_loader = build_dataloader(train_set, train.batch_size, shuffle=True, drop_last=True,
                                     num_workers=data.num_workers, seed=train.seed, by_step=True,
                                     repeats=data.repeated_augmentation)
