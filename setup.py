@@ -17,6 +17,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["paddle_vit", "paddle_vit.*"]),
+    # the C++ sources of the CPU kernels built on the user's machine at first use (variants/compiled.py)
+    package_data={"paddle_vit.variants": ["kernels/*.cc"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy",

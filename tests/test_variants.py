@@ -171,3 +171,83 @@ def test_the_fast_forward_runs_with_dense_transposes_and_leaves_the_flag_as_it_w
         ViT.forward = original
         paddle.set_flags(before)
     assert seen == [False, False]  # dense inside the forward pass, whatever the process had
+
+
+def layer_norm_pair(width, seed=7):
+    """A stock LayerNorm and the same one as `FastCpuLayerNorm`, weights drawn away from 1 and 0."""
+    paddle.seed(seed)
+    stock = nn.LayerNorm(width, epsilon=1e-6)
+    with paddle.no_grad():
+        stock.weight.set_value(paddle.rand([width]) + 0.5)
+        stock.bias.set_value(paddle.randn([width]))
+    fast = nn.LayerNorm(width, epsilon=1e-6)
+    fast.set_state_dict(stock.state_dict())
+    return stock, variants.use_cpu_fast_paths(fast)
+
+
+def layer_norm_outputs(layer, x, grad):
+    """(out, dx, dw, db) of `layer` on x with the output's gradient `grad`."""
+    x = x.detach()
+    x.stop_gradient = False
+    out = layer(x)
+    return [out, *paddle.grad(out, [x, layer.weight, layer.bias], grad)]
+
+
+@pytest.mark.slow  # the first call builds the kernel on this machine (about 15 s; then cached)
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's kernel is kept")
+@pytest.mark.parametrize("width", [192, 384])
+def test_the_compiled_layer_norm_backward_gives_paddles_gradients(width):
+    stock, fast = layer_norm_pair(width)
+    assert type(fast) is variants.FastCpuLayerNorm and variants.compiled.kernel_library() is not None
+    x = paddle.randn([4, 197, width]) * 3 + 1  # rows with a mean far from 0: the centring matters
+    grad = paddle.randn([4, 197, width])
+    for ours, theirs, name in zip(layer_norm_outputs(fast, x, grad), layer_norm_outputs(stock, x, grad),
+                                  ("out", "dx", "dw", "db")):
+        scale = float(np.abs(theirs.numpy()).max())
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=3e-6 * scale, err_msg=name)
+
+
+def test_the_compiled_layer_norm_is_asked_for_only_in_training_of_wide_layers(monkeypatch):
+    def no_kernel():
+        raise AssertionError("the compiled kernel was asked for")
+    monkeypatch.setattr(cpu_variants, "kernel_library", no_kernel)
+    narrow_stock, narrow = layer_norm_pair(64)  # the walkthrough's width: Paddle's kernel
+    x, grad = paddle.randn([2, 5, 64]), paddle.randn([2, 5, 64])
+    for ours, theirs in zip(layer_norm_outputs(narrow, x, grad), layer_norm_outputs(narrow_stock, x, grad)):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    wide_stock, wide = layer_norm_pair(192)
+    with paddle.no_grad():  # evaluation: nothing to differentiate
+        x = paddle.randn([2, 5, 192])
+        np.testing.assert_array_equal(wide(x).numpy(), wide_stock(x).numpy())
+
+
+def test_without_the_compiled_kernels_a_wide_layer_norm_is_paddles(monkeypatch, caplog):
+    """Switched off, or the build failing (no compiler), the stock kernel computes: the build is
+    tried once per process and its failure said in one info line."""
+    monkeypatch.setattr(variants.compiled, "_LOADED", {})
+    monkeypatch.setenv("PADDLE_VIT_COMPILED_KERNELS", "0")
+    assert variants.compiled.kernel_library() is None
+    monkeypatch.setattr(variants.compiled, "_LOADED", {})
+    monkeypatch.delenv("PADDLE_VIT_COMPILED_KERNELS")
+    attempts = []
+
+    def failing_build(cache):
+        attempts.append(cache)
+        raise OSError("c++: command not found")
+    monkeypatch.setattr(variants.compiled, "_build", failing_build)
+    stock, fast = layer_norm_pair(192)
+    x, grad = paddle.randn([2, 5, 192]), paddle.randn([2, 5, 192])
+    with caplog.at_level("INFO", logger="paddle_vit"):
+        for _ in range(2):
+            for ours, theirs in zip(layer_norm_outputs(fast, x, grad), layer_norm_outputs(stock, x, grad)):
+                np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert len(attempts) == 1
+    messages = [record.getMessage() for record in caplog.records if "compiled CPU kernels" in record.getMessage()]
+    assert len(messages) == 1 and "c++: command not found" in messages[0] and "PADDLE_VIT_COMPILED_KERNELS=0" in messages[0]
+
+
+def test_the_build_is_keyed_by_the_instruction_sets_it_targets():
+    """A cache shared by machines of other CPUs (a home folder on a network disk, a machine whose
+    CPU changes) never loads a build made for instructions this one lacks."""
+    assert variants.compiled.build_key(["-mavx2", "-mfma"]) != variants.compiled.build_key([])
+    assert variants.compiled.build_key([]) == variants.compiled.build_key([])

@@ -4,8 +4,9 @@ attention kernel); what Paddle on a CPU, or a traced graph, needs besides lives 
 
 - `use_cpu_fast_paths(model)`: eager float32 on a CPU (cpu.py): attention from the packed q/k/v
   projection with one transpose, its weights recomputed in the backward pass of training; Linear
-  layers with the bias inside the matrix product (what each saves: docs/benchmarks.md). The tools
-  apply it to every model they build.
+  layers with the bias inside the matrix product; in training, LayerNorm's backward pass by a
+  kernel compiled on this machine at first use (compiled.py; what each saves: docs/benchmarks.md).
+  The tools apply it to every model they build.
 - `traceable(model)` (a context) and `use_traceable_variants(model)`: what a traced graph
   (`paddle.jit.to_static`, export, paddle.inference) computes with (graph.py): on a CPU, q, k
   and v from their own weight columns so that oneDNN folds the head transposes into the products;
@@ -21,7 +22,8 @@ variant to its module's numbers.
 """
 import contextlib
 
-from .cpu import CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, RecomputedAttention, dense_transposes, runs_on_cpu
+from .cpu import (CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuLayerNorm, RecomputedAttention,
+                  dense_transposes, runs_on_cpu)
 from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
                     TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
@@ -92,7 +94,7 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "FastCpuLayerNorm", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",

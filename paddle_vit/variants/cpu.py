@@ -5,10 +5,14 @@ import contextlib
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+from paddle import _legacy_C_ops
 from paddle.autograd import PyLayer
 
 from ..models.attention import Attention
 from ..models.vit import ViT
+from .compiled import kernel_library, kernel_threads
+
+KERNEL_MIN_WIDTH = 128  # the compiled LayerNorm backward for ViT-Ti's 192 and wider, not the walkthrough's 64
 
 
 def runs_on_cpu():
@@ -126,6 +130,51 @@ class AddmmLinear(nn.Linear):
         return out if x.ndim == 2 else out.reshape([*x.shape[:-1], self.weight.shape[1]])  # [..., out]
 
 
+class _KernelLayerNorm(PyLayer):
+    """LayerNorm over the last axis whose backward pass is the compiled kernel
+    (compiled.py, kernels/layer_norm_backward.cc); the forward pass is Paddle's own, which also
+    gives the rows' mean and variance that the backward reads."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, epsilon, library):
+        out, mean, variance = _legacy_C_ops.layer_norm(x, weight, bias, "epsilon", epsilon,
+                                                       "begin_norm_axis", x.ndim - 1)  # [..., D], [M], [M]
+        ctx.save_for_backward(x, weight, mean, variance)
+        ctx.epsilon, ctx.library = epsilon, library
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # grad: [..., D]
+        x, weight, mean, variance = ctx.saved_tensor()
+        return tuple(ctx.library.paddle_vit_layer_norm_backward(x, weight, mean, variance, grad, ctx.epsilon,
+                                                                kernel_threads()))  # dx, dw [D], db [D]
+
+
+class FastCpuLayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` whose backward pass, in eager float32 training on a CPU, is a compiled
+    kernel that shares the rows out over Paddle's math threads (Paddle's own runs on one:
+    docs/benchmarks.md, "The training step against timm"). Where the kernel is not built (no
+    compiler, PADDLE_VIT_COMPILED_KERNELS=0), in evaluation, for narrow layers (below
+    KERNEL_MIN_WIDTH, where the build would cost more than it saves) and elsewhere it is the
+    stock LayerNorm."""
+
+    variant_of = nn.LayerNorm
+
+    def forward(self, x):
+        if not self._uses_kernel(x):
+            return super().forward(x)
+        library = kernel_library()
+        if library is None:
+            return super().forward(x)
+        return _KernelLayerNorm.apply(x, self.weight, self.bias, self._epsilon, library)
+
+    def _uses_kernel(self, x):
+        return (len(self._normalized_shape) == 1 and self._normalized_shape[0] >= KERNEL_MIN_WIDTH
+                and self.weight is not None and self.bias is not None and eager_cpu_float32(x)
+                and paddle.is_grad_enabled() and not (x.stop_gradient and self.weight.stop_gradient
+                                                      and self.bias.stop_gradient))
+
+
 @contextlib.contextmanager
 def dense_transposes():
     """Paddle's stride kernels off while the body runs, as they were afterwards: with them on, each
@@ -156,4 +205,4 @@ class DenseTransposeViT(ViT):
             return super().forward(x)
 
 
-CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, DenseTransposeViT)
+CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, DenseTransposeViT)

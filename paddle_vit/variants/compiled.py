@@ -1,0 +1,141 @@
+"""CPU kernels that Paddle 3.3 runs on one thread, written in C++ (kernels/*.cc) and compiled on
+this machine at first use with Paddle's own extension builder (`paddle.utils.cpp_extension`:
+the system's C++ compiler, Paddle's headers from the wheel; threads of the C++ library).
+
+The build happens once per machine and source: into the cache folder
+($XDG_CACHE_HOME or ~/.cache)/paddle_vit/kernels/<key>, the key a hash of the sources, Paddle's and
+Python's versions and the CPU's instruction sets (the build targets them), under a file lock so
+that processes starting together build it once. Where it cannot be built (no compiler, a
+read-only home, not Linux) or PADDLE_VIT_COMPILED_KERNELS=0, `kernel_library()` is None and the
+callers keep Paddle's kernels, which compute the same: one info line says why.
+"""
+import contextlib
+import fcntl
+import hashlib
+import io
+import logging
+import os
+import platform
+import shutil
+import sys
+import warnings
+
+import paddle
+from paddle.utils.cpp_extension import load  # Paddle's own import loads it already
+
+from .. import runtime
+
+logger = logging.getLogger("paddle_vit")
+
+SWITCH_VARIABLE = "PADDLE_VIT_COMPILED_KERNELS"
+SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "layer_norm_backward.cc")]
+_LOADED = {}  # "library": the module, or None once a build was refused or failed in this process
+
+
+def kernel_library():
+    """The compiled kernels as a module of Paddle custom ops (its functions take and return
+    tensors), or None where they are switched off or cannot be built."""
+    if "library" not in _LOADED:
+        _LOADED["library"] = _load()
+    return _LOADED["library"]
+
+
+def _load():
+    if os.environ.get(SWITCH_VARIABLE, "").strip() == "0":
+        return None
+    if not build_possible():
+        return None
+    try:
+        return _build(cache_folder())
+    except Exception as error:  # a missing compiler or header, a read-only cache: Paddle's kernels instead
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        logger.info("compiled CPU kernels unavailable (%s; the builder's output: %s): Paddle's own are used "
+                    "(%s=0 skips the build)", reason[:200], os.path.join(cache_folder(), "*", "build.log"),
+                    SWITCH_VARIABLE)
+        return None
+
+
+def build_possible():
+    """Whether a build can be tried here: Linux and a C++ compiler on the PATH (Paddle's builder
+    calls `c++`)."""
+    return sys.platform.startswith("linux") and shutil.which("c++") is not None
+
+
+def cache_folder():
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "paddle_vit", "kernels")
+
+
+def instruction_sets():
+    """The vector instruction sets the build targets: AVX2 and FMA where this CPU has both (every
+    x86-64 machine the project has met), else the compiler's baseline."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            flags = next((line.split(":", 1)[1].split() for line in stream if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= set(flags) else []
+
+
+def build_key(target_flags):
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        with open(source, "rb") as stream:
+            digest.update(stream.read())
+    digest.update(f"{paddle.__version__}|{sys.version}|{platform.machine()}|{' '.join(target_flags)}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _build(cache):
+    target_flags = instruction_sets()
+    key = build_key(target_flags)
+    folder = os.path.join(cache, key)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
+        # the builder and the Python processes it starts print progress, compiler lines and a
+        # ccache warning: into build.log, not the user's terminal
+        with _output_into(os.path.join(folder, "build.log")), warnings.catch_warnings(), _quiet_builder_log():
+            warnings.simplefilter("ignore")
+            return load(name=f"paddle_vit_kernels_{key}", sources=SOURCES, build_directory=folder, verbose=False,
+                        extra_cxx_cflags=["-O3", "-fopenmp-simd", "-pthread", *target_flags],
+                        extra_ldflags=["-pthread"])
+
+
+@contextlib.contextmanager
+def _output_into(path):
+    """This process's file descriptors 1 and 2 (and so its children's) write into `path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(path, "w") as sink, contextlib.redirect_stdout(io.StringIO()):
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for descriptor in saved:
+            os.close(descriptor)
+
+
+@contextlib.contextmanager
+def _quiet_builder_log():
+    builder = logging.getLogger("utils.cpp_extension")  # the name Paddle gives its builder's logger
+    level = builder.level
+    builder.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        builder.setLevel(level)
+
+
+def kernel_threads():
+    """The threads a compiled kernel shares its rows out to: Paddle's math threads as the process
+    set them (runtime.set_math_threads), else one, Paddle's default."""
+    return int(runtime.APPLIED.get("math_threads") or 1)
