@@ -1,6 +1,8 @@
 """The variants of paddle_vit.variants compute what the walkthrough's modules compute: the CPU fast
 paths in values and gradients, the traced-graph variants through to_static; and applying them
 keeps the parameters, the state dict and `isinstance` as they were."""
+import os
+
 import numpy as np
 import paddle
 import paddle.nn as nn
@@ -251,3 +253,22 @@ def test_the_build_is_keyed_by_the_instruction_sets_it_targets():
     CPU changes) never loads a build made for instructions this one lacks."""
     assert variants.compiled.build_key(["-mavx2", "-mfma"]) != variants.compiled.build_key([])
     assert variants.compiled.build_key([]) == variants.compiled.build_key([])
+
+
+def test_a_build_killed_half_way_is_started_again_from_an_empty_folder(tmp_path, monkeypatch):
+    """A kill during the link leaves a truncated library that fails to load every time after:
+    the build folder is emptied (its lock kept) and the build run once more."""
+    calls = []
+
+    def load_or_build(folder, key, target_flags):
+        calls.append(sorted(os.listdir(folder)))
+        if len(calls) == 1:
+            raise RuntimeError("Failed to run command: <built-in function compile>")
+        return "the library"
+    monkeypatch.setattr(variants.compiled, "_load_or_build", load_or_build)
+    key = variants.compiled.build_key(variants.compiled.instruction_sets())
+    folder = tmp_path / key
+    (folder / "half" / "build").mkdir(parents=True)
+    (folder / "half" / "kernels.so").write_bytes(b"\x7fELF truncated")
+    assert variants.compiled._build(str(tmp_path)) == "the library"
+    assert calls == [["build.lock", "half"], ["build.lock"]]

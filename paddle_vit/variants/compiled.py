@@ -93,13 +93,28 @@ def _build(cache):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
-        # the builder and the Python processes it starts print progress, compiler lines and a
-        # ccache warning: into build.log, not the user's terminal
-        with _output_into(os.path.join(folder, "build.log")), warnings.catch_warnings(), _quiet_builder_log():
-            warnings.simplefilter("ignore")
-            return load(name=f"paddle_vit_kernels_{key}", sources=SOURCES, build_directory=folder, verbose=False,
-                        extra_cxx_cflags=["-O3", "-fopenmp-simd", "-pthread", *target_flags],
-                        extra_ldflags=["-pthread"])
+        try:
+            return _load_or_build(folder, key, target_flags)
+        except Exception:  # a build killed half-way leaves a library that never loads: start it again, once
+            _empty(folder, keep="build.lock")
+            return _load_or_build(folder, key, target_flags)
+
+
+def _load_or_build(folder, key, target_flags):
+    # the builder and the Python processes it starts print progress, compiler lines and a ccache
+    # warning: into build.log, not the user's terminal
+    with _output_into(os.path.join(folder, "build.log")), warnings.catch_warnings(), _quiet_builder_log():
+        warnings.simplefilter("ignore")
+        return load(name=f"paddle_vit_kernels_{key}", sources=SOURCES, build_directory=folder, verbose=False,
+                    extra_cxx_cflags=["-O3", "-fopenmp-simd", "-pthread", *target_flags], extra_ldflags=["-pthread"])
+
+
+def _empty(folder, keep):
+    """Remove everything in `folder` but the file `keep`."""
+    for name in os.listdir(folder):
+        if name != keep:
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
 
 @contextlib.contextmanager
