@@ -754,3 +754,13 @@ def test_mixing_follows_the_generator_and_mix_prob():
     images, targets = never(constant_batch(3), labels, np.random.default_rng(0))
     np.testing.assert_array_equal(images.numpy(), constant_batch(3).numpy())
     np.testing.assert_allclose(targets.numpy(), one_hot_smoothed(np.array([1, 2, 0]), 3, 0.1), atol=1e-7)
+
+
+def test_a_root_the_data_set_does_not_read_is_said_in_one_warning(caplog):
+    """data.root beside the digits (a recipe copied from an ImageFolder one, or a typo in
+    data.dataset's value left at its default) is read by nothing: the run goes on, saying so."""
+    with caplog.at_level(logging.WARNING, logger="paddle_vit"):
+        build_datasets(DataConfig(dataset="synthetic", root="/data/my_images"), 8)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert warnings == ["data.root /data/my_images is not read: data.dataset synthetic needs no files (set "
+                        "data.dataset to imagefolder, filelist, cifar10 or cifar100 to read them)"]

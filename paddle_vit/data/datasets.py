@@ -315,6 +315,9 @@ def build_datasets(data_config, image_size, seed=0, eval_preprocess=None):
     val_transform = build_transforms(data_config, image_size, train=False)
     if eval_preprocess is not None:
         val_transform = eval_preprocess.transform()
+    if data_config.root and data_config.dataset in ("digits", "synthetic"):  # a user who meant another data set
+        logger.warning("data.root %s is not read: data.dataset %s needs no files (set data.dataset to imagefolder, "
+                       "filelist, cifar10 or cifar100 to read them)", data_config.root, data_config.dataset)
     train_source, val_source, class_names = build_sources(data_config, image_size)
     if eval_preprocess is not None and hasattr(val_source, "decode"):  # files: decoded by the pipeline too
         val_source.decode, val_transform = eval_preprocess.read, Prepared()
