@@ -15,7 +15,7 @@ precedes it by a random resized crop and a horizontal flip (data.train_crop, dat
 import math
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 SOLARIZE_THRESHOLD = 128
 BLUR_SIGMA_RANGE = (0.1, 2.0)
@@ -35,9 +35,8 @@ def grayscale(image):
 
 
 def solarize(image, threshold=SOLARIZE_THRESHOLD):
-    """p -> 255 - p for every channel value p >= threshold."""
-    pixels = np.asarray(image, dtype=np.uint8)
-    return Image.fromarray(np.where(pixels >= threshold, 255 - pixels, pixels).astype(np.uint8), "RGB")
+    """p -> 255 - p for every channel value p >= threshold (PIL's, as RandAugment's solarize)."""
+    return ImageOps.solarize(image, threshold=threshold)
 
 
 def gaussian_kernel(sigma):
