@@ -209,6 +209,46 @@ def test_the_compiled_layer_norm_backward_gives_paddles_gradients(width):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=3e-6 * scale, err_msg=name)
 
 
+def layer_norm_input_gradient(x, weight, out_grad):
+    """d/dx of sum(LayerNorm(x) * out_grad) over the last axis (epsilon 1e-6), by the formula in
+    float64: dx = (g - mean(g) - x^ mean(g x^)) / sigma with g = weight * out_grad."""
+    x = x.astype(np.float64)
+    sigma = np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    normalized = (x - x.mean(-1, keepdims=True)) / sigma
+    g = weight * out_grad
+    return (g - g.mean(-1, keepdims=True) - normalized * (g * normalized).mean(-1, keepdims=True)) / sigma
+
+
+@pytest.mark.parametrize("width", [16, 192])  # 192: the compiled kernel where it is built
+@pytest.mark.parametrize("frozen", ["weight", "weight and bias", "bias", "input", "no affine"])
+def test_a_layer_norm_gives_the_input_the_formulas_gradient_whatever_is_frozen(width, frozen):
+    """Paddle 3.3's CPU LayerNorm computes the input gradient as if a frozen weight were ones; the
+    fast path's is the formula's, and frozen tensors get no gradient."""
+    paddle.seed(3)
+    affine = {} if frozen != "no affine" else {"weight_attr": False, "bias_attr": False}
+    layer = variants.use_cpu_fast_paths(nn.LayerNorm(width, epsilon=1e-6, **affine))
+    weight = np.ones(width)
+    if frozen != "no affine":
+        with paddle.no_grad():
+            layer.weight.set_value(paddle.rand([width]) + 0.5)
+            layer.bias.set_value(paddle.randn([width]))
+        weight = layer.weight.numpy().astype(np.float64)
+        layer.weight.stop_gradient = "weight" in frozen
+        layer.bias.stop_gradient = "bias" in frozen
+    x = paddle.randn([4, 197, width]) * 3 + 1
+    x.stop_gradient = frozen == "input"
+    out_grad = paddle.randn([4, 197, width])
+    (layer(x) * out_grad).sum().backward()
+    if frozen == "input":
+        assert x.grad is None and layer.weight.grad is not None
+        return
+    expected = layer_norm_input_gradient(x.numpy(), weight, out_grad.numpy().astype(np.float64))
+    np.testing.assert_allclose(x.grad.numpy(), expected, atol=3e-6 * np.abs(expected).max())
+    if frozen != "no affine":
+        assert (layer.weight.grad is None) == ("weight" in frozen)
+        assert (layer.bias.grad is None) == ("bias" in frozen)
+
+
 def test_the_compiled_layer_norm_is_asked_for_only_in_training_of_wide_layers(monkeypatch):
     def no_kernel():
         raise AssertionError("the compiled kernel was asked for")

@@ -141,13 +141,16 @@ class _KernelLayerNorm(PyLayer):
                                                        "begin_norm_axis", x.ndim - 1)  # [..., D], [M], [M]
         ctx.save_for_backward(x, weight, mean, variance)
         ctx.epsilon, ctx.library = epsilon, library
+        ctx.wanted = (not x.stop_gradient, not weight.stop_gradient, not bias.stop_gradient)
         return out
 
     @staticmethod
     def backward(ctx, grad):  # grad: [..., D]
         x, weight, mean, variance = ctx.saved_tensor()
-        return tuple(ctx.library.paddle_vit_layer_norm_backward(x, weight, mean, variance, grad, ctx.epsilon,
-                                                                kernel_threads()))  # dx, dw [D], db [D]
+        gradients = ctx.library.paddle_vit_layer_norm_backward(x, weight, mean, variance, grad, ctx.epsilon,
+                                                               kernel_threads())  # dx, dw [D], db [D]
+        # a frozen input or frozen weights get None: PyLayer refuses a gradient for them
+        return tuple(gradient if wanted else None for gradient, wanted in zip(gradients, ctx.wanted))
 
 
 class FastCpuLayerNorm(nn.LayerNorm):
@@ -156,17 +159,32 @@ class FastCpuLayerNorm(nn.LayerNorm):
     docs/benchmarks.md, "The training step against timm"). Where the kernel is not built (no
     compiler, PADDLE_VIT_COMPILED_KERNELS=0), in evaluation, for narrow layers (below
     KERNEL_MIN_WIDTH, where the build would cost more than it saves) and elsewhere it is the
-    stock LayerNorm."""
+    stock LayerNorm.
+
+    On a CPU it also corrects Paddle 3.3's input gradient where the weight is frozen: Paddle's
+    CPU kernel then computes dx as if the weight were all ones (30-50% off for trained weights,
+    against the formula in tests/test_variants.py), so the weight is handed to it as a tensor that
+    wants a gradient (that gradient is thrown away; the weight stays frozen)."""
 
     variant_of = nn.LayerNorm
 
     def forward(self, x):
-        if not self._uses_kernel(x):
-            return super().forward(x)
-        library = kernel_library()
-        if library is None:
-            return super().forward(x)
-        return _KernelLayerNorm.apply(x, self.weight, self.bias, self._epsilon, library)
+        library = kernel_library() if self._uses_kernel(x) else None
+        if library is not None:
+            return _KernelLayerNorm.apply(x, self.weight, self.bias, self._epsilon, library)
+        if self._scale_gradient_needed(x):
+            return F.layer_norm(x, self._normalized_shape, self._scale_wanting_gradient(), self.bias, self._epsilon)
+        return super().forward(x)
+
+    def _scale_gradient_needed(self, x):
+        """Paddle's CPU kernel would compute x's gradient without the frozen weight: wrongly."""
+        return (self.weight is not None and self.weight.stop_gradient and not x.stop_gradient
+                and paddle.is_grad_enabled() and runs_on_cpu() and paddle.in_dynamic_mode())
+
+    def _scale_wanting_gradient(self):
+        scale = self.weight.detach()
+        scale.stop_gradient = False  # a leaf of its own: its gradient is computed and dropped
+        return scale
 
     def _uses_kernel(self, x):
         return (len(self._normalized_shape) == 1 and self._normalized_shape[0] >= KERNEL_MIN_WIDTH
