@@ -59,6 +59,7 @@ from .errors import ConfigError, PaddleVitError, check_choice
 from .models import ViT, get_model_config
 from .timm_worker import PROTOCOL_PREFIX, operator_rows, peak_rss_mb, time_iterations
 from .variants import use_cpu_fast_paths, use_traceable_variants
+from .variants.batch_threads import BatchThreads, plan_batch_threads
 
 logger = logging.getLogger("paddle_vit")
 
@@ -101,6 +102,7 @@ class BenchmarkSettings:
     onednn: bool = True
     seed: int = 0
     profile: bool = False  # also time each op of a few more steps (`profile_operators`)
+    batch_threads: Optional[int] = None  # mode train: train.batch_threads (None: as the trainer chooses)
 
     def validate(self):
         for name, value, choices in (("mode", self.mode, MODES), ("engine", self.engine, ENGINES),
@@ -382,7 +384,19 @@ class PaddleSubject:
         self.optimizer = build_optimizer(model, self.optimizer_config, self.optimizer_config.lr)
         self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0 ** 16) if dtype == "float16" else None
         self.model = self._engine_model(model)
+        self.batch_threads = self._batch_threads(model)
         self.step = self._train_step
+
+    def _batch_threads(self, model):
+        """The trainer's slices of the batch in threads (train.batch_threads), chosen as it chooses."""
+        settings = self.settings
+        threads, reason = plan_batch_threads(settings.batch_threads, model, self.place, True,
+                                             eager=settings.engine == "dynamic", batch=settings.batch_size,
+                                             math_threads=settings.resolved_threads())
+        if threads > 1 and reason:
+            raise ConfigError(f"--batch-threads {threads}: the step cannot be split here: {reason}")
+        self.batch_threads_used = threads
+        return BatchThreads(model, threads, settings.resolved_threads()) if threads > 1 else None
 
     def _engine_model(self, model):
         """`model` as engine dynamic or to_static runs it, with the variants the tools use."""
@@ -438,10 +452,13 @@ class PaddleSubject:
 
     def _train_step(self):
         # the trainer's step (engine/step.py) without its finite check: the loss is not read back
-        loss = train_step.forward_loss(self.model, self.images, self.labels, self._autocast)
-        train_step.backward(loss, self.scaler)
-        train_step.apply_update(self.optimizer, self.scaler)  # frees the gradients between steps, as torch does
+        loss = train_step.sliced_forward_loss(self._loss_of, self.model, self.images, self.labels, self.batch_threads)
+        train_step.backward(loss, self.scaler, 1, self.batch_threads)
+        train_step.apply_update(self.optimizer, self.scaler, self.batch_threads)  # frees the gradients, as torch
         return loss
+
+    def _loss_of(self, model, images, labels, first):
+        return train_step.forward_loss(model, images, labels, self._autocast)
 
     def _autocast(self):
         return train_step.autocast(self.autocast_dtype, "O1")
@@ -475,6 +492,8 @@ class PaddleSubject:
     def close(self):
         if getattr(self, "batches", None) is not None:
             self.batches = None  # ends the workers of an unfinished epoch
+        if getattr(self, "batch_threads", None) is not None:
+            self.batch_threads.close()
 
 
 # ---- the timm reference, in another process ----------------------------------------------------
@@ -604,7 +623,7 @@ def run_benchmark(settings, compare=None, torch_python=None, worker_script=TIMM_
     result = {
         "model": settings.model, "mode": settings.mode, "engine": settings.engine, "dtype": settings.dtype,
         "device": subject.place, "batch_size": settings.batch_size, "image_size": vit_config.image_size,
-        "threads": threads, "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
+        "threads": threads, "batch_threads": getattr(subject, "batch_threads_used", None), "warmup": settings.warmup, "iters": settings.iters, "rounds": settings.rounds,
         "num_parameters": subject.num_parameters, "flops_per_image": flops, "peak_tflops": settings.peak_tflops,
         "vit_config": dataclasses.asdict(vit_config),
         "paddle": own,
@@ -831,6 +850,8 @@ def format_report(result):
             f"device={result['device']} batch={result['batch_size']} image={result['image_size']} "
             f"threads={result['threads']} ({result['rounds']} rounds x {result['iters']} iters, "
             f"{result['warmup']} warm-up)")
+    if result.get("batch_threads"):
+        head += f" batch_threads={result['batch_threads']}"
     if result.get("onednn"):
         head += " onednn"
     if result.get("environment", {}).get("allocator"):

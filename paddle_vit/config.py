@@ -180,6 +180,12 @@ class TrainConfig:
         for now: its sharded parameters are not yet gathered into that format.
     vdl: write VisualDL scalars to <output_dir>/vdl.
     to_static: train a paddle.jit.to_static graph.
+    batch_threads: on a CPU, share each step's forward and backward passes over this many
+        threads, a slice of the batch each (paddle_vit/variants/batch_threads.py: Paddle runs its
+        elementwise kernels on one core, the threads keep every core busy; the same gradients up
+        to float rounding). null: the math threads where the step can be split (one process,
+        eager, no BatchNorm in training, no dropout or drop path), else 1; 1: off. A number above
+        1 where the step cannot be split is refused, with the reason.
     check_finite: read the loss every step and skip the update when it is NaN or Inf (one
         scalar read per step; false reads it only at log intervals and stops there instead).
     max_bad_steps: stop after this many non-finite steps in a row.
@@ -208,6 +214,7 @@ class TrainConfig:
     resume_check: bool = True
     vdl: bool = True
     to_static: bool = False
+    batch_threads: Optional[int] = None
     check_finite: bool = True
     max_bad_steps: int = 5
     weights_format: str = "pdparams"
@@ -657,6 +664,8 @@ def _validate_train(train):
     _at_least("train.keep_last", train.keep_last, 1)
     _at_least("train.checkpoint_steps", train.checkpoint_steps, 0)
     _at_least("train.max_bad_steps", train.max_bad_steps, 1)
+    if train.batch_threads is not None:
+        _at_least("train.batch_threads", train.batch_threads, 1)
     check_choice("train.weights_format", train.weights_format, WEIGHTS_FORMATS)
     if train.sharding is not None:
         check_choice("train.sharding", train.sharding, SHARDING_LEVELS)

@@ -156,6 +156,16 @@ def math_threads_wanted(environ=None):
     return cores if cores > 1 else None
 
 
+def math_threads(environ=None):
+    """The threads Paddle's CPU math runs on in this process: what `set_math_threads` set, else
+    OMP_NUM_THREADS (which Paddle's import sets to 1 when unset), else one."""
+    if APPLIED.get("math_threads"):
+        return int(APPLIED["math_threads"])
+    environ = os.environ if environ is None else environ
+    chosen = environ.get("OMP_NUM_THREADS", "1").strip()
+    return int(chosen) if chosen.isdigit() and int(chosen) > 0 else 1
+
+
 def usable_cores():
     """The cores this process may run on (its affinity mask), the default thread count."""
     try:

@@ -75,6 +75,9 @@ def build_parser():
     parser.add_argument("--profile", action="store_true",
                         help="also profile --iters more steps op by op (paddle.profiler; eager and to_static; with "
                              "--compare timm, timm's too, by torch.profiler) and print where the time goes")
+    parser.add_argument("--batch-threads", type=integer(1),
+                        help="mode train: threads each step's batch is shared over, a slice each (default: the "
+                             "config's train.batch_threads, null: as the trainer chooses)")
     add_common_arguments(parser)
     return parser
 
@@ -93,7 +96,8 @@ def settings_from_arguments(args):
         batch_size=args.batch_size, mode=args.mode, dtype=args.dtype, device=args.device, engine=args.engine,
         warmup=args.warmup, iters=args.iters, rounds=args.rounds, threads=args.threads,
         peak_tflops=args.peak_tflops, model_overrides=model_overrides, data_config=data_config,
-        num_workers=num_workers, onednn=args.onednn, profile=args.profile)
+        num_workers=num_workers, onednn=args.onednn, profile=args.profile,
+        batch_threads=config.train.batch_threads if args.batch_threads is None else args.batch_threads)
 
 
 def show(result, as_json, formatter):

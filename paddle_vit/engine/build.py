@@ -19,6 +19,7 @@ from ..device import init_distributed, is_main_process, select_device
 from ..errors import ConfigError
 from ..factory import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
+from ..variants.batch_threads import BatchThreads, plan_batch_threads
 from . import sharding
 from .distillation import Distiller, build_distiller
 from .ema import ModelEma
@@ -83,6 +84,7 @@ class RunParts:
     sharded: bool
     mix: Optional[MixupCutmix]
     distiller: Optional[Distiller] = None  # train.distillation's teacher and losses
+    batch_threads: Optional[BatchThreads] = None  # train.batch_threads: each step's batch in slices, in threads
 
     @property
     def num_classes(self):
@@ -146,6 +148,7 @@ def build_run(config, placement):
     if train.to_static:
         use_traceable_variants(vit)
         model = paddle.jit.to_static(model, full_graph=True)
+    batch_threads = build_batch_threads(train.batch_threads, vit, model, placement, train.batch_size)
     mix = None
     if data.mixup_alpha > 0 or data.cutmix_alpha > 0:
         mix = MixupCutmix(data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.switch_prob,
@@ -153,4 +156,20 @@ def build_run(config, placement):
     return RunParts(train_set=train_set, val_set=val_set, class_names=class_names, train_loader=train_loader,
                     val_loader=val_loader, vit=vit, model=model, optimizer=optimizer, schedule=schedule,
                     updates_per_epoch=updates_per_epoch, amp_dtype=amp_dtype, scaler=scaler, ema=ema,
-                    sharded=sharded, mix=mix, distiller=distiller)
+                    sharded=sharded, mix=mix, distiller=distiller, batch_threads=batch_threads)
+
+
+def build_batch_threads(requested, vit, model, placement, batch_size):
+    """The `BatchThreads` that step slices of each batch in threads (train.batch_threads), or None
+    for one thread; a number the run cannot use is refused with the reason."""
+    threads, reason = plan_batch_threads(requested, vit, placement.place, not placement.distributed,
+                                         eager=model is vit, batch=batch_size)
+    if threads > 1 and reason:
+        raise ConfigError(f"train.batch_threads is {requested}, but this run's step cannot be split: {reason} "
+                          f"(null: split where it can be, 1: off)")
+    if threads == 1:
+        if requested is None and reason and placement.place.startswith("cpu"):
+            logger.info("each step computes its batch on one thread: %s", reason)
+        return None
+    logger.info("each step computes its batch in %d slices, one thread each (train.batch_threads)", threads)
+    return BatchThreads(vit, threads)

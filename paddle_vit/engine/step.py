@@ -4,6 +4,8 @@ loss, the scaled backward pass, the optimizer update.
 The trainer wraps more around these pieces (the finite check, accumulation windows, the
 gradient all-reduce only at an update, EMA, logging); the benchmark times them bare. Nothing
 here reads a tensor back to the host: a step costs no synchronisation unless its caller asks.
+With `batch_threads` (variants/batch_threads.py, train.batch_threads) the forward and backward
+passes run on slices of the batch in threads and the update adds their gradients first.
 """
 import contextlib
 
@@ -41,18 +43,33 @@ def forward_loss(model, images, targets, amp_context=contextlib.nullcontext):
     return classification_loss(logits, targets)
 
 
-def backward(loss, scaler=None, accumulate_steps=1):
+def sliced_forward_loss(loss_of, model, images, targets, batch_threads=None):
+    """loss_of(model, images, targets, first) -> the mean loss, on the whole batch (`first` True),
+    or on `batch_threads`' slices, each on its replica of `model` (`first`: the slice on this
+    thread), returning the batch's mean loss."""
+    if batch_threads is None:
+        return loss_of(model, images, targets, True)
+    return batch_threads.forward(loss_of, images, targets)
+
+
+def backward(loss, scaler=None, accumulate_steps=1, batch_threads=None):
     """Add this micro-step's gradients: of loss / accumulate_steps (the update averages its
-    micro-steps), multiplied by the fp16 loss scale when there is a `scaler`."""
+    micro-steps), multiplied by the fp16 loss scale when there is a `scaler`; with
+    `batch_threads`, of each slice's loss in its thread (`loss`, their detached sum, is not used)."""
+    if batch_threads is not None:
+        batch_threads.backward(lambda slice_loss: backward(slice_loss, scaler, accumulate_steps))
+        return
     scaled = loss / accumulate_steps if accumulate_steps != 1 else loss  # x / 1 is x: no kernel spent on it
     (scaler.scale(scaled) if scaler else scaled).backward()
 
 
-def apply_update(optimizer, scaler=None):
-    """Step `optimizer` on the gradients added since the last update, then free them. With an
-    fp16 `scaler` the step is skipped by the scaler itself when it finds Inf/NaN gradients;
-    returns its found-Inf flag (a tensor, not read here: reading it waits for the device), or
-    None without a scaler."""
+def apply_update(optimizer, scaler=None, batch_threads=None):
+    """Step `optimizer` on the gradients added since the last update (the slices' added together
+    first with `batch_threads`), then free them. With an fp16 `scaler` the step is skipped by the
+    scaler itself when it finds Inf/NaN gradients; returns its found-Inf flag (a tensor, not read
+    here: reading it waits for the device), or None without a scaler."""
+    if batch_threads is not None:
+        batch_threads.gather_gradients()
     found_inf = None
     if scaler:
         scaler.step(optimizer)
@@ -60,5 +77,13 @@ def apply_update(optimizer, scaler=None):
         found_inf = getattr(scaler, "_found_inf", None)
     else:
         optimizer.step()
-    optimizer.clear_grad(set_to_zero=False)  # freed until the next backward: lower peak memory
+    discard_gradients(optimizer, batch_threads)
     return found_inf
+
+
+def discard_gradients(optimizer, batch_threads=None):
+    """Free the gradients added since the last update (the slices' replicas' too): after an
+    update, or instead of one."""
+    optimizer.clear_grad(set_to_zero=False)  # freed until the next backward: lower peak memory
+    if batch_threads is not None:
+        batch_threads.clear_gradients()

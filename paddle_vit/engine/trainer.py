@@ -101,8 +101,11 @@ class Trainer:
             raise
 
     def close(self):
-        """Release the run folder (the lock) and give the process its random generators back;
-        fit() does it when it ends."""
+        """Release the run folder (the lock), end the threads of train.batch_threads and give the
+        process its random generators back; fit() does it when it ends."""
+        threads = getattr(getattr(self, "parts", None), "batch_threads", None)
+        if threads is not None:
+            threads.close()
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -177,11 +180,15 @@ class Trainer:
     def forward_loss(self, images, targets, timed=False):
         """One step's loss: the model's on `images` against `targets`, or with train.distillation
         the distilled student's against the labels and the teacher (`timed`: time the teacher's
-        share on this step)."""
+        share on this step); on slices of the batch in threads with train.batch_threads."""
         distiller = self.parts.distiller
-        if distiller is not None:
-            return distiller.forward_loss(self.parts.model, images, targets, self.autocast, timed)
-        return step.forward_loss(self.parts.model, images, targets, self.autocast)
+
+        def loss_of(model, images, targets, first):
+            if distiller is not None:  # the teacher's share is timed on the slice of this thread
+                return distiller.forward_loss(model, images, targets, self.autocast, timed and first)
+            return step.forward_loss(model, images, targets, self.autocast)
+
+        return step.sliced_forward_loss(loss_of, self.parts.model, images, targets, self.parts.batch_threads)
 
     def targets(self, images, labels, epoch, batch):
         """Mix the batch and/or smooth its labels as the recipe says."""
@@ -203,10 +210,10 @@ class Trainer:
         them, as the fp16 loss scaler does for an overflow)."""
         parts, position = self.parts, self.position
         if self.window_not_finite:
-            parts.optimizer.clear_grad(set_to_zero=False)
+            step.discard_gradients(parts.optimizer, parts.batch_threads)
             skipped = True
         else:  # with fp16 the scaler skips the update itself when it finds Inf/NaN gradients
-            found_inf = step.apply_update(parts.optimizer, parts.scaler)
+            found_inf = step.apply_update(parts.optimizer, parts.scaler, parts.batch_threads)
             skipped = bool(found_inf) if found_inf is not None else False
         parts.schedule.step()
         position.global_step += 1
@@ -358,7 +365,7 @@ class Trainer:
             if finite:
                 # ranks average their gradients once per update, at its last micro-step, not at each
                 with self._gradient_sync(at_update):
-                    step.backward(loss, parts.scaler, train.accumulate_steps)
+                    step.backward(loss, parts.scaler, train.accumulate_steps, parts.batch_threads)
                 running_loss += loss.detach().astype("float64")  # summed on the device, read at log time
                 running_count += 1
             else:

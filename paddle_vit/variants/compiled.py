@@ -18,6 +18,7 @@ import os
 import platform
 import shutil
 import sys
+import threading
 import warnings
 
 import paddle
@@ -30,13 +31,17 @@ logger = logging.getLogger("paddle_vit")
 SWITCH_VARIABLE = "PADDLE_VIT_COMPILED_KERNELS"
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "layer_norm_backward.cc")]
 _LOADED = {}  # "library": the module, or None once a build was refused or failed in this process
+_LOADING = threading.Lock()  # threads that step slices of a batch (batch_threads.py) load it once
+_THIS_THREAD = threading.local()  # .threads: a thread's own kernel thread count (batch_threads.py)
 
 
 def kernel_library():
     """The compiled kernels as a module of Paddle custom ops (its functions take and return
     tensors), or None where they are switched off or cannot be built."""
     if "library" not in _LOADED:
-        _LOADED["library"] = _load()
+        with _LOADING:
+            if "library" not in _LOADED:
+                _LOADED["library"] = _load()
     return _LOADED["library"]
 
 
@@ -151,6 +156,19 @@ def _quiet_builder_log():
 
 
 def kernel_threads():
-    """The threads a compiled kernel shares its rows out to: Paddle's math threads as the process
-    set them (runtime.set_math_threads), else one, Paddle's default."""
-    return int(runtime.APPLIED.get("math_threads") or 1)
+    """The threads a compiled kernel shares its rows out to: the calling thread's own count where
+    one is set (`kernel_threads_for_this_thread`), else Paddle's math threads as the process set
+    them (runtime.math_threads)."""
+    return getattr(_THIS_THREAD, "threads", None) or runtime.math_threads()
+
+
+@contextlib.contextmanager
+def kernel_threads_for_this_thread(threads):
+    """The compiled kernels called from this thread use `threads` threads while the body runs
+    (a thread stepping one slice of a batch beside others: batch_threads.py)."""
+    before = getattr(_THIS_THREAD, "threads", None)
+    _THIS_THREAD.threads = threads
+    try:
+        yield
+    finally:
+        _THIS_THREAD.threads = before
