@@ -183,8 +183,9 @@ class TrainConfig:
     batch_threads: on a CPU, share each step's forward and backward passes over this many
         threads, a slice of the batch each (paddle_vit/variants/batch_threads.py: Paddle runs its
         elementwise kernels on one core, the threads keep every core busy; the same gradients up
-        to float rounding). null: the math threads where the step can be split (one process,
-        eager, no BatchNorm in training, no dropout or drop path), else 1; 1: off. A number above
+        to float rounding; dropout and drop path draw from a seed stream per slice). null: the
+        math threads where the step can be split and pays (one process, eager, no BatchNorm in
+        training, slices of 100,000 activation elements or more), else 1; 1: off. A number above
         1 where the step cannot be split is refused, with the reason.
     check_finite: read the loss every step and skip the update when it is NaN or Inf (one
         scalar read per step; false reads it only at log intervals and stops there instead).

@@ -12,7 +12,7 @@ import paddle.nn as nn
 import pytest
 
 import paddle_vit
-from paddle_vit import runtime
+from paddle_vit import runtime, variants
 from paddle_vit.config import load_config
 from paddle_vit.engine import step
 from paddle_vit.engine.trainer import Trainer
@@ -97,8 +97,13 @@ def test_slice_bounds(batch, threads, expected):
     ("dropout", "patch_embed.dropout"),
     ("attention_dropout", "encoder.layers.0.attn.attention_dropout"),
 ])
-def test_random_draws_in_the_forward_pass_are_a_reason_not_to_split(option, layer):
-    reason = reason_not_to_split(small_vit(**{option: 0.1}))
+def test_random_draws_from_the_global_generator_are_a_reason_not_to_split(option, layer):
+    """The walkthrough's own dropout/drop path modules draw from Paddle's generator: a reason; the
+    CPU fast paths' (what create_model and the trainer build) draw from slice streams: none."""
+    model = small_vit(**{option: 0.1})
+    assert reason_not_to_split(model) is None
+    variants.use_walkthrough_modules(model)
+    reason = reason_not_to_split(model)
     assert reason is not None and "random numbers" in reason and f"({layer})" in reason, reason
 
 
@@ -234,9 +239,9 @@ def test_replicas_follow_the_models_mode_updates_and_loaded_weights(threads_of):
     np.testing.assert_allclose(got, loaded, rtol=1e-5, atol=1e-5)
 
 
-def threaded_training(seed, threads_of):
+def threaded_training(seed, threads_of, **model_options):
     paddle.seed(seed)
-    model = small_vit()
+    model = small_vit(**model_options)
     optimizer = paddle.optimizer.AdamW(learning_rate=0.01, parameters=model.parameters())
     batch_threads = threads_of(model, 2)
     for index in range(3):
@@ -252,6 +257,67 @@ def test_the_same_threaded_steps_twice_give_the_same_bits(threads_of):
     assert first.keys() == second.keys()
     for name in first:
         assert np.array_equal(first[name], second[name]), name
+
+
+def test_threaded_steps_with_dropout_and_drop_path_give_the_same_bits_and_draw_one_number_a_step(threads_of):
+    """Each slice's dropout and drop path draw from a stream of its own: the same run twice gives
+    the same bits, and Paddle's generator gives one number a step (the streams' base) and no more."""
+    options = dict(dropout=0.1, attention_dropout=0.1, drop_path=0.2)
+    first = threaded_training(5, threads_of, **options)
+    after_first = paddle.rand([4]).numpy()
+    second = threaded_training(5, threads_of, **options)
+    for name in first:
+        assert np.array_equal(first[name], second[name]), name
+    without_dropout = threaded_training(5, threads_of)
+    assert not all(np.array_equal(first[name], without_dropout[name]) for name in first)  # the masks acted
+
+    paddle.seed(5)
+    small_vit(**options)  # the same initial draws as threaded_training's model
+    for _ in range(3):
+        paddle.randint(0, 2 ** 31 - 1, [1])  # one base a step
+    assert np.array_equal(paddle.rand([4]).numpy(), after_first)
+
+
+def test_seeded_dropout_outside_a_slice_is_paddles_dropout():
+    from paddle_vit.variants.slice_random import SeededDropout, SeededDropPath
+    from paddle_vit.models.encoder import DropPath
+
+    x = paddle.randn([6, 17, 32])
+    for stock, seeded in [(nn.Dropout(0.3), SeededDropout(0.3)), (DropPath(0.3), SeededDropPath(0.3))]:
+        paddle.seed(11)
+        expected = stock(x).numpy()
+        paddle.seed(11)
+        assert np.array_equal(seeded(x).numpy(), expected)
+
+
+def test_seeded_dropout_and_drop_path_in_a_slice_stream():
+    """Inside a stream: a mask of the stream's own (the same for the same base, slice and call,
+    another for another slice or call), kept values scaled by 1 / (1 - p), about p dropped; drop
+    path drops whole samples; Paddle's generator untouched."""
+    from paddle_vit.variants.slice_random import SeededDropout, SeededDropPath, slice_stream
+
+    x = paddle.ones([64, 50, 40])
+    dropout, drop_path = SeededDropout(0.25), SeededDropPath(0.25)
+    paddle.seed(2)
+    state = paddle.rand([3]).numpy()
+    paddle.seed(2)
+
+    def draws(base, index, calls=2):
+        with slice_stream(base, index):
+            return [layer(x).numpy() for layer in (dropout, drop_path) for _ in range(calls)]
+
+    first, again, other_slice, other_base = draws(7, 0), draws(7, 0), draws(7, 1), draws(8, 0)
+    for a, b in zip(first, again):
+        assert np.array_equal(a, b)
+    for mask in first:
+        assert set(np.unique(mask)) <= {0.0, np.float32(1 / 0.75)}
+        assert abs(float((mask == 0).mean()) - 0.25) < 0.05
+    assert not np.array_equal(first[0], first[1])  # the next call, the next seed
+    assert not np.array_equal(first[0], other_slice[0]) and not np.array_equal(first[0], other_base[0])
+    for mask in first[2:]:  # drop path: one coin per sample
+        per_sample = mask.reshape(64, -1)
+        assert (per_sample.min(axis=1) == per_sample.max(axis=1)).all()
+    assert np.array_equal(paddle.rand([3]).numpy(), state)  # the global generator gave nothing
 
 
 def test_an_error_in_a_worker_slice_reaches_the_caller_and_the_object_still_works(threads_of):
@@ -333,9 +399,11 @@ def test_plan_batch_threads():
     assert plan_batch_threads(2, model, "cpu", True, True, small_batch, math_threads=1) == (2, None)
     assert plan_batch_threads(1, model, "cpu", True, True, big_batch, math_threads=2) == (1, None)
 
-    threads, reason = plan_batch_threads(2, small_vit(drop_path=0.1), "cpu", True, True, big_batch, math_threads=2)
+    assert plan_batch_threads(None, small_vit(drop_path=0.1), "cpu", True, True, big_batch, math_threads=2) == (2, None)
+    stock_dropping = variants.use_walkthrough_modules(small_vit(drop_path=0.1))
+    threads, reason = plan_batch_threads(2, stock_dropping, "cpu", True, True, big_batch, math_threads=2)
     assert threads == 2 and "random numbers" in reason
-    threads, reason = plan_batch_threads(None, small_vit(drop_path=0.1), "cpu", True, True, big_batch, math_threads=2)
+    threads, reason = plan_batch_threads(None, stock_dropping, "cpu", True, True, big_batch, math_threads=2)
     assert threads == 1 and "random numbers" in reason
     for place, single, eager, fragment in [("cpu", False, True, "several processes"),
                                            ("cpu", True, False, "to_static"),
@@ -364,15 +432,15 @@ def test_build_batch_threads_follows_the_plan_and_refuses_what_it_cannot_honour(
     with pytest.raises(ConfigError, match=r"train.batch_threads is 2, but .*to_static"):
         build_batch_threads(2, model, object(), on_cpu, 128)  # the loop calls a graph, not the ViT
     with pytest.raises(ConfigError, match=r"train.batch_threads is 3, but .*random numbers"):
-        dropping = small_vit(drop_path=0.1)
+        dropping = variants.use_walkthrough_modules(small_vit(drop_path=0.1))
         build_batch_threads(3, dropping, dropping, on_cpu, 128)
 
 
 # ---- the command line -----------------------------------------------------------------------
 
-def test_train_refuses_two_threads_where_the_step_draws_random_numbers(tmp_path, capsys):
-    assert_train_refuses(tmp_path, capsys, write_config(tmp_path), ["train.batch_threads=2", "model.drop_path=0.1"],
-                         "train.batch_threads is 2", "random numbers")
+def test_train_refuses_two_threads_for_a_traced_step(tmp_path, capsys):
+    assert_train_refuses(tmp_path, capsys, write_config(tmp_path), ["train.batch_threads=2", "train.to_static=true"],
+                         "train.batch_threads is 2", "to_static")
 
 
 @pytest.mark.parametrize("value, fragment", [
@@ -424,6 +492,23 @@ def test_a_threaded_run_stopped_and_resumed_equals_an_unbroken_one(tmp_path):
     assert first.fit()["interrupted"]
     resumed = Trainer(config("broken", resume="auto"))
     assert resumed.position.global_step == 4
+    resumed.fit()
+    assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
+
+
+@pytest.mark.slow
+def test_a_threaded_run_with_drop_path_stopped_and_resumed_equals_an_unbroken_one(tmp_path):
+    def config(name, **train):
+        return small_config(tmp_path / name, model={"dropout": 0.1, "drop_path": 0.1},
+                            train={"batch_threads": 2, **train})
+
+    straight = Trainer(config("straight"))
+    assert straight.parts.batch_threads is not None
+    straight.fit()
+    first = Trainer(config("broken"))
+    stop_after(first, 4)
+    assert first.fit()["interrupted"]
+    resumed = Trainer(config("broken", resume="auto"))
     resumed.fit()
     assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
 

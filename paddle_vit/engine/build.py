@@ -148,7 +148,7 @@ def build_run(config, placement):
     if train.to_static:
         use_traceable_variants(vit)
         model = paddle.jit.to_static(model, full_graph=True)
-    batch_threads = build_batch_threads(train.batch_threads, vit, model, placement, train.batch_size)
+    batch_threads = build_batch_threads(train.batch_threads, vit, model, placement, train.batch_size, train.to_static)
     mix = None
     if data.mixup_alpha > 0 or data.cutmix_alpha > 0:
         mix = MixupCutmix(data.mixup_alpha, data.cutmix_alpha, data.mix_prob, data.switch_prob,
@@ -159,11 +159,13 @@ def build_run(config, placement):
                     sharded=sharded, mix=mix, distiller=distiller, batch_threads=batch_threads)
 
 
-def build_batch_threads(requested, vit, model, placement, batch_size):
+def build_batch_threads(requested, vit, model, placement, batch_size, traced=False):
     """The `BatchThreads` that step slices of each batch in threads (train.batch_threads), or None
-    for one thread; a number the run cannot use is refused with the reason."""
+    for one thread; a number the run cannot use is refused with the reason. `model` is what the
+    loop calls (a wrapper of `vit` in several processes); `traced`: train.to_static, which turns
+    the ViT's own forward into a graph (the same object)."""
     threads, reason = plan_batch_threads(requested, vit, placement.place, not placement.distributed,
-                                         eager=model is vit, batch=batch_size)
+                                         eager=model is vit and not traced, batch=batch_size)
     if threads > 1 and reason:
         raise ConfigError(f"train.batch_threads is {requested}, but this run's step cannot be split: {reason} "
                           f"(null: split where it can be, 1: off)")

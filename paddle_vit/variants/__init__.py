@@ -5,8 +5,11 @@ attention kernel); what Paddle on a CPU, or a traced graph, needs besides lives 
 - `use_cpu_fast_paths(model)`: eager float32 on a CPU (cpu.py): attention from the packed q/k/v
   projection with one transpose, its weights recomputed in the backward pass of training; Linear
   layers with the bias inside the matrix product; in training, LayerNorm's backward pass by a
-  kernel compiled on this machine at first use (compiled.py; what each saves: docs/benchmarks.md).
-  The tools apply it to every model they build.
+  kernel compiled on this machine at first use (compiled.py; what each saves: docs/benchmarks.md);
+  dropout and drop path that draw from a seed stream of their own inside a slice of
+  batch_threads.py (slice_random.py). The tools apply it to every model they build.
+- `batch_threads.BatchThreads`: a training step's batch in slices, one thread each, on replicas
+  of the model sharing its parameters (train.batch_threads).
 - `traceable(model)` (a context) and `use_traceable_variants(model)`: what a traced graph
   (`paddle.jit.to_static`, export, paddle.inference) computes with (graph.py): on a CPU, q, k
   and v from their own weight columns so that oneDNN folds the head transposes into the products;

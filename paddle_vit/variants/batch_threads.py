@@ -17,9 +17,10 @@ in the same order every step (one math thread per slice, a fixed split), so a ru
 reproducible as with one thread.
 
 Where this is not the same computation it is not used (`reason_not_to_split`): BatchNorm in
-training (its statistics would be a slice's, not the batch's) and random draws in the forward
-pass (dropout, drop path: the threads would take numbers from Paddle's one generator in an order
-that changes from run to run).
+training (its statistics would be a slice's, not the batch's) and random draws from Paddle's one
+generator in the forward pass (the threads would take its numbers in an order that changes from
+run to run). The CPU fast paths' dropout and drop path draw from a seed stream of each slice
+instead (slice_random.py), so models built by create_model or the trainer split with them too.
 """
 import concurrent.futures
 import contextlib
@@ -29,16 +30,15 @@ import paddle
 import paddle.nn as nn
 
 from .. import runtime
-from ..models.encoder import DropPath
 from .compiled import kernel_threads_for_this_thread
 from .cpu import dense_transposes, runs_on_cpu
+from .slice_random import SeededDropout, SeededDropPath, draw_base_seed, draws_seeded, draws_unseeded, slice_stream
 
 # Below this many elements in a slice's [b, N, D] activations the kernels are so short that the
 # threads wait on each other for Python's GIL and gain nothing (docs/benchmarks.md: the digits
 # recipe's 32 x 17 x 64 = 34,816 none, ViT-Ti/16's 4 x 197 x 192 = 151,296 and the same
 # walkthrough model at batch 256 13-40%).
 MIN_SLICE_ELEMENTS = 100_000
-RANDOM_LAYERS = (nn.Dropout, nn.Dropout2D, nn.Dropout3D, nn.AlphaDropout)
 BATCH_NORMS = (nn.layer.norm._BatchNormBase, nn.BatchNorm)
 
 
@@ -51,11 +51,10 @@ def reason_not_to_split(model):
         where = f" ({name})" if name else ""
         if isinstance(layer, BATCH_NORMS):
             return f"the model has BatchNorm in training{where}: its statistics would be a slice's"
-        rate = getattr(layer, "p", 0.0) if isinstance(layer, RANDOM_LAYERS) else (
-            layer.drop_prob if isinstance(layer, DropPath) else 0.0)
-        if rate > 0:
+        if draws_unseeded(layer):
             return (f"the model draws random numbers in its forward pass{where}: threads would take them "
-                    f"from Paddle's one generator in a different order each run")
+                    f"from Paddle's one generator in a different order each run (the CPU fast paths' "
+                    f"dropout and drop path do not: paddle_vit.variants.use_cpu_fast_paths)")
     return None
 
 
@@ -93,6 +92,7 @@ class BatchThreads:
                                        [*replica.parameters(), *replica.buffers()]))
                               for replica in self.replicas[1:]]
         self._share_model()
+        self._random_layers = [layer for layer in model.sublayers() if isinstance(layer, (SeededDropout, SeededDropPath))]
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads - 1,
                                                            thread_name_prefix="paddle-vit-batch")
         self._slice_losses = []
@@ -149,9 +149,14 @@ class BatchThreads:
         batch = images.shape[0]
         self._bounds = slice_bounds(batch, self.threads)
 
+        # the random layers of each slice draw from a stream of its own, based on one number of the
+        # global generator (drawn here, on this thread, only when a layer draws)
+        base = draw_base_seed() if any(draws_seeded(layer) for layer in self._random_layers) else None
+
         def slice_loss(index):
             start, stop = self._bounds[index]
-            loss = loss_of(self.replicas[index], images[start:stop], targets[start:stop], index == 0)
+            with slice_stream(base, index) if base is not None else contextlib.nullcontext():
+                loss = loss_of(self.replicas[index], images[start:stop], targets[start:stop], index == 0)
             return loss * ((stop - start) / batch) if len(self._bounds) > 1 else loss
 
         self._slice_losses = self._in_threads(slice_loss)

@@ -11,6 +11,7 @@ from paddle.autograd import PyLayer
 from ..models.attention import Attention
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
+from .slice_random import SeededDropout, SeededDropPath
 
 KERNEL_MIN_WIDTH = 128  # the compiled LayerNorm backward for ViT-Ti's 192 and wider, not the walkthrough's 64
 
@@ -223,4 +224,5 @@ class DenseTransposeViT(ViT):
             return super().forward(x)
 
 
-CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, DenseTransposeViT)
+# SeededDropout/SeededDropPath are the stock modules outside a slice of batch_threads.py
+CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, DenseTransposeViT, SeededDropout, SeededDropPath)
