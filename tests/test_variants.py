@@ -6,6 +6,7 @@ import os
 import numpy as np
 import paddle
 import paddle.nn as nn
+import paddle.nn.functional as F
 import pytest
 
 import paddle_vit
@@ -205,6 +206,51 @@ def test_the_compiled_layer_norm_backward_gives_paddles_gradients(width):
     grad = paddle.randn([4, 197, width])
     for ours, theirs, name in zip(layer_norm_outputs(fast, x, grad), layer_norm_outputs(stock, x, grad),
                                   ("out", "dx", "dw", "db")):
+        scale = float(np.abs(theirs.numpy()).max())
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=3e-6 * scale, err_msg=name)
+
+
+@pytest.mark.slow  # the first call builds the kernels on this machine (about 20 s; then cached)
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's softmax is kept")
+def test_the_compiled_softmax_and_its_backward_give_the_formulas_values():
+    """Against float64 numpy: scores over a wide range (entries more than 87 below their row's
+    maximum, where exp is clamped), a row of equal scores, a row dominated by one; and dS =
+    P (dP - rowsum(dP P)) for the backward pass, one thread and two."""
+    library = variants.compiled.kernel_library()
+    rng = np.random.default_rng(4)
+    scores = rng.normal(scale=30.0, size=(2, 3, 197, 197)).astype(np.float32)
+    scores[0, 0, 0] = 1.5  # all equal: 1 / 197 each
+    scores[0, 0, 1, 7] = 500.0  # one entry takes it all
+    shifted = scores.astype(np.float64) - scores.max(axis=-1, keepdims=True)
+    expected = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+    grad = rng.normal(size=scores.shape).astype(np.float32)
+    expected_grad = expected * (grad - (grad * expected).sum(axis=-1, keepdims=True))
+    for threads in (1, 2):
+        weights = library.paddle_vit_softmax(paddle.to_tensor(scores), threads).numpy()
+        np.testing.assert_allclose(weights, expected, rtol=2e-6, atol=1e-9)  # tiny weights: 1e-9 of the row's 1
+        paddles = F.softmax(paddle.to_tensor(scores), axis=-1).numpy()
+        assert np.abs(weights - expected).max() <= 2 * np.abs(paddles - expected).max() + 1e-9
+        np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=2e-6)
+        assert np.allclose(weights[0, 0, 0], 1 / 197, rtol=1e-6) and weights[0, 0, 1, 7] == 1.0
+        grad_scores = library.paddle_vit_softmax_backward(paddle.to_tensor(expected.astype(np.float32)),
+                                                          paddle.to_tensor(grad), threads).numpy()
+        np.testing.assert_allclose(grad_scores, expected_grad, atol=2e-6 * np.abs(expected_grad).max())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's softmax is kept")
+def test_the_recomputed_attention_with_the_compiled_softmax_gives_paddles_gradients():
+    paddle.seed(6)
+    q, k, v = (paddle.randn([2, 3, 197, 64]) for _ in range(3))
+    grad = paddle.randn([2, 3, 197, 64])
+    results = []
+    for library in (None, variants.compiled.kernel_library()):
+        inputs = [t.detach() for t in (q, k, v)]
+        for t in inputs:
+            t.stop_gradient = False
+        out = cpu_variants.RecomputedAttention.apply(*inputs, library)
+        results.append([out, *paddle.grad(out, inputs, grad)])
+    for ours, theirs, name in zip(results[1], results[0], ("out", "dq", "dk", "dv")):
         scale = float(np.abs(theirs.numpy()).max())
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=3e-6 * scale, err_msg=name)
 

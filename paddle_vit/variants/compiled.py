@@ -29,7 +29,10 @@ from .. import runtime
 logger = logging.getLogger("paddle_vit")
 
 SWITCH_VARIABLE = "PADDLE_VIT_COMPILED_KERNELS"
-SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "layer_norm_backward.cc")]
+# -fno-trapping-math lets the compiler vectorise a select (the softmax's max and exp's clamp)
+CXX_FLAGS = ["-O3", "-fopenmp-simd", "-fno-trapping-math", "-pthread"]
+SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", name)
+           for name in ("layer_norm_backward.cc", "attention_softmax.cc")]
 _LOADED = {}  # "library": the module, or None once a build was refused or failed in this process
 _LOADING = threading.Lock()  # threads that step slices of a batch (batch_threads.py) load it once
 _THIS_THREAD = threading.local()  # .threads: a thread's own kernel thread count (batch_threads.py)
@@ -87,7 +90,7 @@ def build_key(target_flags):
     for source in SOURCES:
         with open(source, "rb") as stream:
             digest.update(stream.read())
-    digest.update(f"{paddle.__version__}|{sys.version}|{platform.machine()}|{' '.join(target_flags)}".encode())
+    digest.update(f"{paddle.__version__}|{sys.version}|{platform.machine()}|{' '.join(CXX_FLAGS + target_flags)}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -111,7 +114,7 @@ def _load_or_build(folder, key, target_flags):
     with _output_into(os.path.join(folder, "build.log")), warnings.catch_warnings(), _quiet_builder_log():
         warnings.simplefilter("ignore")
         return load(name=f"paddle_vit_kernels_{key}", sources=SOURCES, build_directory=folder, verbose=False,
-                    extra_cxx_cflags=["-O3", "-fopenmp-simd", "-pthread", *target_flags], extra_ldflags=["-pthread"])
+                    extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
 
 
 def _empty(folder, keep):

@@ -32,24 +32,33 @@ class RecomputedAttention(PyLayer):
         dv = P^T dout,  dP = dout v^T,  dS = P * (dP - rowsum(dP * P)),  dq = dS k,  dk = dS^T q
     as PyTorch's fused CPU attention and flash attention do: the [B, H, N, N] weights of every
     layer are not held from the forward to the backward pass, a lower peak memory for a little
-    time (docs/benchmarks.md, "What made the difference")."""
+    time (docs/benchmarks.md, "What made the difference"). With the compiled kernels (`library`,
+    compiled.py, kernels/attention_softmax.cc) the softmax and dS are each one pass over the rows
+    on the kernel threads instead of Paddle's one-thread softmax and four elementwise passes."""
 
     @staticmethod
-    def weights(q, k):
-        return F.softmax(paddle.matmul(q, k, transpose_y=True), axis=-1)  # [B, H, N, N]
+    def weights(q, k, library=None):
+        scores = paddle.matmul(q, k, transpose_y=True)  # [B, H, N, N]
+        if library is None:
+            return F.softmax(scores, axis=-1)
+        return library.paddle_vit_softmax(scores, kernel_threads())
 
     @staticmethod
-    def forward(ctx, q, k, v):
+    def forward(ctx, q, k, v, library=None):
         ctx.save_for_backward(q, k, v)
-        return paddle.matmul(RecomputedAttention.weights(q, k), v)  # [B, H, N, d]
+        ctx.library = library
+        return paddle.matmul(RecomputedAttention.weights(q, k, library), v)  # [B, H, N, d]
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v = ctx.saved_tensor()
-        weights = RecomputedAttention.weights(q, k)  # [B, H, N, N], again
+        weights = RecomputedAttention.weights(q, k, ctx.library)  # [B, H, N, N], again
         grad_v = paddle.matmul(weights, grad_out, transpose_x=True)  # [B, H, N, d]
         grad_weights = paddle.matmul(grad_out, v, transpose_y=True)  # [B, H, N, N]
-        grad_scores = weights * (grad_weights - (grad_weights * weights).sum(axis=-1, keepdim=True))
+        if ctx.library is None:
+            grad_scores = weights * (grad_weights - (grad_weights * weights).sum(axis=-1, keepdim=True))
+        else:
+            grad_scores = ctx.library.paddle_vit_softmax_backward(weights, grad_weights, kernel_threads())
         return paddle.matmul(grad_scores, k), paddle.matmul(grad_scores, q, transpose_x=True), grad_v
 
 
@@ -71,7 +80,9 @@ class FastCpuAttention(Attention):
         q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(axis=0)  # one transpose, 3 x [B, H, N, d]
         q = q * self.scales
         if self.training and self.attention_dropout_rate == 0.0 and paddle.is_grad_enabled():
-            out = RecomputedAttention.apply(q, k, v)  # [B, H, N, d]
+            # the compiled softmax for layers as wide as the LayerNorm kernel's (narrower: no build)
+            library = kernel_library() if self.all_head_dim >= KERNEL_MIN_WIDTH else None
+            out = RecomputedAttention.apply(q, k, v, library)  # [B, H, N, d]
         else:  # a recomputation would draw a new dropout mask
             attention = self.softmax(paddle.matmul(q, k, transpose_y=True))  # [B, H, N, N]
             attention = self.attention_dropout(attention)
