@@ -667,6 +667,9 @@ def _validate_train(train):
     _at_least("train.max_bad_steps", train.max_bad_steps, 1)
     if train.batch_threads is not None:
         _at_least("train.batch_threads", train.batch_threads, 1)
+        if train.batch_threads > train.batch_size:
+            raise ConfigError(f"train.batch_threads is {train.batch_threads}, more than train.batch_size "
+                              f"{train.batch_size}: each thread's slice needs an image (null: as many as pay)")
     check_choice("train.weights_format", train.weights_format, WEIGHTS_FORMATS)
     if train.sharding is not None:
         check_choice("train.sharding", train.sharding, SHARDING_LEVELS)

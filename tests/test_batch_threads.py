@@ -413,6 +413,19 @@ def test_plan_batch_threads():
             assert threads == expected_threads and reason and fragment in reason, (place, single, eager, requested)
 
 
+def test_more_threads_than_cores_are_built_with_a_warning(monkeypatch, caplog):
+    from paddle_vit.engine.build import Placement, build_batch_threads
+
+    model = small_vit()
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        batch_threads = build_batch_threads(3, model, model, Placement("cpu", False, True, 1, 0), 8)
+    try:
+        assert batch_threads.threads == 3 and "may use 2 cores" in caplog.text
+    finally:
+        batch_threads.close()
+
+
 def test_build_batch_threads_follows_the_plan_and_refuses_what_it_cannot_honour(monkeypatch, caplog):
     from paddle_vit import ConfigError
     from paddle_vit.engine.build import Placement, build_batch_threads
@@ -450,6 +463,8 @@ def test_train_refuses_two_threads_for_a_traced_step(tmp_path, capsys):
     ("x", "train.batch_threads must be an integer or null, got 'x'"),
     ("1.5", "train.batch_threads must be an integer or null, got 1.5"),
     ("true", "train.batch_threads must be an integer or null, got True"),
+    ("inf", "train.batch_threads must be an integer or null"),
+    ("17", "train.batch_threads is 17, more than train.batch_size 16"),  # a million would copy the model a million times
 ])
 def test_train_refuses_a_thread_count_that_is_not_one_or_more(tmp_path, capsys, value, fragment):
     assert_train_refuses(tmp_path, capsys, write_config(tmp_path), [f"train.batch_threads={value}"], fragment)

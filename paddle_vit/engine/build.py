@@ -16,6 +16,7 @@ import paddle
 
 from ..data import MixupCutmix, build_dataloader, build_datasets
 from ..device import init_distributed, is_main_process, select_device
+from .. import runtime
 from ..errors import ConfigError
 from ..factory import build_model, input_size
 from ..variants import use_cpu_fast_paths, use_traceable_variants
@@ -174,4 +175,8 @@ def build_batch_threads(requested, vit, model, placement, batch_size, traced=Fal
             logger.info("each step computes its batch on one thread: %s", reason)
         return None
     logger.info("each step computes its batch in %d slices, one thread each (train.batch_threads)", threads)
+    cores = runtime.usable_cores()
+    if threads > cores:
+        logger.warning("train.batch_threads is %d but this process may use %d cores: the threads take turns "
+                       "(null: the math threads)", threads, cores)
     return BatchThreads(vit, threads)
