@@ -18,7 +18,7 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["paddle_vit", "paddle_vit.*"]),
     # the C++ sources of the CPU kernels built on the user's machine at first use (variants/compiled.py)
-    package_data={"paddle_vit.variants": ["kernels/*.cc"]},
+    package_data={"paddle_vit.variants": ["kernels/*.cc", "kernels/*.h"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy",

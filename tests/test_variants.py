@@ -238,6 +238,38 @@ def test_the_compiled_softmax_and_its_backward_give_the_formulas_values():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's GELU is kept")
+def test_the_compiled_gelu_and_its_backward_give_the_formulas_values():
+    """Against x Phi(x) and Phi(x) + x phi(x) in float64 (math.erf): no further off than Paddle's
+    own GELU plus 2e-7, one thread and two; FastCpuGELU takes it in training only."""
+    import math
+
+    library = variants.compiled.kernel_library()
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(3, 197, 256)) * 3).astype(np.float32)
+    x[0, 0, :6] = [0.0, -0.0, 1e-30, -12.0, 12.0, 100.0]
+    wide = x.astype(np.float64)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(wide / math.sqrt(2)))
+    grad = rng.normal(size=x.shape).astype(np.float32)
+    expected = wide * cdf
+    expected_grad = grad * (cdf + wide * np.exp(-wide * wide / 2) / math.sqrt(2 * math.pi))
+    paddles = float(np.abs(F.gelu(paddle.to_tensor(x)).numpy() - expected).max())
+    for threads in (1, 2):
+        ours = library.paddle_vit_gelu(paddle.to_tensor(x), threads).numpy()
+        assert np.abs(ours - expected).max() <= paddles + 2e-7
+        assert ours[0, 0, 0] == 0.0 and ours[0, 0, 5] == 100.0
+        grad_x = library.paddle_vit_gelu_backward(paddle.to_tensor(x), paddle.to_tensor(grad), threads).numpy()
+        np.testing.assert_allclose(grad_x, expected_grad, atol=1e-6 * np.abs(expected_grad).max())
+
+    layer = variants.use_cpu_fast_paths(nn.GELU())
+    assert type(layer) is variants.FastCpuGELU
+    trained = paddle.to_tensor(x, stop_gradient=False)
+    assert np.array_equal(layer(trained).numpy(), library.paddle_vit_gelu(paddle.to_tensor(x), 1).numpy())
+    with paddle.no_grad():  # evaluation: Paddle's GELU, the numbers every engine gives
+        assert np.array_equal(layer(paddle.to_tensor(x)).numpy(), F.gelu(paddle.to_tensor(x)).numpy())
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's softmax is kept")
 def test_the_recomputed_attention_with_the_compiled_softmax_gives_paddles_gradients():
     paddle.seed(6)

@@ -25,7 +25,7 @@ variant to its module's numbers.
 """
 import contextlib
 
-from .cpu import (CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuLayerNorm, RecomputedAttention,
+from .cpu import (CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm, RecomputedAttention,
                   dense_transposes, runs_on_cpu)
 from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
                     TraceableStdConv2D, TraceableViT,
@@ -97,7 +97,7 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "FastCpuLayerNorm", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",

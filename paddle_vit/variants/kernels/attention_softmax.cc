@@ -3,9 +3,7 @@
 // elementwise passes with three temporaries):
 //   forward   p = exp(s - max_j s) / sum_j exp(s - max_j s)
 //   backward  ds = p * (dp - sum_j dp * p)
-// exp is Cephes' single-precision polynomial (about 1 ulp), written out so that the compiler
-// vectorises it without a vector math library or -ffast-math (-fno-trapping-math is enough). The threads are started per call
-// and joined before it returns, as in layer_norm_backward.cc.
+// exp is vector_math.h's. The rows are shared out over threads started per call.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,28 +12,12 @@
 #include <vector>
 
 #include "paddle/extension.h"
+#include "vector_math.h"
 
 namespace {
 
-// exp(x) for x <= 0 (a row's entry less its maximum); below -87 it is exp(-87), about 1.6e-38,
-// where the true value is nearer 0: nothing a sum of at least 1 can tell apart.
-inline float ExpNonPositive(float x) {
-  x = x < -87.0f ? -87.0f : x;  // a select the compiler vectorises (with -fno-trapping-math)
-  // x = n ln2 + r, |r| <= ln2 / 2; n rounded to nearest by adding and taking away 1.5 * 2^23
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;   // ln2 in two parts (Cody and Waite)
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // 2^n, n >= -126 here
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return e * scale;
-}
+using paddle_vit_kernels::ExpNonPositive;
+using paddle_vit_kernels::InThreads;
 
 void SoftmaxRows(const float* in, float* out, int64_t first, int64_t last, int64_t width) {
   for (int64_t row = first; row < last; ++row) {
@@ -67,15 +49,6 @@ void SoftmaxBackwardRows(const float* p, const float* dp, float* ds, int64_t fir
 #pragma omp simd
     for (int64_t j = 0; j < width; ++j) ds_row[j] = p_row[j] * (dp_row[j] - dot);
   }
-}
-
-template <typename Rows>
-void InThreads(int64_t rows, int threads, Rows work) {
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, rows));
-  std::vector<std::thread> workers;
-  for (int64_t b = 1; b < blocks; ++b) workers.emplace_back(work, rows * b / blocks, rows * (b + 1) / blocks);
-  work(0, rows / blocks);
-  for (auto& worker : workers) worker.join();
 }
 
 }  // namespace
