@@ -22,7 +22,7 @@ from paddle_vit.variants.batch_threads import (MIN_SLICE_ELEMENTS, BatchThreads,
 
 from repo_paths import REPO, TOOLS
 from test_failures import assert_train_refuses, write_config
-from test_train import assert_resumed_equals_straight, read_metrics, small_config, stop_after
+from test_train import assert_resumed_equals_straight, read_metrics, run_straight_and_stopped, small_config
 
 WALKTHROUGH = os.path.join(REPO, "configs", "vit_walkthrough_digits_28.yaml")
 
@@ -494,38 +494,16 @@ def test_a_threaded_training_run_is_reproducible_and_trains_as_one_thread(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_threaded_run_stopped_and_resumed_equals_an_unbroken_one(tmp_path):
+@pytest.mark.parametrize("dropping", [0.0, 0.1])  # 0.1: dropout and drop path from the slices' seed streams
+def test_a_threaded_run_stopped_and_resumed_equals_an_unbroken_one(tmp_path, caplog, dropping):
     def config(name, **train):
-        return small_config(tmp_path / name, model={"dropout": 0.0, "drop_path": 0.0},
+        return small_config(tmp_path / name, model={"dropout": dropping, "drop_path": dropping},
                             train={"batch_threads": 2, **train})
 
-    straight = Trainer(config("straight"))
-    assert straight.parts.batch_threads is not None and straight.parts.batch_threads.threads == 2
-    straight.fit()
-    first = Trainer(config("broken"))
-    stop_after(first, 4)  # epoch 1 has 6 batches: stop inside it
-    assert first.fit()["interrupted"]
-    resumed = Trainer(config("broken", resume="auto"))
-    assert resumed.position.global_step == 4
-    resumed.fit()
-    assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
-
-
-@pytest.mark.slow
-def test_a_threaded_run_with_drop_path_stopped_and_resumed_equals_an_unbroken_one(tmp_path):
-    def config(name, **train):
-        return small_config(tmp_path / name, model={"dropout": 0.1, "drop_path": 0.1},
-                            train={"batch_threads": 2, **train})
-
-    straight = Trainer(config("straight"))
-    assert straight.parts.batch_threads is not None
-    straight.fit()
-    first = Trainer(config("broken"))
-    stop_after(first, 4)
-    assert first.fit()["interrupted"]
-    resumed = Trainer(config("broken", resume="auto"))
-    resumed.fit()
-    assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
+    with caplog.at_level("INFO", logger="paddle_vit"):
+        straight, broken = run_straight_and_stopped(config, tmp_path)
+    assert caplog.text.count("in 2 slices") == 3  # the straight run, the stopped one and its resumption
+    assert_resumed_equals_straight(straight, broken)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from paddle_vit.data import DataConfig, ResumableBatchSampler, build_dataloader,
 from paddle_vit.engine.trainer import Trainer
 
 from test_failures import assert_train_refuses, write_config
-from test_train import assert_resumed_equals_straight, small_config, stop_after
+from test_train import assert_resumed_equals_straight, run_straight_and_stopped, small_config, stop_after
 
 
 def sampler(num_samples, batch, repeats, world=1, rank=0, shuffle=False, seed=0):
@@ -203,14 +203,7 @@ def test_resume_mid_epoch_with_repeats_3_augment_and_mixup_equals_the_uninterrup
     def config(name, **train):
         return small_config(tmp_path / name, data=dict(augment), train=train)
 
-    Trainer(config("straight")).fit()
-    first = Trainer(config("broken"))
-    stop_after(first, 4)  # epoch 1 has 6 batches: stop inside it
-    assert first.fit()["interrupted"]
-    resumed = Trainer(config("broken", resume="auto"))
-    assert resumed.position.global_step == 4
-    resumed.fit()
-    assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken", keys=("train_loss",))
+    assert_resumed_equals_straight(*run_straight_and_stopped(config, tmp_path), keys=("train_loss",))
 
 
 def test_a_resume_with_another_repetition_is_refused_in_one_line(tmp_path):

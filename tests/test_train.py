@@ -158,6 +158,20 @@ def stop_after(trainer, updates):
     trainer.optimizer_step = step
 
 
+def run_straight_and_stopped(config, folder, stop_at=4):
+    """Train config("straight") unbroken, and config("broken") stopped during update `stop_at`
+    (inside the first epoch of small_config's 6 batches), then resumed with resume=auto to the
+    end; returns (straight folder, broken folder)."""
+    Trainer(config("straight")).fit()
+    first = Trainer(config("broken"))
+    stop_after(first, stop_at)
+    assert first.fit()["interrupted"]
+    resumed = Trainer(config("broken", resume="auto"))
+    assert resumed.position.global_step == stop_at
+    resumed.fit()
+    return folder / "straight", folder / "broken"
+
+
 @pytest.mark.parametrize("augment", [
     {},
     {"data": {"randaugment_num_ops": 2, "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "random_erasing": 0.25},

@@ -246,7 +246,7 @@ def test_the_compiled_gelu_and_its_backward_give_the_formulas_values():
 
     library = variants.compiled.kernel_library()
     rng = np.random.default_rng(5)
-    x = (rng.normal(size=(3, 197, 256)) * 3).astype(np.float32)
+    x = (rng.normal(size=(3, 197, 512)) * 3).astype(np.float32)  # an MLP hidden layer of a model 128 wide
     x[0, 0, :6] = [0.0, -0.0, 1e-30, -12.0, 12.0, 100.0]
     wide = x.astype(np.float64)
     cdf = 0.5 * (1 + np.vectorize(math.erf)(wide / math.sqrt(2)))
@@ -339,6 +339,20 @@ def test_the_compiled_layer_norm_is_asked_for_only_in_training_of_wide_layers(mo
     with paddle.no_grad():  # evaluation: nothing to differentiate
         x = paddle.randn([2, 5, 192])
         np.testing.assert_array_equal(wide(x).numpy(), wide_stock(x).numpy())
+
+
+def test_the_walkthrough_digits_model_trains_without_asking_for_the_compiled_kernels(monkeypatch):
+    """The quick start's model (64 wide, MLP 256) never builds the kernels: a newcomer's first run
+    is not held up by a compiler, and computes with Paddle's kernels."""
+    def no_kernel():
+        raise AssertionError("the compiled kernels were asked for")
+    monkeypatch.setattr(cpu_variants, "kernel_library", no_kernel)
+    model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, embed_dim=64, depth=4,
+                                    num_heads=4, num_classes=10)
+    model.train()
+    loss = model(paddle.randn([4, 3, 28, 28])).sum()
+    loss.backward()
+    assert model.patch_embed.patch_embedding.weight.grad is not None
 
 
 def test_without_the_compiled_kernels_a_wide_layer_norm_is_paddles(monkeypatch, caplog):

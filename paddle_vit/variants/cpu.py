@@ -13,7 +13,8 @@ from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
 from .slice_random import SeededDropout, SeededDropPath
 
-KERNEL_MIN_WIDTH = 128  # the compiled LayerNorm backward for ViT-Ti's 192 and wider, not the walkthrough's 64
+KERNEL_MIN_WIDTH = 128  # the compiled kernels for ViT-Ti's 192 and wider, not the walkthrough's 64
+GELU_KERNEL_MIN_WIDTH = 4 * KERNEL_MIN_WIDTH  # GELU sees the MLP's hidden width: mlp_ratio 4 of a model 128 wide
 
 
 def runs_on_cpu():
@@ -225,8 +226,9 @@ class FastCpuGELU(nn.GELU):
     """`nn.GELU` (exact) whose forward and backward passes, in eager float32 training on a CPU, are
     compiled kernels (Paddle's run on one thread and are about half PyTorch's speed per thread:
     docs/benchmarks.md, "The training step against timm"). Its erf is within 1.5e-7 of the true
-    value, so only training uses it; evaluation, the tanh form, narrow layers (below
-    KERNEL_MIN_WIDTH, as for the LayerNorm kernel) and the rest are Paddle's GELU."""
+    value, so only training uses it; evaluation, the tanh form, the MLPs of narrow models (hidden
+    width below GELU_KERNEL_MIN_WIDTH: the walkthrough's 64-wide models never build the kernels)
+    and the rest are Paddle's GELU."""
 
     variant_of = nn.GELU
 
@@ -237,7 +239,7 @@ class FastCpuGELU(nn.GELU):
         return _KernelGELU.apply(x, library)
 
     def _uses_kernel(self, x):
-        return (not self._approximate and x.ndim > 0 and x.shape[-1] >= KERNEL_MIN_WIDTH and eager_cpu_float32(x)
+        return (not self._approximate and x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x)
                 and paddle.is_grad_enabled() and not x.stop_gradient)
 
 
