@@ -884,7 +884,10 @@ def format_report(result):
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
     if format_other_load(result):
         lines.append(format_other_load(result))
-    for key, title in (("operators", "where a step's time goes (paddle.profiler, each op's own time):"),
+    own_title = "where a step's time goes (paddle.profiler, each op's own time"
+    if (result.get("batch_threads") or 1) > 1:  # each thread's ops: the rows add up to about threads x the step
+        own_title += f", summed over the {result['batch_threads']} threads of the batch"
+    for key, title in (("operators", own_title + "):"),
                        ("timm_operators", "where timm's step goes (torch.profiler, each op's own time):")):
         for index, row in enumerate(result.get(key, [])[:12]):
             if index == 0:

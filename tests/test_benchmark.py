@@ -600,3 +600,6 @@ def test_a_profiled_run_reports_the_ops_and_the_report_prints_each_side_under_it
     paddle_title = lines.index("where a step's time goes (paddle.profiler, each op's own time):")
     timm_title = lines.index("where timm's step goes (torch.profiler, each op's own time):")
     assert paddle_title < timm_title == len(lines) - 2 and lines[-1].split()[:3] == ["aten::mm", "3", "calls"]
+    result["batch_threads"] = 2  # each thread's ops are profiled: the rows add up to about twice the step
+    assert ("where a step's time goes (paddle.profiler, each op's own time, summed over the 2 threads of the "
+            "batch):") in bench.format_report(result).splitlines()
