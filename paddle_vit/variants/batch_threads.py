@@ -30,6 +30,7 @@ import paddle
 import paddle.nn as nn
 
 from .. import runtime
+from ..models.config import ViTConfig
 from .compiled import kernel_threads_for_this_thread
 from .cpu import dense_transposes, runs_on_cpu
 from .slice_random import SeededDropout, SeededDropPath, draw_base_seed, draws_seeded, draws_unseeded, slice_stream
@@ -126,15 +127,15 @@ class BatchThreads:
         finally:
             paddle.base.core.set_num_threads(self.math_threads)
 
-    def _in_threads(self, work):
-        """work(index) for every slice index, index 0 on this thread, the others on the pool;
+    def _in_threads(self, work, slices):
+        """work(index) for index in range(slices), index 0 on this thread, the others on the pool;
         returns their results in order; an exception of any is raised here, after all ended."""
         def on_worker(index):
             with kernel_threads_for_this_thread(1):
                 return work(index)
 
         with self._one_math_thread_each():
-            futures = [self._pool.submit(on_worker, index) for index in range(1, len(self._bounds))]
+            futures = [self._pool.submit(on_worker, index) for index in range(1, slices)]
             try:
                 first = on_worker(0)
             finally:
@@ -147,19 +148,19 @@ class BatchThreads:
         self._slice_losses = []  # a skipped backward's graphs are freed before this one's are made
         self._share_model()
         batch = images.shape[0]
-        self._bounds = slice_bounds(batch, self.threads)
+        bounds = slice_bounds(batch, self.threads)
 
         # the random layers of each slice draw from a stream of its own, based on one number of the
         # global generator (drawn here, on this thread, only when a layer draws)
         base = draw_base_seed() if any(draws_seeded(layer) for layer in self._random_layers) else None
 
         def slice_loss(index):
-            start, stop = self._bounds[index]
+            start, stop = bounds[index]
             with slice_stream(base, index) if base is not None else contextlib.nullcontext():
                 loss = loss_of(self.replicas[index], images[start:stop], targets[start:stop], index == 0)
-            return loss * ((stop - start) / batch) if len(self._bounds) > 1 else loss
+            return loss * ((stop - start) / batch) if len(bounds) > 1 else loss
 
-        self._slice_losses = self._in_threads(slice_loss)
+        self._slice_losses = self._in_threads(slice_loss, len(bounds))
         with paddle.no_grad():
             total = self._slice_losses[0].detach()
             for loss in self._slice_losses[1:]:
@@ -169,7 +170,7 @@ class BatchThreads:
     def backward(self, run_backward):
         """run_backward(slice loss) for each slice of the last forward, in its thread."""
         losses, self._slice_losses = self._slice_losses, []
-        self._in_threads(lambda index: run_backward(losses[index]))
+        self._in_threads(lambda index: run_backward(losses[index]), len(losses))
 
     @paddle.no_grad()
     def gather_gradients(self):
@@ -193,11 +194,10 @@ class BatchThreads:
 def slice_elements(model, batch, threads):
     """The elements of one slice's token activations [batch / threads, N, D] for a ViT `model`
     (the size of the tensors its elementwise kernels run over), or None for another model."""
-    embedding, config = getattr(model, "patch_embed", None), getattr(model, "config", None)
-    if embedding is None or not hasattr(embedding, "num_patches") or not hasattr(config, "embed_dim"):
+    config = getattr(model, "config", None)
+    if not isinstance(config, ViTConfig):
         return None
-    tokens = embedding.num_patches + getattr(embedding, "num_prefix_tokens", 0)
-    return batch // max(threads, 1) * tokens * config.embed_dim
+    return batch // max(threads, 1) * (config.num_patches + config.num_prefix_tokens) * config.embed_dim
 
 
 def plan_batch_threads(requested, model, place, single_process, eager, batch, math_threads=None):

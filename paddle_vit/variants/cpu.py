@@ -27,6 +27,12 @@ def eager_cpu_float32(x):
     return x.dtype == paddle.float32 and runs_on_cpu() and paddle.in_dynamic_mode()
 
 
+def records_gradient(*tensors):
+    """Whether Paddle records a backward pass through an op on `tensors`: gradients are enabled
+    and one of them wants one."""
+    return paddle.is_grad_enabled() and not all(tensor.stop_gradient for tensor in tensors)
+
+
 class RecomputedAttention(PyLayer):
     """softmax(q k^T) v for q already scaled, [B, H, N, d] x 3 -> [B, H, N, d], keeping only q,
     k and v for the backward pass, which computes the weights P = softmax(q k^T) again:
@@ -135,8 +141,7 @@ class AddmmLinear(nn.Linear):
         if self.bias is None or not eager_cpu_float32(x):
             return super().forward(x)
         rows = x if x.ndim == 2 else x.reshape([-1, x.shape[-1]])  # [..., in] -> [M, in]
-        if paddle.is_grad_enabled() and not (rows.stop_gradient and self.weight.stop_gradient
-                                             and self.bias.stop_gradient):
+        if records_gradient(rows, self.weight, self.bias):
             out = _AddmmFunction.apply(rows, self.weight, self.bias)  # [M, out], GEMV bias gradient
         else:
             out = paddle.addmm(self.bias, rows, self.weight)  # [M, out] = bias + rows @ weight, one GEMM
@@ -202,8 +207,7 @@ class FastCpuLayerNorm(nn.LayerNorm):
     def _uses_kernel(self, x):
         return (len(self._normalized_shape) == 1 and self._normalized_shape[0] >= KERNEL_MIN_WIDTH
                 and self.weight is not None and self.bias is not None and eager_cpu_float32(x)
-                and paddle.is_grad_enabled() and not (x.stop_gradient and self.weight.stop_gradient
-                                                      and self.bias.stop_gradient))
+                and records_gradient(x, self.weight, self.bias))
 
 
 class _KernelGELU(PyLayer):
@@ -240,7 +244,7 @@ class FastCpuGELU(nn.GELU):
 
     def _uses_kernel(self, x):
         return (not self._approximate and x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x)
-                and paddle.is_grad_enabled() and not x.stop_gradient)
+                and records_gradient(x))
 
 
 @contextlib.contextmanager

@@ -66,8 +66,13 @@ class SeededDropout(nn.Dropout):
 
     variant_of = nn.Dropout
 
+    def seeded(self):
+        """Whether it draws from its slice's stream in its current mode (Paddle's seeded kernel has
+        no axis)."""
+        return self.training and self.p > 0 and self.axis is None
+
     def forward(self, x):
-        seed = next_seed() if self.training and self.p > 0 and self.axis is None else None
+        seed = next_seed() if self.seeded() else None
         if seed is None:
             return super().forward(x)
         return seeded_dropout(x, self.p, self.mode, seed)
@@ -79,28 +84,27 @@ class SeededDropPath(DropPath):
 
     variant_of = DropPath
 
+    def seeded(self):
+        return self.training and self.drop_prob > 0
+
     def forward(self, x):
-        seed = next_seed() if self.training and self.drop_prob > 0 else None
+        seed = next_seed() if self.seeded() else None
         if seed is None:
             return super().forward(x)
         coins = paddle.ones([x.shape[0]] + [1] * (x.ndim - 1), dtype=x.dtype)  # [B, 1, 1]: one per sample
         return x * seeded_dropout(coins, self.drop_prob, "upscale_in_train", seed)
 
 
+def draws_seeded(layer):
+    """Whether `layer` draws from its slice's stream in its current mode."""
+    return isinstance(layer, (SeededDropout, SeededDropPath)) and layer.seeded()
+
+
 def draws_unseeded(layer):
     """Whether `layer` in its current mode draws random numbers from the global generator even
     inside a slice stream."""
-    if not layer.training:
+    if not layer.training or draws_seeded(layer):
         return False
-    if isinstance(layer, (SeededDropout, SeededDropPath)):
-        return isinstance(layer, SeededDropout) and layer.p > 0 and layer.axis is not None
     if isinstance(layer, (nn.Dropout, nn.Dropout2D, nn.Dropout3D, nn.AlphaDropout)):
         return layer.p > 0
     return isinstance(layer, DropPath) and layer.drop_prob > 0
-
-
-def draws_seeded(layer):
-    """Whether `layer` draws from its slice stream in its current mode."""
-    return (layer.training and not draws_unseeded(layer)
-            and ((isinstance(layer, SeededDropout) and layer.p > 0)
-                 or (isinstance(layer, SeededDropPath) and layer.drop_prob > 0)))
