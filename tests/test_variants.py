@@ -347,6 +347,7 @@ def test_the_walkthrough_digits_model_trains_without_asking_for_the_compiled_ker
     def no_kernel():
         raise AssertionError("the compiled kernels were asked for")
     monkeypatch.setattr(cpu_variants, "kernel_library", no_kernel)
+    monkeypatch.setattr(variants.fused_layer, "kernel_library", no_kernel)
     model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, embed_dim=64, depth=4,
                                     num_heads=4, num_classes=10)
     model.train()

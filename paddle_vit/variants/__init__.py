@@ -25,11 +25,17 @@ variant to its module's numbers.
 """
 import contextlib
 
-from .cpu import (CPU_FAST_PATHS, AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm, RecomputedAttention,
+from .cpu import (AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm, RecomputedAttention,
                   dense_transposes, runs_on_cpu)
+from .fused_layer import FusedCpuEncoderLayer
 from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
                     TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
+from .slice_random import SeededDropout, SeededDropPath
+
+# SeededDropout/SeededDropPath are the stock modules outside a slice of batch_threads.py
+CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, FastCpuGELU, DenseTransposeViT, SeededDropout,
+                  SeededDropPath, FusedCpuEncoderLayer)
 
 
 def walkthrough_class(cls):
@@ -97,7 +103,8 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "DenseTransposeViT", "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
+__all__ = ["AddmmLinear", "CPU_FAST_PATHS", "DenseTransposeViT", "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm",
+           "FusedCpuEncoderLayer", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
            "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",

@@ -11,7 +11,6 @@ from paddle.autograd import PyLayer
 from ..models.attention import Attention
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
-from .slice_random import SeededDropout, SeededDropPath
 
 KERNEL_MIN_WIDTH = 128  # the compiled kernels for ViT-Ti's 192 and wider, not the walkthrough's 64
 GELU_KERNEL_MIN_WIDTH = 4 * KERNEL_MIN_WIDTH  # GELU sees the MLP's hidden width: mlp_ratio 4 of a model 128 wide
@@ -276,7 +275,3 @@ class DenseTransposeViT(ViT):
         with dense_transposes():
             return super().forward(x)
 
-
-# SeededDropout/SeededDropPath are the stock modules outside a slice of batch_threads.py
-CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, FastCpuGELU, DenseTransposeViT, SeededDropout,
-                  SeededDropPath)

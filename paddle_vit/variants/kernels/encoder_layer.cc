@@ -1,0 +1,254 @@
+// A whole pre-norm encoder layer of training, float32 on a CPU, as one op forward and one op
+// backward (the walkthrough's EncoderLayer without dropout, drop path or layer scale):
+//   x1  = x + proj(attention(qkv(LN1(x))))         attention = softmax(q k^T * scale) v, H heads
+//   out = x1 + fc2(GELU(fc1(LN2(x1))))
+// Why: the same products (Paddle's matmul and addmm, called from here) and the same kernels
+// (softmax, GELU, LayerNorm's backward pass: the other sources), but no Python between them.
+// Eager Paddle runs each op from Python holding the GIL, so two threads stepping halves of a batch
+// (batch_threads.py) handed the GIL to and fro about a thousand times a step; an op runs without
+// it. Kept for the backward pass: q (scaled), k and v, the heads' merged output, x1, fc1's output
+// and the two LayerNorms' row means and variances; the LayerNorms' outputs, the attention weights
+// and the GELU's output are computed again there (less memory held than the layer of modules).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+#include "paddle/extension.h"
+#include "vector_math.h"
+
+namespace {
+
+using paddle::Tensor;
+using paddle_vit_kernels::InThreads;
+
+Tensor Empty(const std::vector<int64_t>& shape, const Tensor& like) {
+  return paddle::empty(shape, like.dtype(), like.place());
+}
+
+// Each row's mean and (biased) variance of x [M, D], as LayerNorm's forward pass keeps them.
+void RowStatistics(const float* x, float* mean, float* variance, int64_t rows, int64_t width, int threads) {
+  InThreads(rows, threads, [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      const float* x_row = x + row * width;
+      float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < width; ++j) total += x_row[j];
+      const float centre = total / width;
+      float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t j = 0; j < width; ++j) squares += (x_row[j] - centre) * (x_row[j] - centre);
+      mean[row] = centre;
+      variance[row] = squares / width;
+    }
+  });
+}
+
+// LayerNorm's output from the rows' statistics: out = (x - mean) / sqrt(variance + eps) * w + b.
+void NormaliseRows(const float* x, const float* w, const float* b, const float* mean, const float* variance,
+                   float* out, int64_t rows, int64_t width, float epsilon, int threads) {
+  InThreads(rows, threads, [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      const float* x_row = x + row * width;
+      float* out_row = out + row * width;
+      const float centre = mean[row];
+      const float rstd = 1.0f / std::sqrt(variance[row] + epsilon);
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) out_row[j] = (x_row[j] - centre) * rstd * w[j] + b[j];
+    }
+  });
+}
+
+// LN(x) [M, D] of x [..., D] from its statistics: a fresh tensor
+Tensor Normalised(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& variance,
+                  float epsilon, int threads) {
+  const int64_t width = x.shape().back(), rows = x.numel() / width;
+  Tensor out = Empty({rows, width}, x);
+  NormaliseRows(x.data<float>(), w.data<float>(), b.data<float>(), mean.data<float>(), variance.data<float>(),
+                out.data<float>(), rows, width, epsilon, threads);
+  return out;
+}
+
+// out = a + b elementwise over `count` numbers
+void AddInto(const float* a, const float* b, float* out, int64_t count, int threads) {
+  InThreads(count, threads, [&](int64_t first, int64_t last) {
+#pragma omp simd
+    for (int64_t i = first; i < last; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+// The column sums of g [M, W] (a bias's gradient): each thread sums its block of rows, the blocks
+// added at the end.
+Tensor ColumnSums(const Tensor& g, int threads) {
+  const int64_t width = g.shape().back();
+  const int64_t rows = g.numel() / width;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, rows));
+  std::vector<float> partial(blocks * width, 0.0f);
+  const float* data = g.data<float>();
+  InThreads(blocks, static_cast<int>(blocks), [&](int64_t first, int64_t last) {
+    for (int64_t block = first; block < last; ++block) {
+      float* sums = partial.data() + block * width;
+      for (int64_t row = rows * block / blocks; row < rows * (block + 1) / blocks; ++row) {
+        const float* g_row = data + row * width;
+#pragma omp simd
+        for (int64_t j = 0; j < width; ++j) sums[j] += g_row[j];
+      }
+    }
+  });
+  Tensor out = Empty({width}, g);
+  float* result = out.data<float>();
+  for (int64_t j = 0; j < width; ++j) {
+    float total = 0.0f;
+    for (int64_t block = 0; block < blocks; ++block) total += partial[block * width + j];
+    result[j] = total;
+  }
+  return out;
+}
+
+// Token-major [B, N, parts, H, d] (rows of the packed projection) <-> head-major parts x [B, H, N, d],
+// the first part multiplied by first_scale on the way.
+struct HeadLayout {
+  int64_t batch, tokens, heads, head_dim;
+  int64_t Width() const { return heads * head_dim; }
+};
+
+void ToHeads(const float* rows, const std::vector<float*>& parts, float first_scale, const HeadLayout& shape,
+             int threads) {
+  const int64_t count = static_cast<int64_t>(parts.size());
+  const int64_t row_width = count * shape.Width();
+  InThreads(shape.batch * shape.tokens, threads, [&](int64_t first, int64_t last) {
+    for (int64_t token_row = first; token_row < last; ++token_row) {
+      const int64_t b = token_row / shape.tokens, n = token_row % shape.tokens;
+      for (int64_t part = 0; part < count; ++part) {
+        const float factor = part == 0 ? first_scale : 1.0f;
+        for (int64_t h = 0; h < shape.heads; ++h) {
+          const float* from = rows + token_row * row_width + (part * shape.heads + h) * shape.head_dim;
+          float* to = parts[part] + ((b * shape.heads + h) * shape.tokens + n) * shape.head_dim;
+#pragma omp simd
+          for (int64_t j = 0; j < shape.head_dim; ++j) to[j] = from[j] * factor;
+        }
+      }
+    }
+  });
+}
+
+void FromHeads(const std::vector<const float*>& parts, float* rows, float first_scale, const HeadLayout& shape,
+               int threads) {
+  const int64_t count = static_cast<int64_t>(parts.size());
+  const int64_t row_width = count * shape.Width();
+  InThreads(shape.batch * shape.tokens, threads, [&](int64_t first, int64_t last) {
+    for (int64_t token_row = first; token_row < last; ++token_row) {
+      const int64_t b = token_row / shape.tokens, n = token_row % shape.tokens;
+      for (int64_t part = 0; part < count; ++part) {
+        const float factor = part == 0 ? first_scale : 1.0f;
+        for (int64_t h = 0; h < shape.heads; ++h) {
+          const float* from = parts[part] + ((b * shape.heads + h) * shape.tokens + n) * shape.head_dim;
+          float* to = rows + token_row * row_width + (part * shape.heads + h) * shape.head_dim;
+#pragma omp simd
+          for (int64_t j = 0; j < shape.head_dim; ++j) to[j] = from[j] * factor;
+        }
+      }
+    }
+  });
+}
+
+HeadLayout LayoutOf(const Tensor& x, int heads) {
+  const auto& shape = x.shape();  // [B, N, D]
+  return {shape[0], shape[1], heads, shape[2] / heads};
+}
+
+}  // namespace
+
+std::vector<Tensor> EncoderLayerForward(const Tensor& x, const Tensor& ln1_w, const Tensor& ln1_b,
+                                        const Tensor& qkv_w, const Tensor& qkv_b, const Tensor& proj_w,
+                                        const Tensor& proj_b, const Tensor& ln2_w, const Tensor& ln2_b,
+                                        const Tensor& fc1_w, const Tensor& fc1_b, const Tensor& fc2_w,
+                                        const Tensor& fc2_b, int heads, float scale, float epsilon, int threads) {
+  const HeadLayout layout = LayoutOf(x, heads);
+  const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
+  Tensor mean1 = Empty({rows}, x), variance1 = Empty({rows}, x);
+  RowStatistics(x.data<float>(), mean1.data<float>(), variance1.data<float>(), rows, width, threads);
+  Tensor qkv = paddle::experimental::addmm(qkv_b, Normalised(x, ln1_w, ln1_b, mean1, variance1, epsilon, threads), qkv_w);  // [M, 3 D]
+  const std::vector<int64_t> head_shape = {layout.batch, heads, layout.tokens, layout.head_dim};
+  Tensor q = Empty(head_shape, x), k = Empty(head_shape, x), v = Empty(head_shape, x);  // [B, H, N, d]
+  ToHeads(qkv.data<float>(), {q.data<float>(), k.data<float>(), v.data<float>()}, scale, layout, threads);
+  Tensor weights = Softmax(paddle::experimental::matmul(q, k, false, true), threads)[0];  // [B, H, N, N]
+  Tensor heads_out = paddle::experimental::matmul(weights, v);  // [B, H, N, d]
+  Tensor attended = Empty({rows, width}, x);  // [M, D]
+  FromHeads({heads_out.data<float>()}, attended.data<float>(), 1.0f, layout, threads);
+  Tensor projected = paddle::experimental::addmm(proj_b, attended, proj_w);  // [M, D]
+  Tensor x1 = Empty(x.shape(), x);
+  AddInto(x.data<float>(), projected.data<float>(), x1.data<float>(), x.numel(), threads);
+  Tensor mean2 = Empty({rows}, x), variance2 = Empty({rows}, x);
+  RowStatistics(x1.data<float>(), mean2.data<float>(), variance2.data<float>(), rows, width, threads);
+  Tensor hidden = paddle::experimental::addmm(fc1_b, Normalised(x1, ln2_w, ln2_b, mean2, variance2, epsilon, threads), fc1_w);  // [M, Dh]
+  Tensor mlp_out = paddle::experimental::addmm(fc2_b, Gelu(hidden, threads)[0], fc2_w);  // [M, D]
+  Tensor out = Empty(x.shape(), x);
+  AddInto(x1.data<float>(), mlp_out.data<float>(), out.data<float>(), x.numel(), threads);
+  return {out, q, k, v, attended, x1, hidden, mean1, variance1, mean2, variance2};
+}
+
+std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, const Tensor& ln1_b,
+                                         const Tensor& qkv_w, const Tensor& proj_w, const Tensor& ln2_w,
+                                         const Tensor& ln2_b, const Tensor& fc1_w, const Tensor& fc2_w,
+                                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attended,
+                                         const Tensor& x1, const Tensor& hidden, const Tensor& mean1,
+                                         const Tensor& variance1, const Tensor& mean2, const Tensor& variance2,
+                                         const Tensor& grad_out, int heads, float scale, float epsilon, int threads) {
+  const HeadLayout layout = LayoutOf(x, heads);
+  const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
+  Tensor grad_rows = paddle::experimental::reshape(grad_out, {rows, width});  // [M, D]
+  // the MLP: out = x1 + fc2(GELU(fc1(LN2(x1))))
+  Tensor grad_fc2_w = paddle::experimental::matmul(Gelu(hidden, threads)[0], grad_rows, true, false);  // [Dh, D]
+  Tensor grad_fc2_b = ColumnSums(grad_rows, threads);
+  Tensor grad_hidden = GeluBackward(hidden, paddle::experimental::matmul(grad_rows, fc2_w, false, true), threads)[0];
+  Tensor normed2 = Normalised(x1, ln2_w, ln2_b, mean2, variance2, epsilon, threads);  // [M, D], again
+  Tensor grad_fc1_w = paddle::experimental::matmul(normed2, grad_hidden, true, false);  // [D, Dh]
+  Tensor grad_fc1_b = ColumnSums(grad_hidden, threads);
+  Tensor grad_normed2 = paddle::experimental::matmul(grad_hidden, fc1_w, false, true);  // [M, D]
+  auto norm2_grads = LayerNormBackward(x1, ln2_w, mean2, variance2, grad_normed2, epsilon, threads);
+  Tensor grad_x1 = Empty({rows, width}, x);  // the residual's gradient and the MLP branch's
+  AddInto(grad_out.data<float>(), norm2_grads[0].data<float>(), grad_x1.data<float>(), x.numel(), threads);
+  // the attention: x1 = x + proj(softmax(q k^T) v), q scaled
+  Tensor grad_proj_w = paddle::experimental::matmul(attended, grad_x1, true, false);  // [D, D]
+  Tensor grad_proj_b = ColumnSums(grad_x1, threads);
+  Tensor grad_attended = paddle::experimental::matmul(grad_x1, proj_w, false, true);  // [M, D]
+  const std::vector<int64_t> head_shape = {layout.batch, heads, layout.tokens, layout.head_dim};
+  Tensor grad_heads_out = Empty(head_shape, x);  // [B, H, N, d]
+  ToHeads(grad_attended.data<float>(), {grad_heads_out.data<float>()}, 1.0f, layout, threads);
+  Tensor weights = Softmax(paddle::experimental::matmul(q, k, false, true), threads)[0];  // [B, H, N, N], again
+  Tensor grad_v = paddle::experimental::matmul(weights, grad_heads_out, true, false);
+  Tensor grad_scores = SoftmaxBackward(weights, paddle::experimental::matmul(grad_heads_out, v, false, true), threads)[0];
+  Tensor grad_q = paddle::experimental::matmul(grad_scores, k);  // of the scaled q: times scale below
+  Tensor grad_k = paddle::experimental::matmul(grad_scores, q, true, false);
+  Tensor grad_qkv = Empty({rows, 3 * width}, x);  // [M, 3 D]
+  FromHeads({grad_q.data<float>(), grad_k.data<float>(), grad_v.data<float>()}, grad_qkv.data<float>(), scale,
+            layout, threads);
+  Tensor normed1 = Normalised(x, ln1_w, ln1_b, mean1, variance1, epsilon, threads);  // [M, D], again
+  Tensor grad_qkv_w = paddle::experimental::matmul(normed1, grad_qkv, true, false);  // [D, 3 D]
+  Tensor grad_qkv_b = ColumnSums(grad_qkv, threads);
+  Tensor grad_normed1 = paddle::experimental::matmul(grad_qkv, qkv_w, false, true);  // [M, D]
+  auto norm1_grads = LayerNormBackward(x, ln1_w, mean1, variance1, grad_normed1, epsilon, threads);
+  Tensor grad_x = Empty(x.shape(), x);
+  AddInto(grad_x1.data<float>(), norm1_grads[0].data<float>(), grad_x.data<float>(), x.numel(), threads);
+  return {grad_x,     norm1_grads[1], norm1_grads[2], grad_qkv_w, grad_qkv_b, grad_proj_w, grad_proj_b,
+          norm2_grads[1], norm2_grads[2], grad_fc1_w, grad_fc1_b, grad_fc2_w, grad_fc2_b};
+}
+
+PD_BUILD_OP(paddle_vit_encoder_layer)
+    .Inputs({"X", "LN1W", "LN1B", "QKVW", "QKVB", "ProjW", "ProjB", "LN2W", "LN2B", "FC1W", "FC1B", "FC2W", "FC2B"})
+    .Outputs({"Out", "Q", "K", "V", "Attended", "X1", "Hidden", "Mean1", "Variance1", "Mean2", "Variance2"})
+    .Attrs({"heads: int", "scale: float", "epsilon: float", "threads: int"})
+    .SetKernelFn(PD_KERNEL(EncoderLayerForward));
+
+PD_BUILD_GRAD_OP(paddle_vit_encoder_layer)
+    .Inputs({"X", "LN1W", "LN1B", "QKVW", "ProjW", "LN2W", "LN2B", "FC1W", "FC2W", "Q", "K", "V", "Attended", "X1",
+             "Hidden", "Mean1", "Variance1", "Mean2", "Variance2", paddle::Grad("Out")})
+    .Outputs({paddle::Grad("X"), paddle::Grad("LN1W"), paddle::Grad("LN1B"), paddle::Grad("QKVW"),
+              paddle::Grad("QKVB"), paddle::Grad("ProjW"), paddle::Grad("ProjB"), paddle::Grad("LN2W"),
+              paddle::Grad("LN2B"), paddle::Grad("FC1W"), paddle::Grad("FC1B"), paddle::Grad("FC2W"),
+              paddle::Grad("FC2B")})
+    .Attrs({"heads: int", "scale: float", "epsilon: float", "threads: int"})
+    .SetKernelFn(PD_KERNEL(EncoderLayerBackward));

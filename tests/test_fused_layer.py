@@ -1,0 +1,143 @@
+"""The encoder layer of training as one compiled op each way (variants/fused_layer.py,
+kernels/encoder_layer.cc): its output and every gradient against the walkthrough's layer of
+modules in float64, the op asked for exactly where it computes what that layer computes."""
+import copy
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_vit
+from paddle_vit import variants
+from paddle_vit.models.config import ViTConfig
+from paddle_vit.models.encoder import EncoderLayer
+from paddle_vit.variants import fused_layer
+
+pytestmark = pytest.mark.skipif(not variants.compiled.build_possible(),
+                                reason="no C++ compiler: the layer of modules is kept")
+
+
+def perturbed_layer(**overrides):
+    """An EncoderLayer 192 wide (ViT-Ti's), 3 heads, MLP 768, its parameters (LayerNorms too) off
+    their initial values, with the compiled layer's class; in train mode."""
+    paddle.seed(7)
+    arguments = dict(embed_dim=192, depth=1, num_heads=3)
+    arguments.update(overrides)
+    layer = EncoderLayer(ViTConfig(**arguments))
+    with paddle.no_grad():
+        for parameter in layer.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.2)
+    layer.__class__ = variants.FusedCpuEncoderLayer
+    return layer.train()
+
+
+def walkthrough_float64(layer):
+    reference = variants.use_walkthrough_modules(copy.deepcopy(layer))
+    reference.to(dtype="float64")
+    return reference
+
+
+def output_and_gradients(layer, x, grad_out):
+    x = paddle.to_tensor(x, stop_gradient=False)
+    out = layer(x)
+    (out * paddle.to_tensor(grad_out)).sum().backward()
+    gradients = {name: parameter.grad.numpy() for name, parameter in layer.named_parameters()}
+    return out.numpy(), x.grad.numpy(), gradients
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The compiled layer's op calls, counted ([count]); the op still computes."""
+    counted = [0]
+    library = variants.compiled.kernel_library()
+
+    class Counting:
+        def paddle_vit_encoder_layer(self, *arguments):
+            counted[0] += 1
+            return library.paddle_vit_encoder_layer(*arguments)
+    monkeypatch.setattr(fused_layer, "kernel_library", Counting)
+    return counted
+
+
+def relative_errors(got, reference):
+    """{what: largest error / largest reference value} of output_and_gradients' results."""
+    (out, grad_x, gradients), (ref_out, ref_grad_x, ref_gradients) = got, reference
+    errors = {"out": (out, ref_out), "x": (grad_x, ref_grad_x)}
+    errors.update({name: (gradients[name], ref_gradients[name]) for name in ref_gradients})
+    return {what: float(np.abs(a - b).max() / np.abs(b).max()) for what, (a, b) in errors.items()}
+
+
+@pytest.mark.parametrize("qk_scale", [None, 0.3])
+def test_the_compiled_layer_is_as_near_the_float64_layer_as_the_walkthrough_layer(calls, qk_scale):
+    """Output, input gradient and the 12 parameter gradients against the layer of modules in
+    float64: as near as that layer computing in float32 (its error at most 1.5x, and 5e-5)."""
+    layer = perturbed_layer(qk_scale=qk_scale)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 17, 192)).astype(np.float32)
+    grad_out = rng.normal(size=(2, 17, 192)).astype(np.float32)
+    compiled = output_and_gradients(layer, x, grad_out)
+    assert calls[0] == 1
+    float32 = output_and_gradients(variants.use_walkthrough_modules(copy.deepcopy(layer)), x, grad_out)
+    float64 = output_and_gradients(walkthrough_float64(layer), x.astype(np.float64), grad_out.astype(np.float64))
+    ours, walkthroughs = relative_errors(compiled, float64), relative_errors(float32, float64)
+    assert len(ours) == 14
+    for what, error in ours.items():
+        assert error <= max(1.5 * walkthroughs[what], 2e-6) and error < 5e-5, (what, error, walkthroughs[what])
+
+
+def test_frozen_parameters_and_input_get_no_gradient_and_the_rest_the_walkthroughs(calls):
+    layer = perturbed_layer()
+    for parameter in (layer.norm1.weight, layer.attn.qkv.bias, layer.mlp.fc2.weight):
+        parameter.stop_gradient = True
+    reference = variants.use_walkthrough_modules(copy.deepcopy(layer))
+    x = paddle.randn([2, 9, 192])  # stop_gradient: an input that wants no gradient
+    grad_out = paddle.randn([2, 9, 192])
+    for model in (layer, reference):
+        (model(x) * grad_out).sum().backward()
+    assert calls[0] == 1 and x.grad is None
+    for (name, ours), theirs in zip(layer.named_parameters(), reference.parameters()):
+        if ours.stop_gradient:
+            assert ours.grad is None and theirs.grad is None, name
+        else:
+            np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=0,
+                                       atol=1e-4 * np.abs(theirs.grad.numpy()).max(), err_msg=name)
+
+
+def test_a_model_built_on_a_cpu_trains_its_wide_layers_with_the_compiled_layer(calls):
+    model = paddle_vit.create_model("vit_tiny_patch16_224", image_size=32, patch_size=8, depth=2, num_classes=10)
+    assert all(type(layer) is variants.FusedCpuEncoderLayer for layer in model.encoder.layers)
+    model.train()
+    model(paddle.randn([2, 3, 32, 32])).sum().backward()
+    assert calls[0] == 2
+    model.eval()
+    with paddle.no_grad():
+        model(paddle.randn([2, 3, 32, 32]))
+    assert calls[0] == 2  # evaluation: the layer of modules, every engine's numbers as before
+
+
+@pytest.mark.parametrize("case", ["eval", "no_grad", "drop_path", "dropout",
+                                  "attention_dropout", "layer_scale", "tanh GELU", "swiglu", "64 wide",
+                                  "attention weights", "float64"])
+def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls, case):
+    overrides = {"drop_path": dict(drop_path=0.1), "dropout": dict(dropout=0.1),
+                 "attention_dropout": dict(attention_dropout=0.1), "layer_scale": dict(layer_scale=1e-5),
+                 "tanh GELU": dict(gelu="tanh"), "swiglu": dict(mlp="swiglu"),
+                 "64 wide": dict(embed_dim=64, num_heads=2)}.get(case, {})
+    layer = perturbed_layer(**overrides)
+    if case == "drop_path":  # the Encoder spreads config.drop_path over its layers
+        layer.drop_path.drop_prob = 0.1
+    if case == "eval":
+        layer.eval()
+    if case == "float64":
+        layer.to(dtype="float64")
+    width = layer.norm1.weight.shape[0]
+    x = paddle.randn([2, 5, width], dtype="float64" if case == "float64" else "float32")
+    if case == "no_grad":
+        with paddle.no_grad():
+            layer(x)
+    elif case == "attention weights":
+        out, weights = layer(x, return_attention=True)
+        assert weights.shape == [2, 3, 5, 5]
+    else:
+        layer(x)
+    assert calls[0] == 0
