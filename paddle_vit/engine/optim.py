@@ -5,6 +5,8 @@ import math
 import paddle
 import paddle.nn as nn
 
+from ..variants.fused_adamw import FusedCpuAdamW
+
 
 class WarmupCosineSchedule(paddle.optimizer.lr.LRScheduler):
     """Linear warm-up from `warmup_start_lr` to `peak_lr` over `warmup_steps`, then cosine decay
@@ -106,7 +108,7 @@ def build_optimizer(model, optimizer_config, schedule):
     if optimizer_config.name == "sgd":
         return _momentum_sgd(parameters, decays, optimizer_config, schedule, clip)
     decay_names = {parameter.name for parameter in decays}
-    return paddle.optimizer.AdamW(
+    return FusedCpuAdamW(  # Paddle's AdamW, its step one compiled op on a CPU (variants/fused_adamw.py)
         learning_rate=schedule,
         parameters=parameters,
         beta1=optimizer_config.beta1,
