@@ -1,6 +1,7 @@
 """The encoder layer of training as one compiled op each way (variants/fused_layer.py,
 kernels/encoder_layer.cc): its output and every gradient against the walkthrough's layer of
 modules in float64, the op asked for exactly where it computes what that layer computes."""
+import contextlib
 import copy
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 import paddle_vit
 from paddle_vit import variants
 from paddle_vit.models.config import ViTConfig
-from paddle_vit.models.encoder import EncoderLayer
+from paddle_vit.models.encoder import DropPath, EncoderLayer
 from paddle_vit.variants import fused_layer
+from paddle_vit.variants.slice_random import slice_stream
 
 pytestmark = pytest.mark.skipif(not variants.compiled.build_possible(),
                                 reason="no C++ compiler: the layer of modules is kept")
@@ -103,6 +105,40 @@ def test_frozen_parameters_and_input_get_no_gradient_and_the_rest_the_walkthroug
                                        atol=1e-4 * np.abs(theirs.grad.numpy()).max(), err_msg=name)
 
 
+@pytest.mark.parametrize("seeded", [False, True])
+def test_drop_path_drops_the_samples_the_module_drops(calls, seeded):
+    """The same coins as the layer of modules (the global generator, or a slice's seed stream),
+    so the same output and gradients to float rounding, some samples' branches dropped."""
+    layer = perturbed_layer()
+    layer.drop_path = DropPath(0.5)  # the Encoder spreads config.drop_path over its layers
+    if seeded:
+        variants.use_cpu_fast_paths(layer)
+    reference = variants.use_walkthrough_modules(copy.deepcopy(layer))
+    if seeded:
+        variants.use_cpu_fast_paths(reference)
+        reference.__class__ = EncoderLayer
+    x, grad_out = paddle.randn([8, 5, 192]), paddle.randn([8, 5, 192])
+    results = []
+    for model in (layer, reference):
+        paddle.seed(123)
+        with slice_stream(99, 1) if seeded else contextlib.nullcontext():
+            x_leaf = x.detach()
+            x_leaf.stop_gradient = False
+            out = model(x_leaf)
+        (out * grad_out).sum().backward()
+        results.append((out.numpy(), x_leaf.grad.numpy(), [p.grad.numpy() for p in model.parameters()]))
+    assert calls[0] == 1
+    (out, grad_x, grads), (ref_out, ref_grad_x, ref_grads) = results
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-4 * np.abs(ref_out).max())
+    np.testing.assert_allclose(grad_x, ref_grad_x, rtol=0, atol=1e-4 * np.abs(ref_grad_x).max())
+    for ours, theirs in zip(grads, ref_grads):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4 * np.abs(theirs).max())
+    paddle.seed(123)
+    with slice_stream(99, 1) if seeded else contextlib.nullcontext():
+        factors = np.concatenate([layer._drop_path_factors(x).numpy(), layer._drop_path_factors(x).numpy()])
+    assert set(factors.tolist()) == {0.0, 2.0}  # some branches dropped, the others scaled by 1 / 0.5
+
+
 def test_a_model_built_on_a_cpu_trains_its_wide_layers_with_the_compiled_layer(calls):
     model = paddle_vit.create_model("vit_tiny_patch16_224", image_size=32, patch_size=8, depth=2, num_classes=10)
     assert all(type(layer) is variants.FusedCpuEncoderLayer for layer in model.encoder.layers)
@@ -115,17 +151,15 @@ def test_a_model_built_on_a_cpu_trains_its_wide_layers_with_the_compiled_layer(c
     assert calls[0] == 2  # evaluation: the layer of modules, every engine's numbers as before
 
 
-@pytest.mark.parametrize("case", ["eval", "no_grad", "drop_path", "dropout",
+@pytest.mark.parametrize("case", ["eval", "no_grad", "dropout",
                                   "attention_dropout", "layer_scale", "tanh GELU", "swiglu", "64 wide",
                                   "attention weights", "float64"])
 def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls, case):
-    overrides = {"drop_path": dict(drop_path=0.1), "dropout": dict(dropout=0.1),
+    overrides = {"dropout": dict(dropout=0.1),
                  "attention_dropout": dict(attention_dropout=0.1), "layer_scale": dict(layer_scale=1e-5),
                  "tanh GELU": dict(gelu="tanh"), "swiglu": dict(mlp="swiglu"),
                  "64 wide": dict(embed_dim=64, num_heads=2)}.get(case, {})
     layer = perturbed_layer(**overrides)
-    if case == "drop_path":  # the Encoder spreads config.drop_path over its layers
-        layer.drop_path.drop_prob = 0.1
     if case == "eval":
         layer.eval()
     if case == "float64":

@@ -12,7 +12,8 @@ forward, Paddle's autograd one backward.
 
 Used only where it computes what the layer of modules computes: training (gradients recorded;
 frozen parameters get none, as there), eager float32 on a CPU, the compiled kernels
-built, no dropout, attention dropout, drop path or layer scale, the exact GELU, LayerNorms with
+built, no dropout, attention dropout or layer scale (drop path is: its per-sample factors are drawn
+here as the module draws them and handed to the op), the exact GELU, LayerNorms with
 weight and bias, q/k/v with bias, and a layer as wide as the kernels' (KERNEL_MIN_WIDTH).
 Everywhere else, and in evaluation, it is the layer of modules (with their own CPU variants).
 """
@@ -35,11 +36,19 @@ class FusedCpuEncoderLayer(EncoderLayer):
         if library is None:
             return super().forward(x, return_attention=return_attention)
         attention, mlp = self.attn, self.mlp
+        keep_attention, keep_mlp = self._drop_path_factors(x), self._drop_path_factors(x)  # drawn in the modules' order
         out, *_kept_for_backward = library.paddle_vit_encoder_layer(
             x, self.norm1.weight, self.norm1.bias, attention.qkv.weight, attention.qkv.bias, attention.proj.weight,
             attention.proj.bias, self.norm2.weight, self.norm2.bias, mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight,
-            mlp.fc2.bias, attention.num_heads, float(attention.scales), float(self.norm1._epsilon), kernel_threads())
+            mlp.fc2.bias, keep_attention, keep_mlp, attention.num_heads, float(attention.scales),
+            float(self.norm1._epsilon), kernel_threads())
         return out  # [B, N, D]
+
+    def _drop_path_factors(self, x):
+        """[B]: what this layer's drop path multiplies each sample's branch by (0 or 1 / keep
+        probability; ones without drop path), its coins drawn as the module draws them on a branch."""
+        ones = paddle.ones([x.shape[0], 1, 1], dtype=x.dtype)  # [B, 1, 1], a branch's mask shape
+        return self.drop_path(ones).reshape([x.shape[0]])
 
     def _library_for(self, x):
         """The compiled kernels where the compiled layer computes what this layer does, else None."""
@@ -59,7 +68,6 @@ class FusedCpuEncoderLayer(EncoderLayer):
             isinstance(mlp, Mlp) and isinstance(mlp.act, nn.GELU) and not mlp.act._approximate,
             mlp.fc1.weight.shape[1] >= GELU_KERNEL_MIN_WIDTH,
             isinstance(self.ls1, nn.Identity) and isinstance(self.ls2, nn.Identity),
-            self.drop_path.drop_prob == 0.0,
             attention.attention_dropout_rate == 0.0 and attention.dropout.p == 0.0 and mlp.dropout.p == 0.0,
             attention.qkv.bias is not None and attention.proj.bias is not None and width >= KERNEL_MIN_WIDTH,
             mlp.fc1.bias is not None and mlp.fc2.bias is not None,

@@ -1,7 +1,9 @@
 // A whole pre-norm encoder layer of training, float32 on a CPU, as one op forward and one op
-// backward (the walkthrough's EncoderLayer without dropout, drop path or layer scale):
-//   x1  = x + proj(attention(qkv(LN1(x))))         attention = softmax(q k^T * scale) v, H heads
-//   out = x1 + fc2(GELU(fc1(LN2(x1))))
+// backward (the walkthrough's EncoderLayer without dropout or layer scale):
+//   x1  = x + keep1 * proj(attention(qkv(LN1(x))))     attention = softmax(q k^T * scale) v, H heads
+//   out = x1 + keep2 * fc2(GELU(fc1(LN2(x1))))
+// keep1 and keep2 [B]: drop path's factor of each sample's branch (0 or 1 / keep probability; 1
+// without drop path), drawn by the caller as its DropPath module draws them.
 // Why: the same products (Paddle's matmul and addmm, called from here) and the same kernels
 // (softmax, GELU, LayerNorm's backward pass: the other sources), but no Python between them.
 // Eager Paddle runs each op from Python holding the GIL, so two threads stepping halves of a batch
@@ -77,6 +79,38 @@ void AddInto(const float* a, const float* b, float* out, int64_t count, int thre
 #pragma omp simd
     for (int64_t i = first; i < last; ++i) out[i] = a[i] + b[i];
   });
+}
+
+// out = a + factor[sample] * b over [B, rows of a sample]: a residual and its branch under drop path
+void AddScaledInto(const float* a, const float* b, const float* factors, float* out, int64_t samples,
+                   int64_t per_sample, int threads) {
+  InThreads(samples * per_sample, threads, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last;) {
+      const int64_t sample = i / per_sample, end = std::min(last, (sample + 1) * per_sample);
+      const float factor = factors[sample];
+#pragma omp simd
+      for (int64_t j = i; j < end; ++j) out[j] = a[j] + factor * b[j];
+      i = end;
+    }
+  });
+}
+
+// factor[sample] * g as a fresh [M, W] tensor (M = B x rows of a sample): a branch's gradient under drop path
+Tensor ScaledBySample(const Tensor& g, const Tensor& factors, int64_t samples, int threads) {
+  const int64_t width = g.shape().back(), rows = g.numel() / width, per_sample = g.numel() / samples;
+  Tensor out = paddle::empty({rows, width}, g.dtype(), g.place());
+  const float* in = g.data<float>();
+  const float* factor = factors.data<float>();
+  float* result = out.data<float>();
+  InThreads(g.numel(), threads, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last;) {
+      const int64_t sample = i / per_sample, end = std::min(last, (sample + 1) * per_sample);
+#pragma omp simd
+      for (int64_t j = i; j < end; ++j) result[j] = factor[sample] * in[j];
+      i = end;
+    }
+  });
+  return out;
 }
 
 // The column sums of g [M, W] (a bias's gradient): each thread sums its block of rows, the blocks
@@ -165,7 +199,8 @@ std::vector<Tensor> EncoderLayerForward(const Tensor& x, const Tensor& ln1_w, co
                                         const Tensor& qkv_w, const Tensor& qkv_b, const Tensor& proj_w,
                                         const Tensor& proj_b, const Tensor& ln2_w, const Tensor& ln2_b,
                                         const Tensor& fc1_w, const Tensor& fc1_b, const Tensor& fc2_w,
-                                        const Tensor& fc2_b, int heads, float scale, float epsilon, int threads) {
+                                        const Tensor& fc2_b, const Tensor& keep1, const Tensor& keep2, int heads,
+                                        float scale, float epsilon, int threads) {
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
   Tensor mean1 = Empty({rows}, x), variance1 = Empty({rows}, x);
@@ -180,13 +215,15 @@ std::vector<Tensor> EncoderLayerForward(const Tensor& x, const Tensor& ln1_w, co
   FromHeads({heads_out.data<float>()}, attended.data<float>(), 1.0f, layout, threads);
   Tensor projected = paddle::experimental::addmm(proj_b, attended, proj_w);  // [M, D]
   Tensor x1 = Empty(x.shape(), x);
-  AddInto(x.data<float>(), projected.data<float>(), x1.data<float>(), x.numel(), threads);
+  AddScaledInto(x.data<float>(), projected.data<float>(), keep1.data<float>(), x1.data<float>(), layout.batch,
+                layout.tokens * width, threads);
   Tensor mean2 = Empty({rows}, x), variance2 = Empty({rows}, x);
   RowStatistics(x1.data<float>(), mean2.data<float>(), variance2.data<float>(), rows, width, threads);
   Tensor hidden = paddle::experimental::addmm(fc1_b, Normalised(x1, ln2_w, ln2_b, mean2, variance2, epsilon, threads), fc1_w);  // [M, Dh]
   Tensor mlp_out = paddle::experimental::addmm(fc2_b, Gelu(hidden, threads)[0], fc2_w);  // [M, D]
   Tensor out = Empty(x.shape(), x);
-  AddInto(x1.data<float>(), mlp_out.data<float>(), out.data<float>(), x.numel(), threads);
+  AddScaledInto(x1.data<float>(), mlp_out.data<float>(), keep2.data<float>(), out.data<float>(), layout.batch,
+                layout.tokens * width, threads);
   return {out, q, k, v, attended, x1, hidden, mean1, variance1, mean2, variance2};
 }
 
@@ -196,11 +233,12 @@ std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, c
                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attended,
                                          const Tensor& x1, const Tensor& hidden, const Tensor& mean1,
                                          const Tensor& variance1, const Tensor& mean2, const Tensor& variance2,
-                                         const Tensor& grad_out, int heads, float scale, float epsilon, int threads) {
+                                         const Tensor& keep1, const Tensor& keep2, const Tensor& grad_out, int heads,
+                                         float scale, float epsilon, int threads) {
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
-  Tensor grad_rows = paddle::experimental::reshape(grad_out, {rows, width});  // [M, D]
-  // the MLP: out = x1 + fc2(GELU(fc1(LN2(x1))))
+  // the MLP: out = x1 + keep2 * fc2(GELU(fc1(LN2(x1))))
+  Tensor grad_rows = ScaledBySample(grad_out, keep2, layout.batch, threads);  // [M, D], the branch's
   Tensor grad_fc2_w = paddle::experimental::matmul(Gelu(hidden, threads)[0], grad_rows, true, false);  // [Dh, D]
   Tensor grad_fc2_b = ColumnSums(grad_rows, threads);
   Tensor grad_hidden = GeluBackward(hidden, paddle::experimental::matmul(grad_rows, fc2_w, false, true), threads)[0];
@@ -211,10 +249,11 @@ std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, c
   auto norm2_grads = LayerNormBackward(x1, ln2_w, mean2, variance2, grad_normed2, epsilon, threads);
   Tensor grad_x1 = Empty({rows, width}, x);  // the residual's gradient and the MLP branch's
   AddInto(grad_out.data<float>(), norm2_grads[0].data<float>(), grad_x1.data<float>(), x.numel(), threads);
-  // the attention: x1 = x + proj(softmax(q k^T) v), q scaled
-  Tensor grad_proj_w = paddle::experimental::matmul(attended, grad_x1, true, false);  // [D, D]
-  Tensor grad_proj_b = ColumnSums(grad_x1, threads);
-  Tensor grad_attended = paddle::experimental::matmul(grad_x1, proj_w, false, true);  // [M, D]
+  // the attention: x1 = x + keep1 * proj(softmax(q k^T) v), q scaled
+  Tensor grad_branch = ScaledBySample(grad_x1, keep1, layout.batch, threads);  // [M, D]
+  Tensor grad_proj_w = paddle::experimental::matmul(attended, grad_branch, true, false);  // [D, D]
+  Tensor grad_proj_b = ColumnSums(grad_branch, threads);
+  Tensor grad_attended = paddle::experimental::matmul(grad_branch, proj_w, false, true);  // [M, D]
   const std::vector<int64_t> head_shape = {layout.batch, heads, layout.tokens, layout.head_dim};
   Tensor grad_heads_out = Empty(head_shape, x);  // [B, H, N, d]
   ToHeads(grad_attended.data<float>(), {grad_heads_out.data<float>()}, 1.0f, layout, threads);
@@ -238,14 +277,15 @@ std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, c
 }
 
 PD_BUILD_OP(paddle_vit_encoder_layer)
-    .Inputs({"X", "LN1W", "LN1B", "QKVW", "QKVB", "ProjW", "ProjB", "LN2W", "LN2B", "FC1W", "FC1B", "FC2W", "FC2B"})
+    .Inputs({"X", "LN1W", "LN1B", "QKVW", "QKVB", "ProjW", "ProjB", "LN2W", "LN2B", "FC1W", "FC1B", "FC2W", "FC2B",
+             "Keep1", "Keep2"})
     .Outputs({"Out", "Q", "K", "V", "Attended", "X1", "Hidden", "Mean1", "Variance1", "Mean2", "Variance2"})
     .Attrs({"heads: int", "scale: float", "epsilon: float", "threads: int"})
     .SetKernelFn(PD_KERNEL(EncoderLayerForward));
 
 PD_BUILD_GRAD_OP(paddle_vit_encoder_layer)
     .Inputs({"X", "LN1W", "LN1B", "QKVW", "ProjW", "LN2W", "LN2B", "FC1W", "FC2W", "Q", "K", "V", "Attended", "X1",
-             "Hidden", "Mean1", "Variance1", "Mean2", "Variance2", paddle::Grad("Out")})
+             "Hidden", "Mean1", "Variance1", "Mean2", "Variance2", "Keep1", "Keep2", paddle::Grad("Out")})
     .Outputs({paddle::Grad("X"), paddle::Grad("LN1W"), paddle::Grad("LN1B"), paddle::Grad("QKVW"),
               paddle::Grad("QKVB"), paddle::Grad("ProjW"), paddle::Grad("ProjB"), paddle::Grad("LN2W"),
               paddle::Grad("LN2B"), paddle::Grad("FC1W"), paddle::Grad("FC1B"), paddle::Grad("FC2W"),
