@@ -16,6 +16,8 @@ from paddle_vit.engine import optim
 from paddle_vit.variants import compiled, fused_adamw
 from paddle_vit.variants.fused_adamw import FusedCpuAdamW
 
+from kernel_calls import count_calls
+
 pytestmark = pytest.mark.skipif(not compiled.build_possible(), reason="no C++ compiler: Paddle's AdamW is kept")
 
 
@@ -53,15 +55,7 @@ def accumulators(optimizer, model):
 
 @pytest.fixture
 def calls(monkeypatch):
-    counted = [0]
-    library = compiled.kernel_library()
-
-    class Counting:
-        def paddle_vit_adamw(self, *arguments):
-            counted[0] += 1
-            return library.paddle_vit_adamw(*arguments)
-    monkeypatch.setattr(fused_adamw, "kernel_library", Counting)
-    return counted
+    return count_calls(monkeypatch, fused_adamw, "paddle_vit_adamw")
 
 
 @pytest.mark.parametrize("clip", [0.05, 100.0, None])

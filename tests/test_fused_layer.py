@@ -15,6 +15,8 @@ from paddle_vit.models.encoder import DropPath, EncoderLayer
 from paddle_vit.variants import fused_layer
 from paddle_vit.variants.slice_random import slice_stream
 
+from kernel_calls import count_calls
+
 pytestmark = pytest.mark.skipif(not variants.compiled.build_possible(),
                                 reason="no C++ compiler: the layer of modules is kept")
 
@@ -50,15 +52,7 @@ def output_and_gradients(layer, x, grad_out):
 @pytest.fixture
 def calls(monkeypatch):
     """The compiled layer's op calls, counted ([count]); the op still computes."""
-    counted = [0]
-    library = variants.compiled.kernel_library()
-
-    class Counting:
-        def paddle_vit_encoder_layer(self, *arguments):
-            counted[0] += 1
-            return library.paddle_vit_encoder_layer(*arguments)
-    monkeypatch.setattr(fused_layer, "kernel_library", Counting)
-    return counted
+    return count_calls(monkeypatch, fused_layer, "paddle_vit_encoder_layer")
 
 
 def relative_errors(got, reference):

@@ -149,9 +149,10 @@ struct HeadLayout {
   int64_t Width() const { return heads * head_dim; }
 };
 
-void ToHeads(const float* rows, const std::vector<float*>& parts, float first_scale, const HeadLayout& shape,
-             int threads) {
-  const int64_t count = static_cast<int64_t>(parts.size());
+// copy(part, packed, split, factor) for each head of each token of each part: packed is the offset
+// of its head_dim values in the token-major rows, split in the part's head-major tensor.
+template <typename Copy>
+void ForEachHeadRow(const HeadLayout& shape, int64_t count, float first_scale, int threads, Copy copy) {
   const int64_t row_width = count * shape.Width();
   InThreads(shape.batch * shape.tokens, threads, [&](int64_t first, int64_t last) {
     for (int64_t token_row = first; token_row < last; ++token_row) {
@@ -159,34 +160,33 @@ void ToHeads(const float* rows, const std::vector<float*>& parts, float first_sc
       for (int64_t part = 0; part < count; ++part) {
         const float factor = part == 0 ? first_scale : 1.0f;
         for (int64_t h = 0; h < shape.heads; ++h) {
-          const float* from = rows + token_row * row_width + (part * shape.heads + h) * shape.head_dim;
-          float* to = parts[part] + ((b * shape.heads + h) * shape.tokens + n) * shape.head_dim;
-#pragma omp simd
-          for (int64_t j = 0; j < shape.head_dim; ++j) to[j] = from[j] * factor;
+          copy(part, token_row * row_width + (part * shape.heads + h) * shape.head_dim,
+               ((b * shape.heads + h) * shape.tokens + n) * shape.head_dim, factor);
         }
       }
     }
   });
 }
 
+inline void ScaledCopy(const float* from, float* to, int64_t count, float factor) {
+#pragma omp simd
+  for (int64_t j = 0; j < count; ++j) to[j] = from[j] * factor;
+}
+
+void ToHeads(const float* rows, const std::vector<float*>& parts, float first_scale, const HeadLayout& shape,
+             int threads) {
+  ForEachHeadRow(shape, static_cast<int64_t>(parts.size()), first_scale, threads,
+                 [&](int64_t part, int64_t packed, int64_t split, float factor) {
+                   ScaledCopy(rows + packed, parts[part] + split, shape.head_dim, factor);
+                 });
+}
+
 void FromHeads(const std::vector<const float*>& parts, float* rows, float first_scale, const HeadLayout& shape,
                int threads) {
-  const int64_t count = static_cast<int64_t>(parts.size());
-  const int64_t row_width = count * shape.Width();
-  InThreads(shape.batch * shape.tokens, threads, [&](int64_t first, int64_t last) {
-    for (int64_t token_row = first; token_row < last; ++token_row) {
-      const int64_t b = token_row / shape.tokens, n = token_row % shape.tokens;
-      for (int64_t part = 0; part < count; ++part) {
-        const float factor = part == 0 ? first_scale : 1.0f;
-        for (int64_t h = 0; h < shape.heads; ++h) {
-          const float* from = parts[part] + ((b * shape.heads + h) * shape.tokens + n) * shape.head_dim;
-          float* to = rows + token_row * row_width + (part * shape.heads + h) * shape.head_dim;
-#pragma omp simd
-          for (int64_t j = 0; j < shape.head_dim; ++j) to[j] = from[j] * factor;
-        }
-      }
-    }
-  });
+  ForEachHeadRow(shape, static_cast<int64_t>(parts.size()), first_scale, threads,
+                 [&](int64_t part, int64_t packed, int64_t split, float factor) {
+                   ScaledCopy(parts[part] + split, rows + packed, shape.head_dim, factor);
+                 });
 }
 
 HeadLayout LayoutOf(const Tensor& x, int heads) {
