@@ -17,7 +17,9 @@ from paddle_vit.config import load_config
 from paddle_vit.engine import trainer as trainer_module
 from paddle_vit.checkpoint import find_latest_checkpoint, load_checkpoint
 from paddle_vit.engine.trainer import Trainer
+from paddle_vit.variants import compiled, fused_adamw, fused_layer
 
+from kernel_calls import count_calls
 from repo_paths import REPO, TOOLS, load_tool
 
 
@@ -194,6 +196,22 @@ def test_resume_mid_epoch_equals_uninterrupted_run(tmp_path, augment):
     assert resumed.position.global_step == 4
     resumed.fit()
     assert_resumed_equals_straight(tmp_path / "straight", tmp_path / "broken")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not compiled.build_possible(), reason="no C++ compiler: the layer of modules and Paddle's AdamW")
+def test_resume_with_the_compiled_layer_and_adamw_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+    """A model wide enough for the compiled encoder layer (drop path drawn for it) and AdamW's
+    one-op update: their state (the optimizer's accumulators, the drop-path draws) resumes too."""
+    layer_calls = count_calls(monkeypatch, fused_layer, "paddle_vit_encoder_layer")
+    adamw_calls = count_calls(monkeypatch, fused_adamw, "paddle_vit_adamw")
+
+    def config(name, **train):
+        return small_config(tmp_path / name, model={"embed_dim": 128, "num_heads": 4, "dropout": 0.0}, train=train)
+
+    straight, broken = run_straight_and_stopped(config, tmp_path)
+    assert layer_calls[0] > 0 and adamw_calls[0] > 0  # the compiled path, not the fallback
+    assert_resumed_equals_straight(straight, broken)
 
 
 def test_resume_auto_skips_a_checkpoint_cut_short(tmp_path):
