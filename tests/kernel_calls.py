@@ -1,5 +1,7 @@
 """Counting the calls of one compiled op, which still computes: how a test sees that a module
 took the compiled path rather than its fallback."""
+import types
+
 from paddle_vit.variants import compiled
 
 
@@ -12,9 +14,6 @@ def count_calls(monkeypatch, module, op_name):
     def counting_op(*arguments):
         counted[0] += 1
         return getattr(library, op_name)(*arguments)
-
-    class Counting:
-        pass
-    setattr(Counting, op_name, staticmethod(counting_op))
-    monkeypatch.setattr(module, "kernel_library", Counting)
+    counting_library = types.SimpleNamespace(**{op_name: counting_op})
+    monkeypatch.setattr(module, "kernel_library", lambda: counting_library)
     return counted

@@ -6,8 +6,9 @@ from Python holding its GIL; two threads stepping halves of a batch (batch_threa
 the GIL to and fro between them about a thousand times a step and waited for it each time
 (docs/benchmarks.md, "The training step against timm"). The compiled layer makes the same
 products (Paddle's matmul and addmm, called from C++), the same compiled softmax, GELU and
-LayerNorm backward kernels, and holds less for the backward pass (it computes the LayerNorms'
-outputs again there); Python starts one op a layer forward, Paddle's autograd one backward.
+LayerNorm backward kernels; it keeps the attention weights and the GELU's output for the backward
+pass and computes the LayerNorms' outputs again there. Python starts one op a layer forward,
+Paddle's autograd one backward.
 
 Used only where it computes what the layer of modules computes: training (gradients recorded;
 frozen parameters get none, as there), eager float32 on a CPU, the compiled kernels

@@ -235,8 +235,9 @@ std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, c
                                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attended,
                                          const Tensor& x1, const Tensor& hidden, const Tensor& mean1,
                                          const Tensor& variance1, const Tensor& mean2, const Tensor& variance2,
-                                         const Tensor& weights, const Tensor& activated, const Tensor& keep1, const Tensor& keep2, const Tensor& grad_out, int heads,
-                                         float scale, float epsilon, int threads) {
+                                         const Tensor& weights, const Tensor& activated, const Tensor& keep1,
+                                         const Tensor& keep2, const Tensor& grad_out, int heads, float scale,
+                                         float epsilon, int threads) {
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
   // the MLP: out = x1 + keep2 * fc2(GELU(fc1(LN2(x1))))
