@@ -59,7 +59,12 @@ QUIET_WARNINGS = ("No ccache found", "Tensor do not have 'place' interface")
 
 
 def cpu_vendor_and_flags(cpuinfo_path="/proc/cpuinfo"):
-    """(vendor id, set of feature flags) of the first CPU, or (None, empty set) off Linux."""
+    """(vendor id, set of feature flags) of the first CPU, or (None, empty set) off Linux.
+
+    The one reading of the CPU for every branch that depends on its kind (MKL's kernels here, the
+    default engine, bf16, int8's VNNI, the compiled kernels' instruction sets): each calls it
+    through this module, so that a test can substitute another CPU for all of them at once
+    (tests/test_cpu_kinds.py)."""
     vendor, flags = None, set()
     try:
         with open(cpuinfo_path, encoding="utf-8", errors="replace") as stream:

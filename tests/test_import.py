@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from repo_paths import REPO
 
 # a fresh interpreter: Paddle's own import is the baseline (it sets things of its own)
@@ -30,6 +31,9 @@ before = state()
 import paddle_vit
 from paddle_vit import runtime
 imported = state()
+if "--cpu" in sys.argv:  # another CPU than this machine's, for every branch that reads the CPU
+    vendor, flags = sys.argv[sys.argv.index("--cpu") + 1].split(":")
+    runtime.cpu_vendor_and_flags = lambda cpuinfo_path=None: (vendor, set(flags.split(",")))
 imported_applied = dict(runtime.APPLIED)
 if "--walkthrough" in sys.argv:  # the walkthrough's way: the class itself
     model = paddle_vit.ViT(image_size=28, patch_size=7, num_classes=3)
@@ -61,14 +65,11 @@ def probe(*arguments, **environ):
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def amd_with_avx2():
-    """What MKL's kernel choice depends on, read here from /proc/cpuinfo independently of runtime.py."""
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8").read()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return "AuthenticAMD" in text and {"avx2", "fma"} <= set(flags)
+# each vendor's branch of the settings, on any machine: the CPU the probe's library sees, and the
+# variables its settings then change (MKL_DEBUG_CPU_TYPE=5 only on an AMD CPU with AVX2)
+VENDORS = {"AuthenticAMD:sse2,avx,avx2,fma": ["MKL_DEBUG_CPU_TYPE"],
+           "AuthenticAMD:sse2,avx": [],
+           "GenuineIntel:sse2,avx2,fma,avx512f": []}
 
 
 def test_import_and_a_walkthrough_model_run_leave_the_process_as_it_was():
@@ -79,33 +80,35 @@ def test_import_and_a_walkthrough_model_run_leave_the_process_as_it_was():
     assert report["import_applied"] == report["applied"] == {}  # no process-wide setting was made
 
 
-def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_change_no_result():
-    (report,) = probe()
+@pytest.mark.parametrize("cpu", VENDORS)
+def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_change_no_result(cpu):
+    (report,) = probe("--cpu", cpu)
     assert report["logits"] == [2, 3] and report["attention"] == "FastCpuAttention"
     assert report["import_changed"] == {"environ": [], "flags": []} and report["import_applied"] == {}
-    mkl = ["MKL_DEBUG_CPU_TYPE"] if amd_with_avx2() else []
+    mkl = VENDORS[cpu]
     assert report["changed"] == {"environ": mkl, "flags": []}, report["changed"]  # stride kernels untouched
     assert report["filters_same"] and report["argv_same"]
     cores = len(os.sched_getaffinity(0))
     expected = set(mkl) | {"mallopt"} | ({"math_threads"} if cores > 1 else set())
     assert set(report["applied"]) == expected, report["applied"]
     assert report["applied"].get("math_threads", cores) == cores  # every core, where Paddle's default is one
-    (opted_out,) = probe(PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0", PADDLE_VIT_MATH_THREADS="0")
+    (opted_out,) = probe("--cpu", cpu, PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0",
+                         PADDLE_VIT_MATH_THREADS="0")
     assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
 
 
-def test_configure_is_the_one_call_that_makes_them_and_each_can_be_switched_off():
-    report, configured = probe("--configure")
-    assert report["changed"] == {"environ": [], "flags": []}
+@pytest.mark.parametrize("cpu", ["AuthenticAMD:sse2,avx,avx2,fma", "GenuineIntel:sse2,avx2,fma,avx512f"])
+def test_configure_is_the_one_call_that_makes_them_and_each_can_be_switched_off(cpu):
+    report, configured = probe("--cpu", cpu, "--configure")
+    assert report["changed"] == {"environ": VENDORS[cpu], "flags": []}  # create_model's, before configure
     assert "FLAGS_use_stride_kernel" in configured["applied"] and "warning_filters" in configured["applied"]
     assert configured["stride"] == {"FLAGS_use_stride_kernel": False}
-    _, kept = probe("--configure", PADDLE_VIT_STRIDE_KERNELS="1", PADDLE_VIT_MALLOC_TUNING="0")
+    _, kept = probe("--cpu", cpu, "--configure", PADDLE_VIT_STRIDE_KERNELS="1", PADDLE_VIT_MALLOC_TUNING="0")
     assert "FLAGS_use_stride_kernel" not in kept["applied"] and "mallopt" not in kept["applied"]
     assert kept["stride"] == {"FLAGS_use_stride_kernel": True}
 
 
 def test_the_math_threads_follow_the_users_choice_and_paddles_own_one_is_no_choice():
-    import pytest
 
     from paddle_vit import runtime
     from paddle_vit.errors import ConfigError

@@ -11,7 +11,7 @@ GPU and on a machine without the onnx extra, and a precision only one engine run
 """
 import importlib.util
 
-from ..runtime import cpu_vendor_and_flags
+from .. import runtime
 
 # CPU kinds (`cpu_kind`) where ONNX Runtime fp32 was measured ahead of the predictor
 ONNXRUNTIME_FASTEST_ON = ("avx2",)
@@ -20,7 +20,7 @@ ONNXRUNTIME_FASTEST_ON = ("avx2",)
 def cpu_kind(flags=None):
     """"avx512" (AVX-512 foundation), "avx2" (AVX2 + FMA without it) or "other", from /proc/cpuinfo."""
     if flags is None:
-        _, flags = cpu_vendor_and_flags()
+        _, flags = runtime.cpu_vendor_and_flags()
     if "avx512f" in flags:
         return "avx512"
     if {"avx2", "fma"} <= set(flags):

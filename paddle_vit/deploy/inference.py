@@ -34,10 +34,11 @@ import paddle
 from paddle import inference
 from paddle.base import core
 
+from .. import runtime
 from ..data.preprocessing import Preprocess
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError, check_choice
-from ..runtime import check_thread_count, cpu_vendor_and_flags, usable_cores
+from ..runtime import check_thread_count, usable_cores
 from .engine_choice import default_engine
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX
 from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model
@@ -54,7 +55,7 @@ CPU_PRECISIONS = ("fp32", "bf16", "int8")  # bf16: oneDNN's (paddle); int8: onnx
 def cpu_bf16_support():
     """(True, what the CPU has) when oneDNN can run bfloat16 here (AVX512-BF16 or AMX), else
     (False, what is missing); read from Paddle's own check and /proc/cpuinfo's flags."""
-    _, flags = cpu_vendor_and_flags()
+    _, flags = runtime.cpu_vendor_and_flags()
     named = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
     if core.supports_bfloat16() and (named or not flags):
         return True, " and ".join(named) or "bfloat16 support (Paddle's check)"

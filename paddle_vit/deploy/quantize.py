@@ -34,10 +34,10 @@ import os
 
 import numpy as np
 
+from .. import runtime
 from ..data.datasets import AugmentedDataset, build_datasets
 from ..errors import ExportError, check_choice
 from ..fileio import file_system_full
-from ..runtime import cpu_vendor_and_flags
 from .onnx_export import import_onnx_extra, work_folder
 from .onnx_fusion import fuse_attention
 from .predict import iter_batches, list_images
@@ -57,7 +57,7 @@ def _import_quantization():
 def cpu_has_vnni(flags=None):
     """Whether this CPU has an int8 dot-product instruction (VNNI or AMX), from /proc/cpuinfo."""
     if flags is None:
-        _, flags = cpu_vendor_and_flags()
+        _, flags = runtime.cpu_vendor_and_flags()
     return any(flag in flags for flag in VNNI_FLAGS)
 
 

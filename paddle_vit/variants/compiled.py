@@ -80,11 +80,7 @@ def cache_folder():
 def instruction_sets():
     """The vector instruction sets the build targets: AVX2 and FMA where this CPU has both (every
     x86-64 machine the project has met), else the compiler's baseline."""
-    try:
-        with open("/proc/cpuinfo") as stream:
-            flags = next((line.split(":", 1)[1].split() for line in stream if line.startswith("flags")), [])
-    except OSError:
-        flags = []
+    _, flags = runtime.cpu_vendor_and_flags()
     return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= set(flags) else []
 
 
