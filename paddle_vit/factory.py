@@ -19,13 +19,13 @@ import dataclasses
 import logging
 
 from . import runtime
-from .checkpoint import load_checkpoint
 from .data.preprocessing import Preprocess, preprocess_for_checkpoint
 from .errors import ConfigError, WeightsError
-from .models import ViT, get_model_config, timm_eval_config
+from .models import ViT, ViTConfig, get_model_config, list_models, timm_eval_config
 from .variants import runs_on_cpu, use_cpu_fast_paths
 from .weights import Implied, build_pretrained, implied_options
-from .weights.folders import describe_folder, model_image_size, resolve_name
+from .weights.folders import model_image_size, resolve_name
+from .weights.source import resolve_weights
 
 logger = logging.getLogger("paddle_vit")
 
@@ -39,9 +39,10 @@ def create_model(name=None, pretrained=None, *, resample=None, strict=True, **ov
     ``image_size``, ``pool``, ``drop_path``, ``layer_norm_epsilon``, ``gelu``, ``qk_scale``, ...).
 
     With `pretrained` (a weights file, a Hugging Face save_pretrained folder, a timm Hub folder,
-    or a dict of arrays), the model is built with the options the checkpoint implies (its class
-    count, a pre-logits layer, a folder's config.json, the JAX code's tanh GELU, ...), `overrides`
-    winning, and loaded with `paddle_vit.load_pretrained` (`resample` and `strict` as there).
+    a dict of arrays, or the `paddle_vit.weights.WeightsSource` resolved from one), the model is
+    built with the options the checkpoint implies (its class count, a pre-logits layer, a
+    folder's config.json, the JAX code's tanh GELU, ...), `overrides` winning, and loaded with
+    `paddle_vit.load_pretrained` (`resample` and `strict` as there).
     ``model.load_report`` then says what was loaded and which options came from the checkpoint;
     ``model.class_names`` holds the class names it records, or None.
 
@@ -60,7 +61,7 @@ def create_model(name=None, pretrained=None, *, resample=None, strict=True, **ov
             raise ConfigError("create_model needs a model name (paddle_vit.list_models()), or pretrained= a folder "
                               "whose config.json says what model it is")
         return fast_on_cpu(ViT(get_model_config(name, **overrides)))
-    model = build_pretrained(name, pretrained, overrides, resample=resample, strict=strict,
+    model = build_pretrained(name, resolve_weights(pretrained), overrides, resample=resample, strict=strict,
                              name_given_as="create_model's name")
     return fast_on_cpu(with_checkpoint_preprocess(with_name_preprocessing(model, name)))
 
@@ -146,19 +147,39 @@ def eval_preprocess(model, data_config, chosen=None):
     return dataclasses.replace(own, **changes, origin=f"{own.origin}; {replaced}")
 
 
-def check_model_name(name, config, weights, given_as):
+def check_model_name(name, config, source, given_as):
     """Raise a WeightsError naming both when the model `name` (with the model keys of `config`)
-    contradicts what the folder `weights` says it is (timm Hub, Hugging Face config.json);
-    `given_as` says where the name came from ("--model", "model.name of X")."""
-    if isinstance(weights, str):
-        resolve_name(name, config.model.vit_overrides(), weights, given_as)
+    contradicts what the folder of `source` (a `WeightsSource`) says it is (timm Hub, Hugging Face
+    config.json); `given_as` says where the name came from ("--model", "model.name of X")."""
+    resolve_name(name, config.model.vit_overrides(), source.model, given_as, source.description)
 
 
-def name_for_folder(weights):
-    """The registered model name the folder `weights` says it is (its config.json): timm's
-    ``architecture``, or the registered ViT with a Hugging Face config's sizes (one of the same
-    patch and image size when none has them: the folder's sizes are then set on it)."""
-    return resolve_name(None, {}, weights, "")
+def name_for_folder(source):
+    """The registered model name the folder of `source` (a `WeightsSource`) says it is (its
+    config.json): timm's ``architecture``, or the registered ViT with a Hugging Face config's
+    sizes (one of the same patch and image size when none has them: the folder's sizes are then
+    set on it)."""
+    return resolve_name(None, {}, source.model, "", source.description)
+
+
+def model_keys_for_recorded(recorded, name=None, where="the recorded model_config"):
+    """The model section ({"name": NAME, field: value, ...}) that builds the `ViTConfig` fields
+    `recorded` (what `save_weights` writes into a .safetensors file's metadata): `name` when it is
+    registered, else the registered model that differs from them in the fewest fields; the
+    fields where they differ are set as model keys."""
+    fields = {field.name for field in dataclasses.fields(ViTConfig)}
+    unknown = sorted(set(recorded) - fields)
+    if unknown:
+        raise WeightsError(f"{where} holds {', '.join(unknown)}, which are not ViTConfig fields: it was written by "
+                           f"another version of paddle-vit; name the model with --model NAME")
+
+    def differences(candidate):
+        config = dataclasses.asdict(get_model_config(candidate))
+        return {field: value for field, value in recorded.items() if value != config[field]}
+
+    candidates = [name] if name in list_models() else list_models()
+    best = min(candidates, key=lambda candidate: len(differences(candidate)))
+    return {"name": best, **differences(best)}
 
 
 def model_overrides(config, num_classes=None):
@@ -174,36 +195,42 @@ def resolve_model_config(config, num_classes=None):
     return get_model_config(config.model.name, **model_overrides(config, num_classes)).validate()
 
 
-def input_size(config, weights=None):
+def pretrained_source(config):
+    """The `WeightsSource` of the recipe's ``model.pretrained`` (the checkpoint a run starts or was
+    fine-tuned from), or None: resolved once by the command, then handed to `input_size` and
+    `build_model`."""
+    return resolve_weights(config.model.pretrained) if config.model.pretrained else None
+
+
+def input_size(config, pretrained=None):
     """The image size the model of `config` takes: ``model.image_size`` when the recipe sets it,
-    else, for the folder's own model, the one its config.json states (`weights`, or
-    ``model.pretrained``: a timm Hub folder's model_args.img_size, a Hugging Face config's
-    image_size; `paddle_vit.weights.folders.model_image_size`), else the registered one."""
-    for source in (weights, config.model.pretrained):
-        folder = describe_folder(source) if isinstance(source, str) else None
-        if folder is not None:
-            return int(model_image_size(config.model.name, config.model.vit_overrides(), folder))
+    else, for the folder's own model, the one its config.json states (`pretrained`, the
+    `WeightsSource` of ``model.pretrained``: a timm Hub folder's model_args.img_size, a Hugging
+    Face config's image_size; `paddle_vit.weights.folders.model_image_size`), else the
+    registered one."""
+    if pretrained is not None and pretrained.model is not None:
+        return int(model_image_size(config.model.name, config.model.vit_overrides(), pretrained.model))
     return resolve_model_config(config, num_classes=2).image_size
 
 
-def build_model(config, num_classes=None, load_weights=True):
-    """Create the ViT of `config.model`; when `model.pretrained` names weights, build it with
-    the options they imply and load them (resampling the position embedding and
-    re-initialising the head as needed)."""
+def build_model(config, num_classes=None, load_weights=True, pretrained=None):
+    """Create the ViT of `config.model`; when `model.pretrained` names weights (`pretrained`: their
+    `WeightsSource`, resolved here when not given), build it with the options they imply and load
+    them (resampling the position embedding and re-initialising the head as needed)."""
     overrides = model_overrides(config, num_classes)
     if load_weights and config.model.pretrained:
-        model = build_pretrained(config.model.name, config.model.pretrained, overrides,
+        model = build_pretrained(config.model.name, pretrained or pretrained_source(config), overrides,
                                  resample=config.model.pretrained_resample, name_given_as="model.name")
         logger.info("loaded %s:\n%s", config.model.pretrained, model.load_report)
         return model
     return ViT(get_model_config(config.model.name, **overrides).validate())
 
 
-def inherited_options(config, weights):
+def inherited_options(config, source):
     """{option: Implied} of `INHERITED_OPTIONS` that the recipe's ``model.pretrained`` implies
-    (none when it is unset or is `weights` itself)."""
+    (none when it is unset or names the weights `source` itself)."""
     pretrained = config.model.pretrained
-    if not pretrained or (isinstance(weights, str) and weights == pretrained):
+    if not pretrained or source.path == pretrained:
         return {}
     try:
         implied = implied_options(pretrained)
@@ -216,12 +243,13 @@ def inherited_options(config, weights):
 
 
 def build_model_for_weights(config, weights):
-    """The model of `config.model` built for, and loaded with, `weights` (a path or a mapping)
-    as evaluation uses it: strict, the class count from the weights unless the config sets it,
-    the head never re-initialised."""
-    where = weights if isinstance(weights, str) else "the weights"
-    model = build_pretrained(config.model.name, weights, config.model.vit_overrides(),
-                             defaults=inherited_options(config, weights), resample=config.model.pretrained_resample,
+    """The model of `config.model` built for, and loaded with, `weights` (a `WeightsSource`, or a
+    path or mapping it is resolved from) as evaluation uses it: strict, the class count from the
+    weights unless the config sets it, the head never re-initialised."""
+    source = resolve_weights(weights)
+    where = source.path if source.path is not None else "the weights"
+    model = build_pretrained(config.model.name, source, config.model.vit_overrides(),
+                             defaults=inherited_options(config, source), resample=config.model.pretrained_resample,
                              name_given_as="model.name")
     with_checkpoint_preprocess(with_name_preprocessing(model, config.model.name))
     report = model.load_report
@@ -232,30 +260,15 @@ def build_model_for_weights(config, weights):
     return model
 
 
-def weights_source(path, use_ema=False):
-    """What evaluation loads for `path`: the path itself, or with `use_ema` the EMA weights of
-    a training checkpoint (.pdckpt), with the model config and class names it records."""
-    if not use_ema:
-        return path
-    if not str(path).endswith(".pdckpt"):
-        raise WeightsError(f"--ema needs a training checkpoint (.pdckpt), got {path}; "
-                           f"the EMA weights file (*_ema.pdparams) can be passed as --weights directly")
-    checkpoint = load_checkpoint(path)
-    ema = checkpoint.get("ema")
-    if ema is None:
-        raise WeightsError(f"checkpoint {path} holds no EMA weights (the run had train.ema: false)")
-    return {"model": {name: value.numpy() for name, value in ema.items()},
-            "model_config": checkpoint.get("model_config"), "class_names": checkpoint.get("class_names")}
-
-
-def model_for_evaluation(config, path, use_ema=False, num_classes=None, class_names=None):
-    """The model `config` describes, built for and loaded with the weights at `path` (see
-    `build_model_for_weights`), in eval mode; `num_classes`, the data set's class count,
-    must be the head's, and `class_names`, the data set's classes, must be those a paddle-vit
-    checkpoint records (a .pdckpt, or .safetensors weights of a run), in the same order."""
-
-    model = build_model_for_weights(config, weights_source(path, use_ema))
-    check_fits_data(model, path, num_classes, class_names)
+def model_for_evaluation(config, weights, use_ema=False, num_classes=None, class_names=None):
+    """The model `config` describes, built for and loaded with `weights` (a `WeightsSource`, or
+    a path or mapping it is resolved from; see `build_model_for_weights`), with `use_ema` the EMA
+    weights of a .pdckpt, in eval mode; `num_classes`, the data set's class count, must be the
+    head's, and `class_names`, the data set's classes, must be those a paddle-vit checkpoint
+    records (a .pdckpt, or .safetensors weights of a run), in the same order."""
+    source = resolve_weights(weights)
+    model = build_model_for_weights(config, source.ema() if use_ema else source)
+    check_fits_data(model, source.description, num_classes, class_names)
     model.eval()
     return model
 

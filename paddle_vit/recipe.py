@@ -3,42 +3,59 @@ decides it, so that eval, predict, export and visualize read a checkpoint alike.
 
 In order: the YAML recipe given (``-c``), the registered name given (``--model``), the recipe a
 training checkpoint (.pdckpt) stores, the model a timm Hub or Hugging Face folder's config.json
-names. A name that contradicts such a folder is an error naming both; weights that say nothing
-about their model, given without either option, are an error saying which option to add.
+names, the `ViTConfig` a .safetensors written by `paddle_vit.weights.save_weights` records. A
+name that contradicts such a folder is an error naming both; weights that say nothing about
+their model, given without either option, are an error saying which option to add.
 """
 import os
 
-from .checkpoint import load_checkpoint
 from .config import load_config
 from .errors import ConfigError, WeightsError
-from .factory import check_model_name, name_for_folder
-from .weights.folders import describe_folder
+from .factory import check_model_name, model_keys_for_recorded, name_for_folder
+from .weights.source import resolve_weights
 
 
-def config_for_weights(weights, config_path=None, model_name=None, overrides=(), stored=None):
+def config_for_weights(weights, config_path=None, model_name=None, overrides=()):
     """The `Config` to build and feed the model of `weights` with (`overrides`: ``-o`` strings).
 
-    stored: the checkpoint dict when the caller has already read the .pdckpt (it is read here
-    otherwise)."""
-    weights = os.fspath(weights) if not isinstance(weights, dict) else weights
-    if isinstance(weights, str) and not os.path.exists(weights):
-        raise WeightsError(f"weights file {weights} does not exist")
+    weights: a `paddle_vit.weights.source.WeightsSource`, as the command resolved it, or a path
+    or dict it is resolved from here. A .pdckpt's recipe and a .safetensors file's recorded
+    config are read through it, so that the model is later built from the same reading."""
+    source = resolve_weights(weights)
+    if source.path is not None and not os.path.exists(source.path):
+        raise WeightsError(f"weights file {source.path} does not exist")
     if config_path and model_name:
         raise ConfigError("name the model with a recipe (-c CONFIG) or a registered name (--model NAME), not both")
     if config_path:
         config = load_config(config_path, overrides)
-        check_model_name(config.model.name, config, weights, f"{config_path}: model.name")
+        check_model_name(config.model.name, config, source, f"{config_path}: model.name")
         return config
     if model_name:
         config = load_config(data={"model": {"name": model_name}}, overrides=overrides)
-        check_model_name(model_name, config, weights, "--model")
+        check_model_name(model_name, config, source, "--model")
         return config
-    if isinstance(weights, str) and weights.endswith(".pdckpt"):  # a training checkpoint stores its recipe
-        recipe = (stored if stored is not None else load_checkpoint(weights)).get("config")
+    if source.is_training_checkpoint:  # a training checkpoint stores its recipe
+        recipe = source.training_state().get("config")
         if isinstance(recipe, dict):
             return load_config(data=recipe, overrides=overrides)
-    if isinstance(weights, str) and describe_folder(weights) is not None:
-        return load_config(data={"model": {"name": name_for_folder(weights)}}, overrides=overrides)
-    raise ConfigError(f"name the model with a recipe (-c CONFIG) or a registered name (--model NAME): {weights} is "
-                      f"neither a training checkpoint (.pdckpt) that stores its recipe nor a folder whose config.json "
-                      f"says what model it is (timm Hub, Hugging Face)")
+    if source.model is not None:
+        return load_config(data={"model": {"name": name_for_folder(source)}}, overrides=overrides)
+    recorded = recorded_model(source)
+    if recorded is not None:
+        return load_config(data={"model": recorded}, overrides=overrides)
+    raise ConfigError(f"name the model with a recipe (-c CONFIG) or a registered name (--model NAME): "
+                      f"{source.description} is neither a training checkpoint (.pdckpt) that stores its recipe, "
+                      f"nor a folder whose config.json says what model it is (timm Hub, Hugging Face), nor a "
+                      f".safetensors file whose metadata records its model (paddle_vit.weights.save_weights)")
+
+
+def recorded_model(source):
+    """The model section ({"name": ..., field: value}) that builds the `ViTConfig` a .safetensors
+    file's metadata records (`save_weights`), or None when it records none (or is another file)."""
+    if source.path is None or not source.path.lower().endswith(".safetensors"):
+        return None
+    checkpoint = source.checkpoint()  # the tensors are read now, once: the model is built from this reading
+    if not checkpoint.model_config:
+        return None
+    return model_keys_for_recorded(checkpoint.model_config, checkpoint.file_metadata.get("model_name"),
+                                   f"{source.description}: its model_config metadata")

@@ -20,7 +20,6 @@ from PIL import Image
 from paddle_vit import ConfigError, PaddleVitError, create_model
 from paddle_vit.data import preprocessing
 from paddle_vit.models import list_models, timm_eval_config
-from paddle_vit.weights import folder_values
 
 from repo_paths import REPO, TOOLS, load_tool
 from test_failures import assert_one_line_error, run_tool
@@ -60,9 +59,8 @@ def image(tmp_path):
 
 
 @pytest.fixture
-def said(monkeypatch):
-    """The warning lines the library logs (folders are checked afresh: none counts as seen)."""
-    monkeypatch.setattr(folder_values, "_CHECKED", set())
+def said():
+    """The warning lines the library logs."""
     lines = []
 
     class Collect(logging.Handler):

@@ -160,14 +160,14 @@ def test_deit_names_map_to_the_vit_of_the_same_size(tmp_path):
 def test_the_folder_kind_is_told_from_config_json_not_from_the_weights(tmp_path):
     """A timm config.json beside timm weights is not read as Hugging Face's (its epsilon would be
     1e-12), and a config.json of neither kind names no model."""
-    from paddle_vit.weights.folders import describe_folder, folder_config
-    assert folder_config(FOLDER).kind == "timm" and folder_config(HF_FOLDER).kind == "huggingface"
+    from paddle_vit.weights.source import read_folder_config, resolve_weights
+    assert read_folder_config(FOLDER).kind == "timm" and read_folder_config(HF_FOLDER).kind == "huggingface"
     assert create_model(pretrained=FOLDER).config.layer_norm_epsilon == 1e-6
     folder = tmp_path / "other"
     folder.mkdir()
     shutil.copy(os.path.join(FOLDER, "model.safetensors"), folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps({"hidden": 32}))
-    assert describe_folder(str(folder)) is None
+    assert resolve_weights(str(folder)).model is None
     with pytest.raises(WeightsError, match="does not say what model it is"):
         create_model(pretrained=str(folder))
 
@@ -255,7 +255,7 @@ def predicted_probabilities(lines):
 
 
 def test_the_families_say_their_preprocessing_and_the_model_carries_it():
-    from paddle_vit.weights.loader import _read
+    from paddle_vit.weights.source import resolve_weights
     model = create_model(pretrained=FOLDER)
     hint = model.load_report.preprocessing
     assert hint["pipeline"] == "timm" and hint["config"]["crop_pct"] == 0.9
@@ -266,7 +266,7 @@ def test_the_families_say_their_preprocessing_and_the_model_carries_it():
     expected = {"paddleclas_vit_base.pdparams": {"pipeline": "paddleclas"}, "jax_vit_released.npz": {"pipeline": "vit_jax"},
                 "timm_vit_cls.safetensors": None, "hf_vit_classifier": None}  # no pretrained_cfg, no processor config
     for name, hint in expected.items():
-        reading = _read(os.path.join(FIXTURES, name))
+        reading = resolve_weights(os.path.join(FIXTURES, name)).reading()
         assert reading.family.preprocessing(reading.checkpoint) == hint, name
 
 

@@ -209,8 +209,8 @@ def test_the_clip_variant_is_read_off_the_patch_size_at_full_size():
 
 
 def test_older_paddleclas_files_keep_their_own_reading():
-    from paddle_vit.weights.loader import _read
-    reading = _read(os.path.join(FIXTURES, "paddleclas_vit_base.pdparams"))
+    from paddle_vit.weights.source import resolve_weights
+    reading = resolve_weights(os.path.join(FIXTURES, "paddleclas_vit_base.pdparams")).reading()
     assert reading.family.preprocessing(reading.checkpoint) == {"pipeline": "paddleclas"}
     assert "pool" not in reading.implied and "pre_norm" not in reading.implied
 

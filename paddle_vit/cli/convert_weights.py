@@ -40,7 +40,8 @@ from ..deploy.predict import load_classifier
 from ..errors import ConfigError
 from ..models import ViTConfig
 from ..weights import RESAMPLE_METHODS, save_pretrained, save_weights
-from ..weights.folders import describe_folder, resolve_name
+from ..weights.folders import resolve_name
+from ..weights.source import resolve_weights
 from ..weights.publish import check_target, run_summary
 
 # options a .pdparams cannot record, which a later load must be told
@@ -83,7 +84,8 @@ def build_parser():
 
 
 def model_request(args):
-    """(model name, source, overrides, resample) from the command line and the recipe."""
+    """(model name, the checkpoint's `WeightsSource`, overrides, resample) from the command line
+    and the recipe; the checkpoint is resolved once, here."""
     if args.source and args.weights:
         raise ConfigError("give the checkpoint once: as SRC or as --weights, not both")
     if args.model and args.config:
@@ -103,11 +105,13 @@ def model_request(args):
     if not source:
         raise ConfigError("name the checkpoint to convert: --weights SRC")
     overrides.update(parse_override(text) for text in args.override)
-    if name is None and describe_folder(source) is None:
+    source = resolve_weights(source)
+    if name is None and source.model is None:
         raise ConfigError("name the model with --model NAME or with a recipe -c CONFIG (one of them); only a "
                           "timm Hub or Hugging Face folder says what model it is")
     # a name checked against the folder here, so that the error names the option it came from
-    name = resolve_name(name, overrides, source, "--model" if args.model else f"{args.config}: model.name")
+    name = resolve_name(name, overrides, source.model, "--model" if args.model else f"{args.config}: model.name",
+                        source.description)
     return name, source, overrides, resample
 
 
@@ -121,7 +125,7 @@ def convert(argv):
     # --out is checked before the checkpoint is read; a folder made for it goes when the conversion fails
     with fileio.output_file(args.out, "--out", (".safetensors", ".pdparams")):
         model = create_model(name, pretrained=source, resample=resample, strict=not args.non_strict, **overrides)
-        save_weights(model, args.out)
+        save_weights(model, args.out, model_name=name)
     print(model.load_report)
     print(f"wrote {args.out}")
     defaults = {field.name: field.default for field in dataclasses.fields(ViTConfig)}

@@ -33,6 +33,7 @@ from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError
 from ..recipe import config_for_weights
 from ..viz import FIGURE_FORMATS
+from ..weights.source import resolve_weights
 
 
 def evaluate(argv):
@@ -61,24 +62,26 @@ def evaluate(argv):
     if args.protocol == "fewshot":
         if args.confusion_matrix:
             raise ConfigError("--confusion-matrix draws the head's predictions: it goes with --protocol classification")
-        config = evaluation_config(args)
-        report_fewshot(args, config, *fewshot_options(args, config))
+        config, source = evaluation_config(args)
+        report_fewshot(args, config, source, *fewshot_options(args, config))
         return 0
     given = [option for option, value in (("--shots", args.shots), ("--l2-reg", args.l2_reg),
                                           ("--seeds", args.seeds)) if value is not None]
     if given:
         raise ConfigError(f"{', '.join(given)} set the few-shot evaluation: add --protocol fewshot")
-    config = evaluation_config(args)
+    config, source = evaluation_config(args)
     target = confusion_matrix_target(args, config)
     # the figure's place is checked before the evaluation runs; a folder made for it goes when it fails
     with fileio.output_file(*target, FIGURE_FORMATS) if target else contextlib.nullcontext() as figure:
-        report(args, config, figure)
+        report(args, config, source, figure)
     return 0
 
 
 def evaluation_config(args):
-    """The config to evaluate with: `paddle_vit.recipe.config_for_weights` of the options."""
-    return config_for_weights(args.weights, args.config, args.model, args.override)
+    """(the config to evaluate with, the weights' `WeightsSource`): the weights resolved once
+    here, the recipe chosen by `paddle_vit.recipe.config_for_weights` of the options."""
+    source = resolve_weights(args.weights)
+    return config_for_weights(source, args.config, args.model, args.override), source
 
 
 def unique_class_keys(names):
@@ -88,10 +91,10 @@ def unique_class_keys(names):
     return [f"{name} ({index})" if counts[name] > 1 else name for index, name in enumerate(names)]
 
 
-def report(args, config, figure):
-    """Evaluate, print the per-class accuracy and the JSON summary, draw the confusion matrix to
+def report(args, config, source, figure):
+    """Evaluate `source`, print the per-class accuracy and the JSON summary, draw the confusion matrix to
     `figure` (None: none)."""
-    metrics = run_evaluation(config, args.weights, use_ema=args.ema,
+    metrics = run_evaluation(config, source, use_ema=args.ema,
                              chosen_data_keys=keys_set("data", args.config, args.override))
     names = metrics["class_names"]
     for name, accuracy in zip(names, metrics["per_class_accuracy"]):
@@ -116,9 +119,9 @@ def fewshot_options(args, config):
     return shots, l2_reg, seeds
 
 
-def report_fewshot(args, config, shots, l2_reg, seeds):
-    """Measure the few-shot accuracy; print one line per shots, then the JSON summary."""
-    metrics = run_fewshot_evaluation(config, args.weights, shots, l2_reg, seeds, use_ema=args.ema,
+def report_fewshot(args, config, source, shots, l2_reg, seeds):
+    """Measure the few-shot accuracy of `source`; print one line per shots, then the JSON summary."""
+    metrics = run_fewshot_evaluation(config, source, shots, l2_reg, seeds, use_ema=args.ema,
                                      chosen_data_keys=keys_set("data", args.config, args.override))
     print(f"few-shot linear accuracy: {metrics['num_train']} pool images, {metrics['num_test']} test images, "
           f"{metrics['feature_dim']} features, {metrics['num_classes']} classes, l2_reg {metrics['l2_reg']:g}")

@@ -18,6 +18,7 @@ from ..deploy.predict import list_images, model_for_weights
 from ..device import select_device
 from ..engine.logging_utils import setup_logging
 from ..recipe import config_for_weights
+from ..weights.source import resolve_weights
 
 MAX_DPI = 1000  # 1000 dpi is already a poster; more only exhausts memory
 
@@ -42,17 +43,18 @@ def visualize(argv):
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     setup_logging()
-    config = config_for_weights(args.weights, args.config, args.model, args.override)
+    source = resolve_weights(args.weights)  # read once: the recipe, then the model, from it
+    config = config_for_weights(source, args.config, args.model, args.override)
     paths = list_images(args.image)
     with fileio.output_folder(args.out, "--out"):  # checked before the model is loaded and run; gone on failure
-        draw(args, config, paths)
+        draw(args, config, source, paths)
     return 0
 
 
-def draw(args, config, paths):
-    """Load the weights, draw every figure into args.out and print where they went."""
+def draw(args, config, source, paths):
+    """Load the weights (`source`), draw every figure into args.out and print where they went."""
     select_device(config.train.device)
-    model = model_for_weights(config, args.weights, use_ema=args.ema)
+    model = model_for_weights(config, source, use_ema=args.ema)
     images, paths = viz.prepare_images(paths, config, model.patch_embed.image_size[0])
     titles = [os.path.basename(path) for path in paths]
     paths, numbers, figures = viz.write_figures(model, images, config.data.mean, config.data.std, args.out,

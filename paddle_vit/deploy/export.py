@@ -169,7 +169,7 @@ def _write_export(classifier, folder, softmax, formats, opset_version, int8):
                     report["initializers"])
     if int8 is not None:
         metadata["int8"] = _write_int8(os.path.join(folder, ONNX_FILE), os.path.join(folder, INT8_FILE), int8)
-    save_weights(classifier.model, os.path.join(folder, WEIGHTS_FILE))
+    save_weights(classifier.model, os.path.join(folder, WEIGHTS_FILE), model_name=classifier.model_name)
     with open(os.path.join(folder, METADATA_FILE), "w", encoding="utf-8") as stream:
         json.dump(metadata, stream, indent=2, ensure_ascii=False)
         stream.write("\n")

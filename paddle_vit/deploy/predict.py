@@ -22,7 +22,6 @@ from typing import List, Optional
 import numpy as np
 import paddle
 
-from ..checkpoint import load_checkpoint
 from ..config import keys_set
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
 from ..data.preprocessing import Preprocess, TooLargeToResize
@@ -31,6 +30,7 @@ from ..fileio import kind_of_special_file
 from ..factory import eval_preprocess, model_for_evaluation
 from ..recipe import config_for_weights
 from ..variants import use_cpu_fast_paths
+from ..weights.source import WeightsSource, resolve_weights
 
 logger = logging.getLogger("paddle_vit")
 
@@ -258,15 +258,16 @@ class Classifier:
 
 
 def model_for_weights(config, weights, use_ema=False):
-    """The model `config` describes, built for and loaded with `weights` as tools/eval.py loads
-    them, in eval mode: the class count and the options follow the weights unless the config
-    sets them (`paddle_vit.create_model(name, pretrained=...)`), so no data set is needed."""
-
-    return model_for_evaluation(config, os.fspath(weights) if not isinstance(weights, dict) else weights, use_ema)
+    """The model `config` describes, built for and loaded with `weights` (a `WeightsSource`, or a
+    path or dict it is resolved from) as tools/eval.py loads them, in eval mode: the class count
+    and the options follow the weights unless the config sets them
+    (`paddle_vit.create_model(name, pretrained=...)`), so no data set is needed."""
+    return model_for_evaluation(config, weights, use_ema)
 
 
 def load_classifier(weights, config_path=None, model_name=None, overrides=(), use_ema=False, labels=None):
     """Build the model `weights` were trained for and load them; returns a `Classifier`.
+    `weights`: a path, or the `WeightsSource` the command resolved from it.
 
     The architecture comes from `config_path` (a YAML recipe), or from `model_name` (a
     registered model), or, when neither is given, from the config a training checkpoint
@@ -279,15 +280,15 @@ def load_classifier(weights, config_path=None, model_name=None, overrides=(), us
     from the `labels` file, else from a .pdckpt, else none (the class index is printed).
     """
 
-    weights = os.fspath(weights)
-    if not os.path.exists(weights):
-        raise WeightsError(f"weights file {weights} does not exist")
-    if os.path.isdir(weights) and os.path.isfile(os.path.join(weights, "preprocess.json")):
-        raise WeightsError(f"{weights} is an exported model folder; it goes to --inference-model, not --weights")
-    checkpoint = load_checkpoint(weights) if weights.endswith(".pdckpt") else None
-    config = config_for_weights(weights, config_path, model_name, overrides, stored=checkpoint)
+    path = weights.path if isinstance(weights, WeightsSource) else os.fspath(weights)
+    if not os.path.exists(path):
+        raise WeightsError(f"weights file {path} does not exist")
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "preprocess.json")):
+        raise WeightsError(f"{path} is an exported model folder; it goes to --inference-model, not --weights")
+    source = resolve_weights(weights)
+    config = config_for_weights(source, config_path, model_name, overrides)
 
-    model = use_cpu_fast_paths(model_for_weights(config, weights, use_ema))
+    model = use_cpu_fast_paths(model_for_weights(config, source, use_ema))
 
     class_names = None
     if labels:

@@ -18,7 +18,7 @@ from ..data import MixupCutmix, build_dataloader, build_datasets
 from ..device import init_distributed, is_main_process, select_device
 from .. import runtime
 from ..errors import ConfigError
-from ..factory import build_model, input_size
+from ..factory import build_model, input_size, pretrained_source
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from ..variants.batch_threads import BatchThreads, plan_batch_threads
 from . import sharding
@@ -92,11 +92,12 @@ class RunParts:
         return len(self.class_names)
 
 
-def build_data(config):
+def build_data(config, pretrained=None):
     """(train set, val set, class names, train loader, val loader) of `config`, refused (one
-    line) when they cannot make a run."""
+    line) when they cannot make a run; `pretrained`: the `WeightsSource` of model.pretrained,
+    whose folder may say the input size."""
     train, data = config.train, config.data
-    image_size = input_size(config)
+    image_size = input_size(config, pretrained)
     train_set, val_set, class_names = build_datasets(data, image_size, seed=train.seed)
     if config.model.num_classes is not None and config.model.num_classes != len(class_names):
         raise ConfigError(f"model.num_classes is {config.model.num_classes} but data set {data.dataset} "
@@ -122,10 +123,11 @@ def build_run(config, placement):
     """Every part of the run `config` describes, on `placement`; Paddle's generator must have
     been seeded (the model's initial weights come from it)."""
     train, data = config.train, config.data
-    train_set, val_set, class_names, train_loader, val_loader = build_data(config)
+    pretrained = pretrained_source(config)  # model.pretrained, read once for the input size and the weights
+    train_set, val_set, class_names, train_loader, val_loader = build_data(config, pretrained)
     num_classes = len(class_names)
 
-    vit = use_cpu_fast_paths(build_model(config, num_classes))
+    vit = use_cpu_fast_paths(build_model(config, num_classes, pretrained=pretrained))
     if config.model.freeze == "backbone":  # before the optimizer: it gets the head's parameters alone
         freeze_backbone(vit)
     amp_dtype = amp_dtype_for(train.amp, placement.place)

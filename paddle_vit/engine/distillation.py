@@ -23,9 +23,9 @@ from ..config import looks_like_a_path
 from ..errors import ConfigError, WeightsError
 from ..factory import describe_class_difference, model_for_evaluation
 from ..models import ViT, get_model_config
-from ..recipe import config_for_weights
+from ..recipe import config_for_weights, recorded_model
 from ..variants import use_cpu_fast_paths
-from ..weights.folders import describe_folder
+from ..weights.source import resolve_weights
 from .step import autocast, classification_loss
 
 logger = logging.getLogger("paddle_vit")
@@ -194,17 +194,23 @@ def load_teacher(source, num_classes):
     if not os.path.exists(source):
         raise ConfigError(f"{key} does not exist: train the teacher first (its run's checkpoints/last.pdckpt), or "
                           f"name another")
-    what_a_teacher_is = ("a teacher is a run's training checkpoint (.pdckpt, which stores its recipe) or a timm or "
-                         "Hugging Face folder (its config.json names the model)")
-    if os.path.isfile(source) and not source.endswith(".pdckpt"):
+    what_a_teacher_is = ("a teacher is a run's training checkpoint (.pdckpt, which stores its recipe), a timm or "
+                         "Hugging Face folder (its config.json names the model) or a .safetensors file written by "
+                         "paddle-vit (its metadata records the model)")
+    try:
+        weights = resolve_weights(source)  # read once: the recipe, then the teacher, from it
+        says_its_model = source.endswith(".pdckpt") or recorded_model(weights) is not None
+    except WeightsError as error:
+        raise ConfigError(f"{key} cannot be built as a teacher: {error}") from None
+    if os.path.isfile(source) and not says_its_model:
         raise ConfigError(f"{key} is a weights file that does not say which model it is: {what_a_teacher_is}")
-    if os.path.isdir(source) and describe_folder(source) is None:
+    if os.path.isdir(source) and weights.model is None:
         raise ConfigError(f"{key} is a folder without a model's config.json: {what_a_teacher_is}")
     if not (os.path.isfile(source) or os.path.isdir(source)):
         raise ConfigError(f"{key} is neither a regular file nor a folder: {what_a_teacher_is}")
     try:
-        config = config_for_weights(source)
-        teacher = model_for_evaluation(config, source)
+        config = config_for_weights(weights)
+        teacher = model_for_evaluation(config, weights)
     except (ConfigError, WeightsError) as error:
         raise ConfigError(f"{key} cannot be built as a teacher: {error}") from None
     preprocess = getattr(teacher, "preprocess", None)

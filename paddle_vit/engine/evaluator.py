@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..factory import check_fits_data, eval_preprocess, model_for_evaluation
 from ..variants import use_cpu_fast_paths, use_traceable_variants
 from ..viz import confusion_matrix_figure, save_figure
+from ..weights.source import resolve_weights
 
 logger = logging.getLogger("paddle_vit")
 
@@ -122,8 +123,8 @@ def model_for_engine(model, engine, precision="fp32"):
 
 
 def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
-    """Evaluate `weights` on the validation split of `config.data`; returns the metrics dict
-    (plus `class_names` and `precision`).
+    """Evaluate `weights` (a `WeightsSource`, or a path it is resolved from) on the validation
+    split of `config.data`; returns the metrics dict (plus `class_names` and `precision`).
 
     The images are fed as the checkpoint's own pipeline feeds them where it implies one (timm's
     pretrained_cfg, ...; `paddle_vit.factory.eval_preprocess`), each data key in
@@ -132,13 +133,14 @@ def run_evaluation(config, weights, use_ema=False, chosen_data_keys=None):
 
     place = select_device(config.train.device)
     init_distributed()
-    model = model_for_evaluation(config, weights, use_ema)
+    source = resolve_weights(weights)
+    model = model_for_evaluation(config, source, use_ema)
     preprocess = eval_preprocess(model, config.data, chosen_data_keys)
     if model.preprocess is not None:
         logger.info("preprocessing: %s", preprocess.origin)
     _, val_set, class_names = build_datasets(config.data, model.config.image_size, seed=config.train.seed,
                                              eval_preprocess=preprocess if model.preprocess is not None else None)
-    check_fits_data(model, weights, len(class_names), class_names)
+    check_fits_data(model, source.description, len(class_names), class_names)
     loader = build_dataloader(val_set, config.eval.batch_size, shuffle=False, drop_last=False,
                               num_workers=config.data.num_workers, seed=config.train.seed)
     model = use_cpu_fast_paths(model)

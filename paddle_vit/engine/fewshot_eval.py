@@ -78,7 +78,7 @@ def run_fewshot_evaluation(config, weights, shots, l2_reg, seeds, use_ema=False,
     be the data's: a model pre-trained on other classes is measured on these, as in the paper."""
     select_device(config.train.device)
     init_distributed()
-    model = model_for_evaluation(config, weights, use_ema)
+    model = model_for_evaluation(config, weights, use_ema)  # weights: a WeightsSource, or a path
     preprocess = eval_preprocess(model, config.data, chosen_data_keys)
     train_set, val_set, class_names = build_datasets(
         config.data, model.config.image_size, seed=config.train.seed,

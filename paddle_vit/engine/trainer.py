@@ -168,7 +168,8 @@ class Trainer:
             if weights is not None:
                 path = os.path.join(self.checkpoint_dir, f"{name}{suffix}.{extension}")
                 with _reported_write_errors(path, "weights"):
-                    save_weights(weights, path, class_names=self.parts.class_names)
+                    save_weights(weights, path, class_names=self.parts.class_names, model_config=self.parts.vit.config,
+                                 model_name=self.config.model.name)
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):

@@ -4,12 +4,13 @@ Checkpoint folders come from strangers: a timm Hub folder's ``config.json`` (its
 ``pretrained_cfg`` and ``model_args``), a Hugging Face folder's ``config.json`` and
 ``preprocessor_config.json``. Before anything is computed with them, each value is checked for
 type, shape, range and known value, and a bad one is ONE error naming the file and the key
-(`check_folder_values`, called by folders.py where the config.json is read). Then, once the
+(`check_folder_values`, called by source.py where the config.json is read). Then, once the
 weights are read, what the config says is compared with what the tensors are
 (`check_against_weights`, called by the loader): a class count, label names or an image size
 that contradicts the weights is an error naming both.
 
-Two things are warnings, one line each, said once per folder:
+Two things are warnings, one line each, said once: the folder is read once per command
+(`source.resolve_weights`), which logs them:
 - a value the source library itself replaces by a default (timm's `resolve_data_config` takes
   ``pretrained_cfg.get(key) or default``): the default is applied, as timm does;
 - keys this project does not use that are not known metadata (timm's `PretrainedCfg` fields,
@@ -19,17 +20,10 @@ Two things are warnings, one line each, said once per folder:
 Face one, are checked where they are turned into model options (folders.py `timm_options`,
 `hf_options`), which runs for every folder loaded.
 """
-import logging
 import math
-import os
 
 from ..data.preprocessing import MAX_IMAGE_SIDE, preprocess_for_checkpoint, timm_fallbacks
 from ..errors import WeightsError
-from .reading import read_json
-
-logger = logging.getLogger("paddle_vit")
-
-PREPROCESSOR_CONFIG = "preprocessor_config.json"
 
 # ---- what is known ------------------------------------------------------------------------------
 
@@ -241,41 +235,27 @@ def check_hf_labels(path, values):
         raise WeightsError(f"{path}: the class counts contradict each other ({said})")
 
 
-def check_hf_processor(path):
-    """A preprocessor_config.json: every value as the image processor reads it (the resize
-    bounded), by building its preprocessing; returns its warning lines (unused keys)."""
-    values = read_json(path, "the Hugging Face image processor config")
+def check_hf_processor(path, values):
+    """A preprocessor_config.json's `values` (read from `path`), each as the image processor reads
+    it (the resize bounded), by building its preprocessing; returns its warning lines (unused keys)."""
     preprocess_for_checkpoint({"pipeline": "huggingface", "config": values, "source": path}, None)
     unused = unused_keys(values, HF_PROCESSOR_KEYS)
     return [f"{path}: not used: {', '.join(unused)}"] if unused else []
 
 
-# ---- once per folder ----------------------------------------------------------------------------
+# ---- a folder as a whole -----------------------------------------------------------------------
 
-_CHECKED = set()  # the (path, modification time, size) of every file checked, warned about once
-
-
-def _stamp(path):
-    status = os.stat(path)
-    return os.path.abspath(path), status.st_mtime_ns, status.st_size
-
-
-def check_folder_values(kind, path, values):
-    """Check every value of a folder's config.json (`kind` "timm" or "huggingface", at `path`)
-    and of a preprocessor_config.json beside it; raise on the first bad one (naming the file and
-    the key), log the warnings. Each file is checked once while it is unchanged: the folder is
-    read several times in one load, and its warnings are said once."""
-    processor = os.path.join(os.path.dirname(path), PREPROCESSOR_CONFIG)
-    processor = processor if kind == "huggingface" and os.path.isfile(processor) else None
-    stamps = (_stamp(path),) + ((_stamp(processor),) if processor else ())
-    if stamps in _CHECKED:
-        return
-    warnings = check_timm_config(path, values) if kind == "timm" else check_hf_config(path, values)
-    if processor:
-        warnings.extend(check_hf_processor(processor))
-    _CHECKED.add(stamps)
-    for warning in warnings:
-        logger.warning("%s", warning)
+def check_folder_values(config):
+    """Check every value of a `FolderConfig` (its config.json, and a Hugging Face folder's
+    preprocessor_config.json); raise on the first bad one, naming the file and the key. Returns
+    the warning lines for the caller to give once."""
+    if config.kind == "timm":
+        warnings = check_timm_config(config.path, config.values)
+    else:
+        warnings = check_hf_config(config.path, config.values)
+    if config.processor is not None:
+        warnings.extend(check_hf_processor(config.processor_path, config.processor))
+    return warnings
 
 
 # ---- against the weights ------------------------------------------------------------------------

@@ -13,22 +13,22 @@ Both publish the weights beside a ``config.json``, and the two are told apart by
   without registers, CLIP's and SigLIP's image towers) fixes the options of today's ViTs its
   transformers class computes with (tokens, layer scale, MLP, pooling, epsilon, GELU).
 
-`describe_folder` turns either into the `ViTConfig` fields it fixes and the registered name
+`describe_config` turns either into the `ViTConfig` fields it fixes and the registered name
 they are (None when no registered model has them), so that `create_model(name=None,
 pretrained=FOLDER)` and the tools' ``--weights FOLDER`` without ``--model`` can build the
 model, and `check_model_name` refuses a name that contradicts the folder. What a folder asks
 for that this ViT does not compute (q/k normalisation, patch dropout, ...) is
 refused in one line naming the key.
+
+Nothing here opens a file: the folder's files are read once, by `source.resolve_weights`, into
+a `FolderConfig` that everything below takes.
 """
 import dataclasses
-import os
 from typing import Optional
 
 from ..errors import WeightsError
 from ..models import ViTConfig, get_model_config, list_models
 from .family import Implied
-from .folder_values import check_folder_values
-from .reading import HF_CONFIG, read_json
 
 # timm names of the same network under another name (DeiT's non-distilled models are timm's
 # VisionTransformer with ViT's sizes; only the training recipe differs)
@@ -64,10 +64,14 @@ ARCHITECTURE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_rat
 
 @dataclasses.dataclass
 class FolderConfig:
-    """A config.json beside weights: its `kind` ("timm" or "huggingface"), path and values."""
+    """A config.json beside weights, read and checked once: its `kind` ("timm" or
+    "huggingface"), path and values; for a Hugging Face folder, the values of the
+    preprocessor_config.json beside it (`processor`, at `processor_path`), or None."""
     kind: str
     path: str
     values: dict
+    processor: Optional[dict] = None
+    processor_path: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -84,47 +88,6 @@ class FolderModel:
     options: dict
     says: str
     config: FolderConfig
-
-
-def config_kind(values):
-    """"timm", "huggingface" or None for the values of a config.json."""
-    if "architecture" in values and ("pretrained_cfg" in values or "model_type" not in values):
-        return "timm"
-    if "model_type" in values or "architectures" in values:
-        return "huggingface"
-    return None
-
-
-def folder_config(checkpoint_or_path):
-    """The `FolderConfig` beside a `Checkpoint` (its ``sidecar``) or beside a path (a folder, or
-    a weights file in one), or None when there is no config.json, or one of neither kind.
-
-    A config.json that cannot be read is an error when the weights were given as its folder,
-    and ignored beside a weights file given by name (it may belong to something else)."""
-    if isinstance(checkpoint_or_path, (str, os.PathLike)):
-        path = os.fspath(checkpoint_or_path)
-        given_folder = os.path.isdir(path)
-        folder = path if given_folder else os.path.dirname(os.path.abspath(path))
-        config_path = os.path.join(folder, HF_CONFIG)
-        config_path = config_path if os.path.isfile(config_path) else None
-    elif hasattr(checkpoint_or_path, "sidecar"):
-        config_path = checkpoint_or_path.sidecar(HF_CONFIG)
-        given_folder = os.path.isdir(checkpoint_or_path.description)
-    else:
-        return None
-    if config_path is None:
-        return None
-    try:
-        values = read_json(config_path, "the config of the weights beside it")
-    except WeightsError:
-        if given_folder:
-            raise
-        return None
-    kind = config_kind(values)
-    if kind is None:
-        return None
-    check_folder_values(kind, config_path, values)  # every value, once, before anything is computed
-    return FolderConfig(kind, config_path, values)
 
 
 # ---- timm --------------------------------------------------------------------------------------
@@ -476,15 +439,6 @@ def _same(a, b):
     return a == b
 
 
-def describe_folder(source):
-    """The `FolderModel` a folder's (or a weights file's neighbouring) config.json describes,
-    or None when there is none (a dict, a bare file, a config.json of neither kind)."""
-    if not isinstance(source, (str, os.PathLike)) or not os.path.exists(source):
-        return None
-    config = folder_config(source)
-    return describe_config(config) if config is not None else None
-
-
 def describe_config(config):
     """The `FolderModel` of a `FolderConfig`."""
     if config.kind == "timm":
@@ -528,17 +482,17 @@ def check_model_name(name, overrides, folder, given_as):
                            f"leave the name out to build what the folder says")
 
 
-def resolve_name(name, overrides, source, given_as):
-    """The model name to build for `source`: `name` when given (checked against the folder),
-    else what the folder says; a WeightsError when neither names a model."""
-    folder = describe_folder(source)
+def resolve_name(name, overrides, folder, given_as, description):
+    """The model name to build for the weights `description` names, whose folder says `folder`
+    (a `FolderModel`, or None): `name` when given (checked against the folder), else what the
+    folder says; a WeightsError when neither names a model."""
     if name is not None:
         if folder is not None:
             check_model_name(name, overrides, folder, given_as)
         return name
     if folder is None:
-        raise WeightsError(f"{source} does not say what model it is (no timm or Hugging Face config.json beside "
-                           f"it): name the model")
+        raise WeightsError(f"{description} does not say what model it is (no timm or Hugging Face config.json "
+                           f"beside it): name the model")
     if folder.name is None and folder.config.kind == "timm":
         raise WeightsError(f"{folder.config.path} names {folder.says}, which is not a registered model "
                            f"(paddle_vit.list_models()); name the model of the same shape")
@@ -566,12 +520,9 @@ def hf_processor_size(config):
     crop, or a square resize), or None (no such file, another kind of folder, a size it leaves to
     the image). transformers feeds the model what its processor makes: facebook/dinov2-*'s
     config.json says 518 and its processor crops 224, the position embedding interpolated."""
-    if config.kind != "huggingface":
+    values = config.processor
+    if config.kind != "huggingface" or values is None:
         return None
-    path = os.path.join(os.path.dirname(config.path), "preprocessor_config.json")
-    if not os.path.isfile(path):
-        return None
-    values = read_json(path, "the Hugging Face image processor config")
     size = values.get("crop_size") if values.get("do_center_crop") else (
         values.get("size") if values.get("do_resize", True) else None)
     if isinstance(size, dict) and "height" in size and size.get("height") == size.get("width"):

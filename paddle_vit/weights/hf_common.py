@@ -14,6 +14,7 @@ registered name, no name needed) and the options the weights are computed with. 
 a config.json are computed with transformers' defaults for the model type their tensors show.
 """
 import dataclasses
+import os
 import re
 from typing import Callable, Optional, Tuple
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..errors import WeightsError
 from .family import CheckpointFamily, ConvertedCheckpoint, Implied
-from .folders import HF_MODEL_TYPES, HFTower, folder_config, hf_computation, hf_options, hf_tower
+from .folders import HF_MODEL_TYPES, HFTower, hf_computation, hf_options, hf_tower
 from .reading import read_json
 from .renaming import group_alternatives, invert
 
@@ -207,7 +208,7 @@ class TransformersFamily(CheckpointFamily):
 
     def read_config(self, checkpoint):
         """The Hugging Face `FolderConfig` beside the weights, or None (none, or a timm one)."""
-        config = folder_config(checkpoint)
+        config = checkpoint.config
         return config if config is not None and config.kind == "huggingface" else None
 
     def tower(self, checkpoint):
@@ -244,12 +245,19 @@ class TransformersFamily(CheckpointFamily):
         return options
 
     def preprocessing(self, checkpoint):
-        """The image processor's ``preprocessor_config.json`` beside the weights, or None."""
-        path = checkpoint.sidecar(PREPROCESSOR_CONFIG)
-        if path is None:
+        """The image processor's ``preprocessor_config.json`` beside the weights, or None: as the
+        folder's config.json was read with it, or, for weights without a config.json, read here."""
+        config = self.read_config(checkpoint)
+        if config is not None:
+            path, values = config.processor_path, config.processor
+        elif checkpoint.config is None and checkpoint.folder is not None:
+            path = os.path.join(checkpoint.folder, PREPROCESSOR_CONFIG)
+            values = read_json(path, "the Hugging Face image processor config") if os.path.isfile(path) else None
+        else:
+            values = None
+        if values is None:
             return None
-        return {"pipeline": "huggingface", "config": read_json(path, "the Hugging Face image processor config"),
-                "source": path}
+        return {"pipeline": "huggingface", "config": values, "source": path}
 
     def class_names(self, checkpoint, num_classes):
         """``id2label`` of config.json in class order, or None for none or transformers'

@@ -31,11 +31,11 @@ import paddle
 
 from ..errors import ConfigError, WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
-from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied, detect_family, options_from_tensors
-from .folder_values import check_against_weights
-from .folders import describe_folder, folder_config, model_image_size, resolve_name
-from .reading import names, read_checkpoint
+from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied
+from .folders import model_image_size, resolve_name
+from .reading import names
 from .resample import RESAMPLE_METHODS, check_method, checkpoint_grid, resample_position_embedding
+from .source import resolve_weights
 
 logger = logging.getLogger(__name__)
 
@@ -121,32 +121,10 @@ def _shape(shape):
     return "[" + ", ".join(str(size) for size in shape) + "]"
 
 
-@dataclasses.dataclass
-class _Reading:
-    """A checkpoint read, its family found, converted, and what it implies."""
-    checkpoint: object
-    family: object
-    converted: object
-    implied: dict
-
-
-def _read(source):
-    checkpoint = read_checkpoint(source)
-    family = detect_family(checkpoint)
-    converted = family.convert(checkpoint)
-    config = folder_config(checkpoint)
-    if config is not None:  # what the folder's config.json says against what the tensors are
-        check_against_weights(config.kind, config.path, config.values, converted, checkpoint.description,
-                              family.head_is_projection(checkpoint, converted))
-    implied = options_from_tensors(converted)
-    implied.update(family.implied_options(checkpoint, converted))
-    return _Reading(checkpoint, family, converted, implied)
-
-
 def implied_options(source):
-    """{option: Implied} the checkpoint at `source` implies (factory.py reads a recipe's
-    model.pretrained this way)."""
-    return _read(source).implied
+    """{option: Implied} the checkpoint `source` (a path, a dict or a `WeightsSource`) implies
+    (factory.py reads a recipe's model.pretrained this way)."""
+    return resolve_weights(source).reading().implied
 
 
 def _same(a, b):
@@ -434,7 +412,7 @@ def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
 
     Args:
         model: the model to fill in place.
-        source: a path (this project's ``.pdparams``/``.pdckpt``/``.safetensors``; timm
+        source: a `WeightsSource` (source.py), or a path (this project's ``.pdparams``/``.pdckpt``/``.safetensors``; timm
             ``.safetensors``/``.pth``/``.bin``; PaddleClas or PLSC ``.pdparams``; JAX ``.npz``;
             torchvision's ViT state dicts (``.pth``, ``.safetensors``);
             a Hugging Face save_pretrained folder or its ``model.safetensors``) or a dict of
@@ -451,7 +429,7 @@ def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
     A shape that does not fit is always an error, except the position embedding (resampled to
     the model's grid) and the head's class count (re-initialised to zeros).
     """
-    return _load(model, _read(source), strict, resample, explicit)
+    return _load(model, resolve_weights(source).reading(), strict, resample, explicit)
 
 
 def _from_checkpoint(error, chosen, overrides):
@@ -481,7 +459,8 @@ def choose_options(implied, overrides, defaults=None):
 
 def build_pretrained(name, source, overrides, *, resample=None, strict=True, defaults=None,
                      name_given_as="the model name"):
-    """The registered model `name` built with the options the checkpoint at `source` implies
+    """The registered model `name` built with the options the checkpoint `source` (a
+    `WeightsSource`, or a path or dict it is resolved from) implies
     (`overrides`, ViTConfig fields, win; `defaults`, {option: Implied}, fill in what the
     checkpoint does not imply), with the checkpoint loaded. The model carries the `LoadReport`
     as ``load_report`` and the checkpoint's class names as ``class_names``.
@@ -494,13 +473,14 @@ def build_pretrained(name, source, overrides, *, resample=None, strict=True, def
         check_method(resample)
     if name is not None:
         get_model_config(name, **overrides)  # an unknown name or option first, before reading a file
-    given, folder = name, describe_folder(source)
-    name = resolve_name(name, overrides, source, name_given_as)
+    source = resolve_weights(source)
+    given, folder = name, source.model
+    name = resolve_name(name, overrides, folder, name_given_as, source.description)
     if folder is not None and "image_size" in folder.options:  # a name of another resolution decides its size
         size = model_image_size(given, overrides, folder)
         if size != folder.options["image_size"].value:
             overrides = {**overrides, "image_size": size}
-    reading = _read(source)
+    reading = source.reading()
     chosen = choose_options(reading.implied, overrides, defaults)
     config = get_model_config(name, **{option: value.value for option, value in chosen.items()}).replace(**overrides)
     try:

@@ -1,5 +1,6 @@
 """Reading checkpoints: files, folders (Hugging Face save_pretrained, timm Hub) and in-memory
-dicts -> a `Checkpoint`. What a folder's config.json says the model is, folders.py reads.
+dicts -> a `Checkpoint`. The config.json beside the weights is read by source.py (once per
+command) and handed to the `Checkpoint`; what it says the model is, folders.py reads.
 
 Nothing here knows a naming scheme; the families (timm.py, jax.py, ...) read the arrays.
 """
@@ -32,11 +33,13 @@ class Checkpoint:
     Attributes:
         arrays: {checkpoint name: numpy array}, unwrapped from training checkpoints.
         description: the path, or "<dict>", for messages.
-        folder: where a sidecar such as Hugging Face's config.json would be (None for a dict).
+        folder: the folder the weights are in (None for a dict).
         model_config: the ViTConfig fields a paddle-vit checkpoint records (.pdckpt, or the
             metadata of a .safetensors written by `save_weights`), else None.
         class_names: the class names a paddle-vit training checkpoint records, else None.
         file_metadata: a .safetensors file's ``__metadata__`` (strings), else {}.
+        config: the `FolderConfig` (folders.py) of a timm Hub or Hugging Face config.json beside
+            the weights, as `source.resolve_weights` read and checked it, else None.
     """
     arrays: dict
     description: str
@@ -44,13 +47,7 @@ class Checkpoint:
     model_config: Optional[dict] = None
     class_names: Optional[list] = None
     file_metadata: dict = dataclasses.field(default_factory=dict)
-
-    def sidecar(self, name):
-        """The path of file `name` beside the weights, or None when there is none."""
-        if self.folder is None:
-            return None
-        path = os.path.join(self.folder, name)
-        return path if os.path.isfile(path) else None
+    config: Optional[object] = None
 
 
 def names(items, limit=6):
@@ -60,10 +57,12 @@ def names(items, limit=6):
     return shown + (f" ... ({len(items) - limit} more)" if len(items) > limit else "")
 
 
-def read_checkpoint(source):
+def read_checkpoint(source, stored=None, config=None):
     """Read `source` (a path, a Hugging Face save_pretrained folder or a timm Hub folder, or a
     mapping of numpy / Paddle / PyTorch arrays) into a `Checkpoint`. A folder's
     ``pytorch_model.bin`` is read under the rules of any PyTorch file (tensors only).
+    `stored`: the contents of the file at `source` when the caller has read them already (a
+    .pdckpt whose recipe was read first); `config`: the `FolderConfig` beside it, if any.
 
     Training checkpoints that wrap the weights (``{"state_dict": ...}``, ``{"model": ...}``,
     a paddle-vit ``.pdckpt``) and the ``module.`` prefix of data-parallel wrappers are unwrapped.
@@ -71,6 +70,9 @@ def read_checkpoint(source):
     folder, file_metadata = None, {}
     if isinstance(source, Mapping):
         description, state = "<dict>", source
+    elif isinstance(source, (str, os.PathLike)) and stored is not None:
+        description, state = os.fspath(source), stored
+        folder = os.path.dirname(os.path.abspath(description))
     elif isinstance(source, (str, os.PathLike)):
         description = os.fspath(source)
         if os.path.isdir(description):
@@ -98,7 +100,7 @@ def read_checkpoint(source):
         raise WeightsError(f"{description} holds no tensors; expected the weights of a ViT")
     if all(name.startswith("module.") for name in arrays):
         arrays = {name[len("module."):]: array for name, array in arrays.items()}
-    return Checkpoint(arrays, description, folder, model_config, class_names, file_metadata)
+    return Checkpoint(arrays, description, folder, model_config, class_names, file_metadata, config)
 
 
 def _recorded_config(state, file_metadata, description):
@@ -124,23 +126,22 @@ def _recorded_config(state, file_metadata, description):
 
 
 def _read_file(path):
-    """({name: value}, safetensors metadata) of a weights file."""
+    """({name: value}, metadata) of a weights file (a .safetensors file's ``__metadata__``, else {})."""
     if not os.path.exists(path):
         raise WeightsError(f"weights file {path} does not exist; expected a {FILE_TYPES} file or a Hugging Face "
                            f"save_pretrained folder")
     extension = os.path.splitext(path)[1].lower()
-    readers = {".safetensors": _read_safetensors, ".npz": _read_npz, ".pdparams": _read_pdparams,
+    readers = {".npz": _read_npz, ".pdparams": _read_pdparams,
                ".pdckpt": _read_pdparams, ".pdopt": _read_pdparams,
                ".pth": _read_torch, ".pt": _read_torch, ".bin": _read_torch}
-    if extension not in readers:
+    if extension not in readers and extension != ".safetensors":
         raise WeightsError(f"{path}: unknown weights file type {extension or '(no extension)'!r}; "
                            f"expected {FILE_TYPES}, or a Hugging Face or timm Hub folder")
     if not os.path.isfile(path):
         raise WeightsError(f"{path} is not a regular file; expected a weights file ({FILE_TYPES})")
-    metadata = {}
     if extension == ".safetensors":
-        metadata = dict(_safetensors_header(path).get("__metadata__") or {})
-    return readers[extension](path), metadata
+        return _read_safetensors(path)  # the metadata of its header too
+    return readers[extension](path), {}
 
 
 def _read_folder(folder):
@@ -167,11 +168,14 @@ def _read_folder(folder):
 
 
 def _read_safetensors(path):
+    """({name: array}, metadata) of a .safetensors file, its header read once: the metadata and
+    each tensor's type come from it, then the tensors."""
+    header = _safetensors_header(path)
     try:
-        header = _safetensors_header(path)
+        metadata = dict(header.get("__metadata__") or {})
         if any(entry.get("dtype") == "BF16" for key, entry in header.items() if key != "__metadata__"):
-            return _read_safetensors_bf16(path, header)
-        return load_file(path)
+            return _read_safetensors_bf16(path, header), metadata
+        return load_file(path), metadata
     except WeightsError:
         raise
     except Exception as error:  # safetensors raises its own SafetensorError, OSError, ...

@@ -13,14 +13,16 @@ from .. import fileio
 from .reading import to_numpy
 
 
-def save_weights(model_or_state_dict, path, class_names=None):
+def save_weights(model_or_state_dict, path, class_names=None, *, model_config=None, model_name=None):
     """Write a model's weights (or a state dict) in this project's names, atomically: to
     ``.safetensors`` (readable without Paddle or pickle) or ``.pdparams`` (what
     ``paddle.save(model.state_dict())`` writes), chosen by the extension. Returns the path.
 
-    A model's `ViTConfig` goes into the ``.safetensors`` metadata (``model_config``), so that
-    loading it implies the options it computes with (epsilon, GELU, q.k scale, ...). A
-    ``.pdparams`` holds tensors only; those options must then be given when it is loaded.
+    A model's `ViTConfig` (or `model_config`, for a state dict) goes into the ``.safetensors``
+    metadata (``model_config``), with the registered `model_name` it was built as when the caller
+    knows it: such a file is a complete ``--weights`` source, its model built without ``--model``,
+    with the options it computes with (epsilon, GELU, q.k scale, ...). A ``.pdparams`` holds
+    tensors only; the model and those options must then be given when it is loaded.
     `class_names` (the classes of the head, in order) go into the ``.safetensors`` metadata too,
     so that evaluation can tell data with other classes from the data the weights learnt."""
     path = os.fspath(path)
@@ -35,9 +37,11 @@ def save_weights(model_or_state_dict, path, class_names=None):
                 raise WeightsError(f"cannot save {name!r} to {path}: a {type(value).__name__} is not an array")
             arrays[name] = np.ascontiguousarray(array)
         metadata = {"format": "paddle-vit"}
-        config = getattr(model_or_state_dict, "config", None) if is_model else None
+        config = getattr(model_or_state_dict, "config", None) if is_model else model_config
         if dataclasses.is_dataclass(config):
             metadata["model_config"] = json.dumps(dataclasses.asdict(config))
+        if model_name is not None:
+            metadata["model_name"] = str(model_name)
         if class_names is not None:
             metadata["class_names"] = json.dumps([str(name) for name in class_names])
         data = safetensors.numpy.save(arrays, metadata=metadata)

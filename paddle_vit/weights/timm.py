@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import WeightsError
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
-from .folders import describe_config, folder_config, get_registered_config, timm_class_names
+from .folders import describe_config, get_registered_config, timm_class_names
 
 _BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
 # a hybrid's ResNet-v2: our names are timm's, but for the tiny hybrid's stem-only backbone
@@ -147,7 +147,7 @@ class TimmFamily(CheckpointFamily):
 
     def hub_config(self, checkpoint):
         """The `FolderConfig` of a timm Hub folder's config.json beside the weights, or None."""
-        config = folder_config(checkpoint)
+        config = checkpoint.config
         return config if config is not None and config.kind == "timm" else None
 
     def preprocessing(self, checkpoint):
