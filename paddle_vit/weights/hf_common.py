@@ -208,8 +208,7 @@ class TransformersFamily(CheckpointFamily):
 
     def read_config(self, checkpoint):
         """The Hugging Face `FolderConfig` beside the weights, or None (none, or a timm one)."""
-        config = checkpoint.config
-        return config if config is not None and config.kind == "huggingface" else None
+        return checkpoint.config_of_kind("huggingface")
 
     def tower(self, checkpoint):
         """The `HFTower` of config.json, checked to be of this family's model types; without a

@@ -49,6 +49,10 @@ class Checkpoint:
     file_metadata: dict = dataclasses.field(default_factory=dict)
     config: Optional[object] = None
 
+    def config_of_kind(self, kind):
+        """The folder's `config`, when it is of `kind` ("timm" or "huggingface"), else None."""
+        return self.config if self.config is not None and self.config.kind == kind else None
+
 
 def names(items, limit=6):
     """'a, b, c ... (4 more)' for messages."""

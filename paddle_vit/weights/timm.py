@@ -147,8 +147,7 @@ class TimmFamily(CheckpointFamily):
 
     def hub_config(self, checkpoint):
         """The `FolderConfig` of a timm Hub folder's config.json beside the weights, or None."""
-        config = checkpoint.config
-        return config if config is not None and config.kind == "timm" else None
+        return checkpoint.config_of_kind("timm")
 
     def preprocessing(self, checkpoint):
         """timm's ``pretrained_cfg`` from the Hub folder's config.json (input_size,
