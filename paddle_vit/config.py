@@ -15,8 +15,7 @@ from typing import List, Optional
 import yaml
 
 from . import fileio
-from .data.config import (BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CROPS, DataConfig,
-                          check_augmentation_keys)
+from .data.config import DataConfig
 from .device import DEVICES
 from .errors import ConfigError, check_choice, close_matches
 from .models import ViTConfig, get_model_config, list_models  # the registry is the authority on architectures
@@ -530,24 +529,10 @@ def _seed(key, value):
         raise ConfigError(f"{key} must be in [0, 2**32 - 1], got {value!r}")
 
 
-def _check_filelist_keys(data):
-    """data.dataset filelist names its root and both lists; a separator, when given, is one
-    that can sit inside a line."""
-    for key, what in (("root", "the folder the lists' image paths are relative to"),
-                      ("train_list", "the training list (PaddleClas's train_list.txt)"),
-                      ("val_list", "the validation list (PaddleClas's val_list.txt)")):
-        if not getattr(data, key):
-            raise ConfigError(f"data.{key} must name {what} for data.dataset filelist")
-    separator = data.list_separator
-    if separator is not None and (separator == "" or "\n" in separator or "\r" in separator):
-        raise ConfigError(f"data.list_separator must be null (any spaces or tabs) or a non-empty string without "
-                          f"line breaks, got {separator!r}")
-
-
 def validate(config):
     """Check value ranges and that the model can be built; raise ConfigError naming the key."""
     vit = _validate_model(config.model)
-    _validate_data(config.data)
+    config.data.validate()
     _validate_optimizer(config.optimizer)
     _validate_schedule(config.schedule)
     _validate_train(config.train)
@@ -576,53 +561,6 @@ def _validate_model(model):
         raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
                           f"RGBA and CMYK ones are converted): set model.in_channels: 3")
     return vit
-
-
-def _validate_data(data):
-    check_choice("data.dataset", data.dataset, DATASETS)
-    if data.dataset == "imagefolder" and not data.root:
-        raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
-    if data.dataset == "filelist":
-        _check_filelist_keys(data)
-    _validate_data_split(data)
-    for key in ("synthetic_train_size", "synthetic_val_size"):
-        _at_least(f"data.{key}", getattr(data, key), 1)
-    _at_least("data.synthetic_classes", data.synthetic_classes, 2)
-    _at_least("data.num_workers", data.num_workers, 0)
-    _validate_data_transforms(data)
-    check_choice("data.on_bad_image", data.on_bad_image, BAD_IMAGE_POLICIES)
-
-
-def _validate_data_split(data):
-    _fraction("data.val_fraction", data.val_fraction)
-    _seed("data.split_seed", data.split_seed)
-    if not 0.0 < data.train_fraction <= 1.0:
-        raise ConfigError(f"data.train_fraction must be in (0, 1], got {data.train_fraction!r}")
-    if data.dataset == "digits":
-        _at_least("data.val_fraction", data.val_fraction, 0.0, exclusive=True)
-
-
-def _validate_data_transforms(data):
-    for key in ("mean", "std"):
-        if len(getattr(data, key)) != 3:
-            raise ConfigError(f"data.{key} must be a list of 3 numbers (R, G, B), got {getattr(data, key)!r}")
-    if any(value <= 0 for value in data.std):
-        raise ConfigError(f"data.std must be > 0 for every channel, got {data.std!r}")
-    check_choice("data.interpolation", data.interpolation, INTERPOLATIONS)
-    check_choice("data.train_crop", data.train_crop, TRAIN_CROPS)
-    if len(data.crop_scale) != 2 or not 0 < data.crop_scale[0] <= data.crop_scale[1] <= 1:
-        raise ConfigError(f"data.crop_scale must be [low, high] with 0 < low <= high <= 1, got {data.crop_scale!r}")
-    _at_least("data.crop_padding", data.crop_padding, 0)
-    for key in ("hflip", "random_erasing", "mix_prob", "switch_prob"):
-        _fraction(f"data.{key}", getattr(data, key), closed=True)
-    _at_least("data.randaugment_num_ops", data.randaugment_num_ops, 0)
-    if not 0 <= data.randaugment_magnitude <= 10:
-        raise ConfigError(f"data.randaugment_magnitude must be in [0, 10], got {data.randaugment_magnitude!r}")
-    _at_least("data.mixup_alpha", data.mixup_alpha, 0.0)
-    _at_least("data.cutmix_alpha", data.cutmix_alpha, 0.0)
-    if not 0 < data.eval_crop_pct <= 1:
-        raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data.eval_crop_pct!r}")
-    check_augmentation_keys(data)
 
 
 def _validate_optimizer(optimizer):

@@ -7,6 +7,7 @@ import yaml
 
 from paddle_vit import ConfigError
 from paddle_vit.config import load_config
+from paddle_vit.data.config import DataConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,3 +142,39 @@ def test_resolved_config_round_trips(tmp_path):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
 def test_every_shipped_config_loads(path):
     load_config(path)
+
+
+# ---- each section checks itself ---------------------------------------------------------------
+
+DATA_CASES = [
+    ({"hflip": 2.0}, "data.hflip must be in [0, 1], got 2.0"),
+    ({"random_erasing": -0.5}, "data.random_erasing must be in [0, 1], got -0.5"),
+    ({"eval_crop_pct": 1.5}, "data.eval_crop_pct must be in (0, 1], got 1.5"),
+    ({"eval_crop_pct": 0.0}, "data.eval_crop_pct must be in (0, 1], got 0.0"),
+    ({"split_seed": -1}, "data.split_seed must be in [0, 2**32 - 1], got -1"),
+    ({"std": [0.5, 0.0, 0.5]}, "data.std must be > 0 for every channel"),
+    ({"auto_augment": "four_augment"}, "data.auto_augment must be one of none, three_augment"),
+    ({"color_jitter": -0.1}, "data.color_jitter must be a finite number >= 0"),
+    ({"repeated_augmentation": 0}, "data.repeated_augmentation must be an integer >= 1"),
+    ({"auto_augment": "three_augment", "randaugment_num_ops": 2}, "two augmentation policies"),
+    ({"dataset": "imagefolder"}, "data.root must name the ImageFolder root"),
+    ({"dataset": "filelist", "root": "images", "train_list": "train.txt", "val_list": "val.txt",
+      "list_separator": ""}, "data.list_separator must be null (any spaces or tabs)"),
+    ({"val_fraction": 0.0}, "data.val_fraction must be > 0.0, got 0.0"),
+]
+
+
+@pytest.mark.parametrize("values, message", DATA_CASES)
+def test_the_data_section_refuses_a_bad_value_itself_as_loading_a_recipe_does(tmp_path, values, message):
+    with pytest.raises(ConfigError) as loaded:
+        load_config(write(tmp_path, yaml.safe_dump({"data": values})))
+    with pytest.raises(ConfigError) as alone:
+        DataConfig(**values).validate()
+    assert message in str(alone.value)
+    assert str(alone.value) == str(loaded.value)
+
+
+def test_a_list_default_is_a_new_list_for_every_section():
+    first, second = DataConfig(), DataConfig()
+    first.mean[0] = 0.0
+    assert second.mean == [0.5, 0.5, 0.5] and DataConfig().mean == [0.5, 0.5, 0.5]
