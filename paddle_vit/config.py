@@ -1,7 +1,10 @@
 """Typed configuration: YAML file + ``-o section.key=value`` overrides, validated once at load.
 
-A config has the sections model, data, optimizer, schedule, train and eval, one dataclass each.
-The data section, `DataConfig`, and the values its keys take are paddle_vit/data/config.py's.
+A config has the sections model, data, optimizer, schedule, train and eval, one dataclass each
+whose keys carry their checks and whose `validate()` checks the section on its own:
+paddle_vit/sections/ holds five, paddle_vit/data/config.py the data's. This module is the loader:
+it reads the YAML, applies the overrides, checks each value's type, expands "~" in paths, calls
+each section's `validate()` once, and then checks the few rules that read two sections.
 Every key has a default; a YAML file names only what differs. Values given with ``-o`` are
 parsed as YAML scalars (``-o train.epochs=3``, ``-o data.mean=[0.5,0.5,0.5]``), never ``eval``-ed.
 """
@@ -10,264 +13,20 @@ import math
 import os
 import re
 import typing
-from typing import List, Optional
+from typing import List
 
 import yaml
 
 from . import fileio
-from .data.config import (BAD_IMAGE_POLICIES, DATASETS, INTERPOLATIONS, TRAIN_CROPS, DataConfig,
-                          check_augmentation_keys)
-from .device import DEVICES
-from .errors import ConfigError, check_choice, close_matches
-from .models import ViTConfig, get_model_config, list_models  # the registry is the authority on architectures
-from .weights import RESAMPLE_METHODS
+from .data.config import DataConfig
+from .errors import ConfigError, close_matches
+from .sections.evaluation import EvalConfig
+from .sections.model import ModelConfig
+from .sections.optimizer import OptimizerConfig, ScheduleConfig
+from .sections.train import DistillationConfig, TrainConfig
 
-
-class _ModelSection:
-    """Which ViT to build: a registered `name`, with any `ViTConfig` field overridden here
-    (None keeps the registered value; `num_classes: null` takes the data set's class count).
-    Its fields after the first four are `ViTConfig`'s, derived from it, so the two never drift.
-
-    pretrained: weights to start from: any file `load_pretrained` reads, or a Hugging Face
-        save_pretrained folder. The model is built with the options the checkpoint implies (a
-        pre-logits layer, Hugging Face's config.json, the JAX code's tanh GELU, ...); keys set
-        here win, and the data set decides the class count. The position embedding is resampled
-        and the head re-initialised as needed (fine-tuning).
-    pretrained_resample: how that position embedding is resampled to another grid
-        (bicubic_antialias, bicubic, bilinear, bilinear_align_corners, bicubic_align_corners);
-        null: as the checkpoint's own code does (docs/pretrained.md).
-    recompute: activation recompute in training: true (every encoder layer), k (every k-th) or
-        false/0; the same numbers with less memory and more time (docs/scaling.md).
-    freeze: null trains every parameter; "backbone" trains the classifier head alone (a linear
-        probe of the frozen representation, the paper's Section 4.1): everything before the
-        head, the pre-logits layer and the pooling norm included, keeps its weights, runs in
-        eval mode (no dropout, no drop-path) and has no gradients and no optimizer state; the
-        head starts from zero (paper Section 3.2).
-    Every other key: the `ViTConfig` field of that name (paddle_vit/models/vit.py says what each is).
-    """
-
-    def vit_overrides(self):
-        """The ViTConfig fields this section sets, as keyword arguments."""
-        return {name: value for name, value in dataclasses.asdict(self).items()
-                if name not in OWN_MODEL_KEYS and value is not None}
-
-
-OWN_MODEL_KEYS = ("name", "pretrained", "pretrained_resample", "freeze")  # not ViTConfig fields
-FREEZE_CHOICES = ("backbone",)
-
-
-def _model_section_fields():
-    """(name, type, field) of the model section: its own four keys, then every `ViTConfig`
-    field as optional (None: the registered value)."""
-    fields = [("name", str, dataclasses.field(default="vit_walkthrough")),
-              ("pretrained", Optional[str], dataclasses.field(default=None)),
-              ("pretrained_resample", Optional[str], dataclasses.field(default=None)),
-              ("freeze", Optional[str], dataclasses.field(default=None))]
-    for field in dataclasses.fields(ViTConfig):
-        metadata = {"true_is": 1} if field.name == "recompute" else {}  # recompute: true = every layer
-        fields.append((field.name, Optional[field.type], dataclasses.field(default=None, metadata=metadata)))
-    return fields
-
-
-ModelConfig = dataclasses.make_dataclass("ModelConfig", _model_section_fields(), bases=(_ModelSection,),
-                                         namespace={"__doc__": _ModelSection.__doc__})
-ModelConfig.__module__ = __name__
-
-
-@dataclasses.dataclass
-class OptimizerConfig:
-    """The optimizer: AdamW (the ViT/DeiT pre-training recipe) or SGD with momentum (the paper's
-    fine-tuning recipe, Appendix B.1.1).
-
-    name: "adamw" or "sgd" (momentum SGD, computed as PyTorch's torch.optim.SGD and optax.sgd:
-        velocity = momentum * velocity + gradient, weights -= lr * velocity).
-    lr: the peak learning rate, reached after warm-up.
-    weight_decay: never applied to biases, norms, class token or position embeddings; AdamW's is
-        decoupled, SGD's is L2 added to the gradient (as torch.optim.SGD's weight_decay); 0 is off.
-    beta1, beta2, epsilon: AdamW's.
-    momentum: SGD's momentum (paper: 0.9); nesterov: SGD with Nesterov momentum
-        (the step is lr * (gradient + momentum * velocity)).
-    clip_grad_norm: clip the global gradient norm to this (paper: 1.0); 0 switches it off.
-    head_lr_scale: multiplies the learning rate of the head (e.g. 10 when fine-tuning).
-    layer_decay: layer-wise learning-rate decay (BEiT, MAE, timm's param_groups_layer_decay):
-        the patch embedding (a hybrid's ResNet included), class token and position embedding
-        are layer 0, encoder block i is layer i + 1, the head (with fc_norm and a pre-logits
-        layer) layer depth + 1, the encoder's final norm the last block's layer (as timm groups
-        it), and each parameter's learning rate is multiplied by
-        layer_decay ** (depth + 1 - layer); null (or 1.0) is off.
-    """
-    name: str = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.05
-    beta1: float = 0.9
-    beta2: float = 0.999
-    epsilon: float = 1e-8
-    clip_grad_norm: float = 1.0
-    head_lr_scale: float = 1.0
-    momentum: float = 0.9
-    nesterov: bool = False
-    layer_decay: Optional[float] = None
-
-
-@dataclasses.dataclass
-class ScheduleConfig:
-    """Learning-rate schedule, updated every optimizer step.
-
-    name: "cosine" (linear warm-up, then cosine decay to min_lr) or "constant" (warm-up, then lr).
-    warmup_epochs: length of the linear warm-up from warmup_start_lr (may be fractional).
-    """
-    name: str = "cosine"
-    warmup_epochs: float = 0.0
-    warmup_start_lr: float = 1e-6
-    min_lr: float = 1e-6
-
-
-@dataclasses.dataclass
-class DistillationConfig:
-    """DeiT's distillation (Touvron et al. 2021): the student's distillation token learns from a
-    frozen teacher's logits on the same (mixed) images. The student must have
-    `model.distilled: true`; evaluation reads the mean of its two heads.
-
-    teacher: a run's training checkpoint (.pdckpt: its stored recipe builds the model), a folder
-        whose config.json names its model (timm Hub, Hugging Face), or a registered model name
-        (`paddle_vit.list_models()`, built with its initial weights: for tests). Its class count
-        must be the data's and its input size the student's. May be null only with type none.
-    type: "hard" (the distillation head learns the teacher's argmax), "soft" (the teacher's
-        softened distribution, KL at temperature tau) or "none" (DeiT's: the class head alone
-        learns the labels; no teacher is run).
-    alpha: the distillation term's weight: loss = (1 - alpha) * base + alpha * distillation
-        (DeiT: 0.5); in [0, 1].
-    tau: the soft distillation's temperature (> 0, finite; DeiT: 1.0).
-    """
-    teacher: Optional[str] = None
-    type: str = "hard"
-    alpha: float = 0.5
-    tau: float = 1.0
-
-
-DISTILLATION_TYPES = ("hard", "soft", "none")
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """How to run training.
-
-    device: "auto" (GPU when Paddle has CUDA and one is visible, else CPU), "gpu" or "cpu".
-    batch_size: images per step per device; accumulate_steps: steps per optimizer update.
-    label_smoothing: of the cross-entropy targets (DeiT: 0.1).
-    amp: "none", "bf16" or "fp16"; amp_level "O1" (autocast) or "O2" (fp16/bf16 weights).
-    ema: keep an exponential moving average of the weights with ema_decay.
-    deterministic: seed every step so a stopped and resumed run equals an unbroken one.
-    output_dir: the run folder (checkpoints, train.log, metrics.jsonl, vdl/); one that holds a run
-        already is refused unless resumed. null: a new output/<config name>/run-NNN for every run,
-        with output/<config name>/latest pointing at the newest.
-    log_interval: steps between log lines; save_interval: epochs between kept checkpoints
-        (0: only last and best); keep_last: how many of those to keep.
-    checkpoint_steps: also write last.pdckpt every this many optimizer updates within an epoch
-        (0: at the end of each epoch only). What a killed run resumes from: in a multi-process
-        run a signal writes no checkpoint, so this bounds the work a dead rank costs.
-    resume: null, "auto" (the newest valid checkpoint of the run: train.output_dir's, else the run
-        output/<config name>/latest points at) or a checkpoint path (inside a run folder: that run
-        goes on there; elsewhere: a new run starts from it).
-    resume_check: refuse to resume a checkpoint written with another data set, class list or
-        global batch (batch_size x processes x accumulate_steps; on another number of processes
-        accumulate_steps is set to keep it); false resumes anyway (the data position is carried
-        over in images).
-    sharding: null (every rank keeps the whole optimizer state) or "os" / "os_g" (ZeRO 1 / 2:
-        the optimizer state, and the gradients, split over the ranks) through Paddle's
-        group_sharded_parallel; GPU/XPU multi-process runs only (Paddle 3.3 has no CPU path).
-        Checkpoints are gathered into the usual single-file format. "p_g_os" (ZeRO 3) is refused
-        for now: its sharded parameters are not yet gathered into that format.
-    vdl: write VisualDL scalars to <output_dir>/vdl.
-    to_static: train a paddle.jit.to_static graph.
-    batch_threads: on a CPU, share each step's forward and backward passes over this many
-        threads, a slice of the batch each (paddle_vit/variants/batch_threads.py: Paddle runs its
-        elementwise kernels on one core, the threads keep every core busy; the same gradients up
-        to float rounding; dropout and drop path draw from a seed stream per slice). null: the
-        math threads where the step can be split and pays (one process, eager, no BatchNorm in
-        training, slices of 100,000 activation elements or more), else 1; 1: off. A number above
-        1 where the step cannot be split is refused, with the reason.
-    check_finite: read the loss every step and skip the update when it is NaN or Inf (one
-        scalar read per step; false reads it only at log intervals and stops there instead).
-    max_bad_steps: stop after this many non-finite steps in a row.
-    weights_format: "pdparams" or "safetensors" for the weight files best/last (+ _ema).
-    distillation: null (off) or DeiT's distillation from a teacher, a mapping of
-        `DistillationConfig`'s keys ({teacher, type, alpha, tau}); one key is set with
-        ``-o train.distillation.type=soft``.
-    """
-    epochs: int = 10
-    batch_size: int = 64
-    accumulate_steps: int = 1
-    label_smoothing: float = 0.0
-    device: str = "auto"
-    amp: str = "none"
-    amp_level: str = "O1"
-    ema: bool = False
-    ema_decay: float = 0.9999
-    seed: int = 0
-    deterministic: bool = True
-    output_dir: Optional[str] = None
-    log_interval: int = 20
-    save_interval: int = 0
-    keep_last: int = 3
-    checkpoint_steps: int = 0
-    resume: Optional[str] = None
-    resume_check: bool = True
-    vdl: bool = True
-    to_static: bool = False
-    batch_threads: Optional[int] = None
-    check_finite: bool = True
-    max_bad_steps: int = 5
-    weights_format: str = "pdparams"
-    sharding: Optional[str] = None
-    distillation: Optional[DistillationConfig] = None
-
-
-SHARDING_LEVELS = ("os", "os_g", "p_g_os")
-OPTIMIZERS = ("adamw", "sgd")
-SCHEDULES = ("cosine", "constant")
-AMP_DTYPES = ("none", "bf16", "fp16")
-AMP_LEVELS = ("O1", "O2")
-WEIGHTS_FORMATS = ("pdparams", "safetensors")
-EVAL_ENGINES = ("auto", "predictor", "dynamic", "to_static", "onnxruntime")
-EVAL_PRECISIONS = ("fp32", "bf16", "int8")
-
-
-@dataclasses.dataclass
-class EvalConfig:
-    """Evaluation: batch_size per device; every `interval` epochs during training;
-    confusion_matrix: also write confusion_matrix_<weights>.png (tools/eval.py), in the run folder
-    the weights belong to (else train.output_dir's recipe folder);
-    attention_map_interval: every this many epochs, log the attention rollout of the first
-    validation image to VisualDL's image tab (0: never);
-    engine: how tools/eval.py runs the model: ``auto`` (the engine measured fastest on this
-    device and kind of CPU, paddle_vit/deploy/engine_choice.py: onnxruntime on AVX2 CPUs when
-    the onnx extra is installed, else the predictor; eval says which it took), ``predictor``
-    (the model traced once and run by paddle.inference, with oneDNN on CPU), ``dynamic``
-    (eager, as during training), ``to_static`` (a paddle.jit.to_static graph) or ``onnxruntime``
-    (the model exported to ONNX on the fly and run by ONNX Runtime with its fused attention;
-    needs the onnx extra). The evaluation during training always runs the training model eagerly;
-    precision: ``fp32``, ``bf16`` (the predictor's oneDNN bfloat16 kernels, on a CPU with
-    AVX512-BF16 or AMX: about 2x faster, top-1 within a fraction of a point, docs/benchmarks.md)
-    or ``int8`` (engine onnxruntime: the export quantized dynamically, int8 weights per channel,
-    on any x86-64 CPU; docs/deployment.md);
-    fewshot_interval: every this many epochs (and after the last), the few-shot linear accuracy of the frozen
-    representation (the paper's second metric, paddle_vit/fewshot.py): the training split
-    (without augmentation) is the pool, the validation split the test; logged as
-    ``fewshot/<k>shot`` (the mean over the seeds) to VisualDL and ``fewshot_<k>shot`` in
-    metrics.jsonl (0: never); fewshot_shots: the shots per class; fewshot_l2_reg: the ridge
-    penalty (big_vision's 1024); fewshot_seeds: how many draws (seeds 0 .. n-1). tools/eval.py
-    --protocol fewshot takes the last three as its defaults."""
-    batch_size: int = 128
-    interval: int = 1
-    confusion_matrix: bool = False
-    attention_map_interval: int = 0
-    engine: str = "auto"
-    precision: str = "fp32"
-    fewshot_interval: int = 0
-    fewshot_shots: List[int] = dataclasses.field(default_factory=lambda: [1, 5, 10, 25])
-    fewshot_l2_reg: float = 1024.0
-    fewshot_seeds: int = 3
+__all__ = ["Config", "DataConfig", "DistillationConfig", "EvalConfig", "ModelConfig", "OptimizerConfig",
+           "ScheduleConfig", "TrainConfig", "keys_set", "load_config", "validate"]
 
 
 SECTIONS = {
@@ -515,210 +274,26 @@ def _nested_section(key, value, cls):
     return cls(**checked)
 
 
-def _at_least(key, value, low, exclusive=False):
-    if value < low or (exclusive and value == low):
-        raise ConfigError(f"{key} must be {'>' if exclusive else '>='} {low}, got {value!r}")
-
-
-def _fraction(key, value, closed=False):
-    if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
-        raise ConfigError(f"{key} must be in [0, 1{']' if closed else ')'}, got {value!r}")
-
-
-def _seed(key, value):
-    if not 0 <= value < 2 ** 32:  # numpy's and Paddle's seeds, and the data's keyed generators
-        raise ConfigError(f"{key} must be in [0, 2**32 - 1], got {value!r}")
-
-
-def _check_filelist_keys(data):
-    """data.dataset filelist names its root and both lists; a separator, when given, is one
-    that can sit inside a line."""
-    for key, what in (("root", "the folder the lists' image paths are relative to"),
-                      ("train_list", "the training list (PaddleClas's train_list.txt)"),
-                      ("val_list", "the validation list (PaddleClas's val_list.txt)")):
-        if not getattr(data, key):
-            raise ConfigError(f"data.{key} must name {what} for data.dataset filelist")
-    separator = data.list_separator
-    if separator is not None and (separator == "" or "\n" in separator or "\r" in separator):
-        raise ConfigError(f"data.list_separator must be null (any spaces or tabs) or a non-empty string without "
-                          f"line breaks, got {separator!r}")
-
-
 def validate(config):
-    """Check value ranges and that the model can be built; raise ConfigError naming the key."""
-    vit = _validate_model(config.model)
-    _validate_data(config.data)
-    _validate_optimizer(config.optimizer)
-    _validate_schedule(config.schedule)
-    _validate_train(config.train)
-    _validate_distillation(config.train.distillation, vit)
-    _validate_eval(config.eval, vit)
+    """Check every section on its own, then the rules that read two sections; raise ConfigError
+    naming the key."""
+    for section in SECTIONS:
+        getattr(config, section).validate()
+    _check_across_sections(config, config.model.vit_config())
     return config
 
 
-def _validate_model(model):
-    """The model section; returns the `ViTConfig` it builds (the class count a stand-in when the
-    data decides it)."""
-    try:
-        vit = get_model_config(model.name, **model.vit_overrides()).replace(
-            num_classes=model.num_classes if model.num_classes is not None else 10).validate()
-    except ConfigError as error:
-        message = str(error)
-        raise ConfigError(message if message.startswith("model") else f"model: {message}") from None
-    if model.pretrained_resample is not None:
-        check_choice("model.pretrained_resample", model.pretrained_resample, tuple(RESAMPLE_METHODS))
-    if model.freeze is not None:
-        check_choice("model.freeze", model.freeze, FREEZE_CHOICES)
-        if vit.num_classes == 0:
-            raise ConfigError("model.freeze: backbone trains the classifier head alone, and model.num_classes is 0 "
-                              "(no head): set model.num_classes: null to follow the data")
+def _check_across_sections(config, vit):
+    """The rules that weigh a key of one section against another section, which neither
+    section's `validate()` sees: the model's input channels against the data (every data set
+    here gives RGB), the distillation and the attention maps against the model the model section
+    builds (`vit`, its ViTConfig)."""
     if vit.in_channels != 3:
         raise ConfigError(f"model.in_channels is {vit.in_channels} but every data set here gives RGB images (grey, "
                           f"RGBA and CMYK ones are converted): set model.in_channels: 3")
-    return vit
-
-
-def _validate_data(data):
-    check_choice("data.dataset", data.dataset, DATASETS)
-    if data.dataset == "imagefolder" and not data.root:
-        raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset imagefolder")
-    if data.dataset == "filelist":
-        _check_filelist_keys(data)
-    _validate_data_split(data)
-    for key in ("synthetic_train_size", "synthetic_val_size"):
-        _at_least(f"data.{key}", getattr(data, key), 1)
-    _at_least("data.synthetic_classes", data.synthetic_classes, 2)
-    _at_least("data.num_workers", data.num_workers, 0)
-    _validate_data_transforms(data)
-    check_choice("data.on_bad_image", data.on_bad_image, BAD_IMAGE_POLICIES)
-
-
-def _validate_data_split(data):
-    _fraction("data.val_fraction", data.val_fraction)
-    _seed("data.split_seed", data.split_seed)
-    if not 0.0 < data.train_fraction <= 1.0:
-        raise ConfigError(f"data.train_fraction must be in (0, 1], got {data.train_fraction!r}")
-    if data.dataset == "digits":
-        _at_least("data.val_fraction", data.val_fraction, 0.0, exclusive=True)
-
-
-def _validate_data_transforms(data):
-    for key in ("mean", "std"):
-        if len(getattr(data, key)) != 3:
-            raise ConfigError(f"data.{key} must be a list of 3 numbers (R, G, B), got {getattr(data, key)!r}")
-    if any(value <= 0 for value in data.std):
-        raise ConfigError(f"data.std must be > 0 for every channel, got {data.std!r}")
-    check_choice("data.interpolation", data.interpolation, INTERPOLATIONS)
-    check_choice("data.train_crop", data.train_crop, TRAIN_CROPS)
-    if len(data.crop_scale) != 2 or not 0 < data.crop_scale[0] <= data.crop_scale[1] <= 1:
-        raise ConfigError(f"data.crop_scale must be [low, high] with 0 < low <= high <= 1, got {data.crop_scale!r}")
-    _at_least("data.crop_padding", data.crop_padding, 0)
-    for key in ("hflip", "random_erasing", "mix_prob", "switch_prob"):
-        _fraction(f"data.{key}", getattr(data, key), closed=True)
-    _at_least("data.randaugment_num_ops", data.randaugment_num_ops, 0)
-    if not 0 <= data.randaugment_magnitude <= 10:
-        raise ConfigError(f"data.randaugment_magnitude must be in [0, 10], got {data.randaugment_magnitude!r}")
-    _at_least("data.mixup_alpha", data.mixup_alpha, 0.0)
-    _at_least("data.cutmix_alpha", data.cutmix_alpha, 0.0)
-    if not 0 < data.eval_crop_pct <= 1:
-        raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data.eval_crop_pct!r}")
-    check_augmentation_keys(data)
-
-
-def _validate_optimizer(optimizer):
-    check_choice("optimizer.name", optimizer.name, OPTIMIZERS)
-    _at_least("optimizer.lr", optimizer.lr, 0.0, exclusive=True)
-    _at_least("optimizer.weight_decay", optimizer.weight_decay, 0.0)
-    _fraction("optimizer.beta1", optimizer.beta1)
-    _fraction("optimizer.beta2", optimizer.beta2)
-    _at_least("optimizer.epsilon", optimizer.epsilon, 0.0, exclusive=True)
-    _at_least("optimizer.clip_grad_norm", optimizer.clip_grad_norm, 0.0)
-    _at_least("optimizer.head_lr_scale", optimizer.head_lr_scale, 0.0, exclusive=True)
-    _fraction("optimizer.momentum", optimizer.momentum)
-    if optimizer.nesterov and (optimizer.name != "sgd" or optimizer.momentum == 0):
-        raise ConfigError(f"optimizer.nesterov is SGD's Nesterov momentum: it needs optimizer.name: sgd and "
-                          f"optimizer.momentum > 0 (got name {optimizer.name!r}, momentum {optimizer.momentum!r})")
-    if optimizer.layer_decay is not None and not 0.0 < optimizer.layer_decay <= 1.0:
-        raise ConfigError(f"optimizer.layer_decay must be in (0, 1] (e.g. 0.75), or null for none, "
-                          f"got {optimizer.layer_decay!r}")
-
-
-def _validate_schedule(schedule):
-    check_choice("schedule.name", schedule.name, SCHEDULES)
-    _at_least("schedule.warmup_epochs", schedule.warmup_epochs, 0.0)
-    _at_least("schedule.warmup_start_lr", schedule.warmup_start_lr, 0.0)
-    _at_least("schedule.min_lr", schedule.min_lr, 0.0)
-
-
-def _validate_train(train):
-    _at_least("train.epochs", train.epochs, 1)
-    _seed("train.seed", train.seed)
-    _at_least("train.batch_size", train.batch_size, 1)
-    _at_least("train.accumulate_steps", train.accumulate_steps, 1)
-    _fraction("train.label_smoothing", train.label_smoothing)
-    check_choice("train.device", train.device, DEVICES)
-    check_choice("train.amp", train.amp, AMP_DTYPES)
-    check_choice("train.amp_level", train.amp_level, AMP_LEVELS)
-    _fraction("train.ema_decay", train.ema_decay)
-    _at_least("train.log_interval", train.log_interval, 1)
-    _at_least("train.save_interval", train.save_interval, 0)
-    _at_least("train.keep_last", train.keep_last, 1)
-    _at_least("train.checkpoint_steps", train.checkpoint_steps, 0)
-    _at_least("train.max_bad_steps", train.max_bad_steps, 1)
-    if train.batch_threads is not None:
-        _at_least("train.batch_threads", train.batch_threads, 1)
-        if train.batch_threads > train.batch_size:
-            raise ConfigError(f"train.batch_threads is {train.batch_threads}, more than train.batch_size "
-                              f"{train.batch_size}: each thread's slice needs an image (null: as many as pay)")
-    check_choice("train.weights_format", train.weights_format, WEIGHTS_FORMATS)
-    if train.sharding is not None:
-        check_choice("train.sharding", train.sharding, SHARDING_LEVELS)
-
-
-def _validate_distillation(distillation, vit):
-    """train.distillation, against the student the model section builds: values in range, a
-    distilled student, a teacher named when one is run. Whether a teacher path exists is checked
-    when the run is built (engine/distillation.py), so that a run's stored recipe still loads
-    once its teacher is gone."""
-    if distillation is None:
-        return
-    check_choice("train.distillation.type", distillation.type, DISTILLATION_TYPES)
-    _fraction("train.distillation.alpha", distillation.alpha, closed=True)
-    _at_least("train.distillation.tau", distillation.tau, 0.0, exclusive=True)
-    if not vit.distilled:
+    if config.train.distillation is not None and not vit.distilled:
         raise ConfigError("train.distillation trains the student's distillation token, and model.distilled is false: "
                           "set model.distilled: true (with model.pool: cls), or train.distillation: null")
-    teacher = distillation.teacher
-    if teacher is None or not teacher.strip():
-        if distillation.type != "none":
-            raise ConfigError(f"train.distillation.teacher must name the teacher for type {distillation.type}: a run's "
-                              f".pdckpt, a timm or Hugging Face folder, or a registered model name")
-        return
-    if not looks_like_a_path(teacher) and teacher not in list_models():
-        raise ConfigError(f"train.distillation.teacher {teacher!r} is neither a registered model name"
-                          f"{close_matches(teacher, list_models())} nor a path (a run's .pdckpt, a timm or Hugging "
-                          f"Face folder)")
-
-
-def looks_like_a_path(teacher):
-    """A teacher given as a file or folder rather than a registered name: it has a folder
-    separator or an extension, or exists."""
-    return os.sep in teacher or "/" in teacher or os.path.splitext(teacher)[1] != "" or os.path.exists(teacher)
-
-
-def _validate_eval(evaluation, vit):
-    """The eval section, against the `ViTConfig` the model section builds."""
-    _at_least("eval.batch_size", evaluation.batch_size, 1)
-    _at_least("eval.interval", evaluation.interval, 1)
-    _at_least("eval.attention_map_interval", evaluation.attention_map_interval, 0)
-    _at_least("eval.fewshot_interval", evaluation.fewshot_interval, 0)
-    shots = evaluation.fewshot_shots
-    if not shots or min(shots) < 1 or len(set(shots)) != len(shots):
-        raise ConfigError(f"eval.fewshot_shots must be a non-empty list of different positive integers, got {shots!r}")
-    _at_least("eval.fewshot_l2_reg", evaluation.fewshot_l2_reg, 0.0)
-    _at_least("eval.fewshot_seeds", evaluation.fewshot_seeds, 1)
-    if evaluation.attention_map_interval and vit.depth == 0:
+    if config.eval.attention_map_interval and vit.depth == 0:
         raise ConfigError("eval.attention_map_interval draws the attention of the encoder layers, and model.depth is 0 "
                           "(no Transformer): set eval.attention_map_interval=0")
-    check_choice("eval.engine", evaluation.engine, EVAL_ENGINES)
-    check_choice("eval.precision", evaluation.precision, EVAL_PRECISIONS)

@@ -1,12 +1,16 @@
 """Config loading: YAML + overrides, type and range checks, saving the resolved config."""
+import dataclasses
 import glob
 import os
+import re
+from typing import Optional
 
 import pytest
 import yaml
 
-from paddle_vit import ConfigError
-from paddle_vit.config import load_config
+from paddle_vit import ConfigError, ViTConfig
+from paddle_vit.config import (DataConfig, DistillationConfig, EvalConfig, ModelConfig, OptimizerConfig, ScheduleConfig,
+                               TrainConfig, load_config)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,3 +145,97 @@ def test_resolved_config_round_trips(tmp_path):
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))))
 def test_every_shipped_config_loads(path):
     load_config(path)
+
+
+# ---- each section checks itself; the loader checks what reads two sections ---------------------
+
+def test_the_model_section_lists_every_vit_config_field_as_an_override():
+    """A field added to ViTConfig must be written into ModelConfig too, as Optional with None
+    (the registered value), in ViTConfig's order: the resolved YAML lists them in that order."""
+    own = ["name", "pretrained", "pretrained_resample", "freeze"]
+    assert [field.name for field in dataclasses.fields(ModelConfig)] == own + ViTConfig.field_names()
+    overrides = {field.name: field for field in dataclasses.fields(ModelConfig)}
+    for field in dataclasses.fields(ViTConfig):
+        assert overrides[field.name].type == Optional[field.type], field.name
+        assert overrides[field.name].default is None, field.name
+
+
+def test_every_vit_config_field_set_in_a_recipe_reaches_the_model():
+    recipe = {"model": {"name": "vit_tiny_patch16_224", "drop_path": 0.1, "dynamic_img_size": True,
+                        "recompute": True, "backbone_layers": None}}
+    config = load_config(data=recipe)
+    assert config.model.vit_overrides() == {"drop_path": 0.1, "dynamic_img_size": True, "recompute": 1}
+    built = config.model.vit_config()
+    assert built.drop_path == 0.1 and built.dynamic_img_size and built.recompute == 1 and built.embed_dim == 192
+
+
+SECTION_CLASSES = {"model": ModelConfig, "data": DataConfig, "optimizer": OptimizerConfig, "schedule": ScheduleConfig,
+                   "train": TrainConfig, "eval": EvalConfig}
+
+
+def section_alone(section, values):
+    """The section's dataclass made of `values` as a recipe gives them (a mapping for the nested
+    train.distillation), without the loader."""
+    if "distillation" in values:
+        values = dict(values, distillation=DistillationConfig(**values["distillation"]))
+    return SECTION_CLASSES[section](**values)
+
+
+@pytest.mark.parametrize("section, values, message", [
+    ("data", {"hflip": 2.0}, "data.hflip must be in [0, 1], got 2.0"),
+    ("data", {"random_erasing": -0.5}, "data.random_erasing must be in [0, 1], got -0.5"),
+    ("data", {"eval_crop_pct": 1.5}, "data.eval_crop_pct must be in (0, 1], got 1.5"),
+    ("data", {"eval_crop_pct": 0.0}, "data.eval_crop_pct must be in (0, 1], got 0.0"),
+    ("data", {"split_seed": -1}, "data.split_seed must be in [0, 2**32 - 1], got -1"),
+    ("data", {"std": [0.5, 0.0, 0.5]}, "data.std must be > 0 for every channel"),
+    ("data", {"auto_augment": "four_augment"}, "data.auto_augment must be one of none, three_augment"),
+    ("data", {"color_jitter": -0.1}, "data.color_jitter must be a finite number >= 0"),
+    ("data", {"repeated_augmentation": 0}, "data.repeated_augmentation must be an integer >= 1"),
+    ("data", {"auto_augment": "three_augment", "randaugment_num_ops": 2}, "two augmentation policies"),
+    ("data", {"dataset": "imagefolder"}, "data.root must name the ImageFolder root"),
+    ("data", {"dataset": "filelist", "root": "images", "train_list": "train.txt", "val_list": "val.txt",
+              "list_separator": ""}, "data.list_separator must be null (any spaces or tabs)"),
+    ("data", {"val_fraction": 0.0}, "data.val_fraction must be > 0.0, got 0.0"),
+    ("optimizer", {"lr": 0.0}, "optimizer.lr must be > 0.0, got 0.0"),
+    ("optimizer", {"layer_decay": 1.5}, "optimizer.layer_decay must be in (0, 1] (e.g. 0.75), or null for none, "
+                                        "got 1.5"),
+    ("optimizer", {"nesterov": True}, "optimizer.nesterov is SGD's Nesterov momentum"),
+    ("schedule", {"name": "step"}, "schedule.name must be one of cosine, constant"),
+    ("train", {"ema_decay": 1.0}, "train.ema_decay must be in [0, 1), got 1.0"),
+    ("train", {"sharding": "p_g"}, "train.sharding must be one of os, os_g, p_g_os"),
+    ("train", {"batch_size": 2, "batch_threads": 4}, "train.batch_threads is 4, more than train.batch_size 2"),
+    ("train", {"distillation": {"type": "none", "alpha": 2.0}}, "train.distillation.alpha must be in [0, 1], got 2.0"),
+    ("train", {"distillation": {"type": "soft"}}, "train.distillation.teacher must name the teacher for type soft"),
+    ("eval", {"fewshot_shots": [5, 5]}, "eval.fewshot_shots must be a non-empty list of different"),
+    ("model", {"freeze": "head"}, "model.freeze must be one of backbone"),
+    ("model", {"drop_path": 1.0}, "model.drop_path must be in [0, 1), got 1.0"),
+    ("model", {"freeze": "backbone", "num_classes": 0}, "model.freeze: backbone trains the classifier head alone"),
+])
+def test_a_section_refuses_a_bad_value_itself_as_loading_a_recipe_does(tmp_path, section, values, message):
+    with pytest.raises(ConfigError) as loaded:
+        load_config(write(tmp_path, yaml.safe_dump({section: values})))
+    with pytest.raises(ConfigError) as alone:
+        section_alone(section, values).validate()
+    assert message in str(alone.value)
+    assert str(alone.value) == str(loaded.value)
+
+
+@pytest.mark.parametrize("recipe, message", [
+    ({"model": {"in_channels": 1}}, "model.in_channels is 1 but every data set here gives RGB images"),
+    ({"model": {"depth": 0}, "eval": {"attention_map_interval": 1}},
+     "eval.attention_map_interval draws the attention of the encoder layers, and model.depth is 0"),
+    ({"train": {"distillation": {"teacher": "vit_walkthrough"}}},
+     "train.distillation trains the student's distillation token, and model.distilled is false"),
+])
+def test_a_rule_across_two_sections_is_the_loaders(recipe, message):
+    for section, values in recipe.items():
+        section_alone(section, values).validate()  # each section alone accepts its keys
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(data=recipe)
+
+
+def test_a_list_default_is_a_new_list_for_every_section():
+    first, second = DataConfig(), DataConfig()
+    first.mean[0] = 0.0
+    assert second.mean == [0.5, 0.5, 0.5] and DataConfig().mean == [0.5, 0.5, 0.5]
+    assert EvalConfig().fewshot_shots is not EvalConfig().fewshot_shots

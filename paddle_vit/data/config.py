@@ -1,4 +1,4 @@
-"""The data section of a recipe: `DataConfig` and the values its keys may take.
+"""The data section of a recipe: `DataConfig`, the values its keys may take, and its checks.
 
 It lives with the data code that reads it, below `paddle_vit.config` (which makes it one
 section of a recipe), so that the data package needs nothing above it.
@@ -7,7 +7,9 @@ import dataclasses
 import math
 from typing import List, Optional
 
-from ..errors import ConfigError, check_choice
+from ..checks import (FRACTION, PROBABILITY, SEED, above, at_least, check_settings, one_of, setting,
+                      within)
+from ..errors import ConfigError
 
 DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # every resize; transforms.py maps them to PIL's filters
@@ -17,9 +19,36 @@ AUTO_AUGMENTS = ("none", "three_augment")  # null is "none"
 THREE_AUGMENT_COLOR_JITTER = 0.3  # DeiT III's colour jitter, data.color_jitter's value under three_augment
 
 
+def _three_channels(key, value):
+    if len(value) != 3:
+        raise ConfigError(f"{key} must be a list of 3 numbers (R, G, B), got {value!r}")
+
+
+def _every_channel_positive(key, value):
+    if any(channel <= 0 for channel in value):
+        raise ConfigError(f"{key} must be > 0 for every channel, got {value!r}")
+
+
+def _area_range(key, value):
+    if len(value) != 2 or not 0 < value[0] <= value[1] <= 1:
+        raise ConfigError(f"{key} must be [low, high] with 0 < low <= high <= 1, got {value!r}")
+
+
+def _jitter_factor(key, value):
+    if not 0 <= value < math.inf:
+        raise ConfigError(f"{key} must be a finite number >= 0 (0 is off; DeiT III 0.3) or null, got {value!r}")
+
+
+def _copies(key, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key} must be an integer >= 1 (1 is off; DeiT: 3), got {value!r}")
+
+
 @dataclasses.dataclass
 class DataConfig:
-    """Where the images come from and how they are transformed.
+    """Where the images come from and how they are transformed. A key's range or choices stand on
+    its line (paddle_vit/checks.py); `validate()` adds what reads several keys: the folder and lists
+    each data set needs, one augmentation policy per image.
 
     dataset: "digits" (scikit-learn's 8x8 handwritten digits, offline), "imagefolder",
         "filelist", "cifar10", "cifar100" or "synthetic".
@@ -63,38 +92,68 @@ class DataConfig:
     eval_crop_pct: eval resizes to size / eval_crop_pct, then centre-crops (1.0: plain resize).
     on_bad_image: "skip" a corrupt or unreadable image (counted in the log) or "error".
     """
-    dataset: str = "digits"
+    dataset: str = setting("digits", one_of(DATASETS))
     root: Optional[str] = None
     train_list: Optional[str] = None
     val_list: Optional[str] = None
     class_names: Optional[str] = None
     list_separator: Optional[str] = None
-    val_fraction: float = 0.2
-    split_seed: int = 0
-    train_fraction: float = 1.0
-    synthetic_train_size: int = 64
-    synthetic_val_size: int = 32
-    synthetic_classes: int = 4
-    num_workers: int = 0
-    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    interpolation: str = "bicubic"
-    train_crop: str = "resize"
-    crop_scale: List[float] = dataclasses.field(default_factory=lambda: [0.08, 1.0])
-    crop_padding: int = 4
-    hflip: float = 0.0
-    randaugment_num_ops: int = 0
-    randaugment_magnitude: int = 9
-    auto_augment: Optional[str] = None
-    color_jitter: Optional[float] = None
-    repeated_augmentation: int = 1
-    random_erasing: float = 0.0
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    mix_prob: float = 1.0
-    switch_prob: float = 0.5
-    eval_crop_pct: float = 1.0
-    on_bad_image: str = "skip"
+    val_fraction: float = setting(0.2, FRACTION)
+    split_seed: int = setting(0, SEED)
+    train_fraction: float = setting(1.0, within(0, 1, low_open=True))
+    synthetic_train_size: int = setting(64, at_least(1))
+    synthetic_val_size: int = setting(32, at_least(1))
+    synthetic_classes: int = setting(4, at_least(2))
+    num_workers: int = setting(0, at_least(0))
+    mean: List[float] = setting([0.5, 0.5, 0.5], _three_channels)
+    std: List[float] = setting([0.5, 0.5, 0.5], _three_channels, _every_channel_positive)
+    interpolation: str = setting("bicubic", one_of(INTERPOLATIONS))
+    train_crop: str = setting("resize", one_of(TRAIN_CROPS))
+    crop_scale: List[float] = setting([0.08, 1.0], _area_range)
+    crop_padding: int = setting(4, at_least(0))
+    hflip: float = setting(0.0, PROBABILITY)
+    randaugment_num_ops: int = setting(0, at_least(0))
+    randaugment_magnitude: int = setting(9, within(0, 10))
+    auto_augment: Optional[str] = setting(None, one_of(AUTO_AUGMENTS))
+    color_jitter: Optional[float] = setting(None, _jitter_factor)
+    repeated_augmentation: int = setting(1, _copies)
+    random_erasing: float = setting(0.0, PROBABILITY)
+    mixup_alpha: float = setting(0.0, at_least(0.0))
+    cutmix_alpha: float = setting(0.0, at_least(0.0))
+    mix_prob: float = setting(1.0, PROBABILITY)
+    switch_prob: float = setting(0.5, PROBABILITY)
+    eval_crop_pct: float = setting(1.0, within(0, 1, low_open=True))
+    on_bad_image: str = setting("skip", one_of(BAD_IMAGE_POLICIES))
+
+    def validate(self):
+        """Raise ConfigError, one line naming the key, for a value the data code cannot use. Run
+        once when a recipe is loaded (paddle_vit/config.py); the data code then trusts the values."""
+        check_settings(self, "data")
+        if self.dataset == "imagefolder" and not self.root:
+            raise ConfigError("data.root must name the ImageFolder root (holding train/ and val/) for data.dataset "
+                              "imagefolder")
+        if self.dataset == "filelist":
+            self._check_filelist_keys()
+        if self.dataset == "digits":  # the digits have no validation split but this one
+            above(0.0)("data.val_fraction", self.val_fraction)
+        if self.auto_augment == "three_augment" and self.randaugment_num_ops > 0:  # one policy per image
+            raise ConfigError(f"data.auto_augment three_augment and data.randaugment_num_ops "
+                              f"{self.randaugment_num_ops} are two augmentation policies: set "
+                              f"data.randaugment_num_ops=0 (DeiT III) or data.auto_augment=none")
+        return self
+
+    def _check_filelist_keys(self):
+        """data.dataset filelist names its root and both lists; a separator, when given, is one
+        that can sit inside a line."""
+        for key, what in (("root", "the folder the lists' image paths are relative to"),
+                          ("train_list", "the training list (PaddleClas's train_list.txt)"),
+                          ("val_list", "the validation list (PaddleClas's val_list.txt)")):
+            if not getattr(self, key):
+                raise ConfigError(f"data.{key} must name {what} for data.dataset filelist")
+        separator = self.list_separator
+        if separator is not None and (separator == "" or "\n" in separator or "\r" in separator):
+            raise ConfigError(f"data.list_separator must be null (any spaces or tabs) or a non-empty string without "
+                              f"line breaks, got {separator!r}")
 
 
 def color_jitter_strength(data):
@@ -102,19 +161,3 @@ def color_jitter_strength(data):
     if data.color_jitter is not None:
         return float(data.color_jitter)
     return THREE_AUGMENT_COLOR_JITTER if data.auto_augment == "three_augment" else 0.0
-
-
-def check_augmentation_keys(data):
-    """Refuse (ConfigError, one line) bad values of data.auto_augment, data.color_jitter and
-    data.repeated_augmentation, and 3-Augment together with RandAugment (one policy per image)."""
-    check_choice("data.auto_augment", "none" if data.auto_augment is None else data.auto_augment, AUTO_AUGMENTS)
-    if data.color_jitter is not None and not 0 <= data.color_jitter < math.inf:
-        raise ConfigError(f"data.color_jitter must be a finite number >= 0 (0 is off; DeiT III 0.3) or null, "
-                          f"got {data.color_jitter!r}")
-    repeats = data.repeated_augmentation
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"data.repeated_augmentation must be an integer >= 1 (1 is off; DeiT: 3), got {repeats!r}")
-    if data.auto_augment == "three_augment" and data.randaugment_num_ops > 0:
-        raise ConfigError(f"data.auto_augment three_augment and data.randaugment_num_ops "
-                          f"{data.randaugment_num_ops} are two augmentation policies: set "
-                          f"data.randaugment_num_ops=0 (DeiT III) or data.auto_augment=none")

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageEnhance
 
 from ..errors import ConfigError, check_choice
-from .config import INTERPOLATIONS, TRAIN_CROPS, check_augmentation_keys, color_jitter_strength
+from .config import INTERPOLATIONS, TRAIN_CROPS, color_jitter_strength
 from .randaugment import RandAugment
 from .three_augment import ThreeAugment
 
@@ -258,13 +258,9 @@ def build_transforms(data_config, image_size, train):
     The result is called as `transform(pil_rgb_image, rng)` and returns float32 [3, S, S].
     """
     interpolation = interpolation_from_name(data_config.interpolation)
-    for name in ("hflip", "random_erasing"):
-        if not 0 <= getattr(data_config, name) <= 1:
-            raise ConfigError(f"data.{name} is a probability in [0, 1], got {getattr(data_config, name)}")
     size = int(image_size)
     steps = []
     if train:
-        check_augmentation_keys(data_config)
         crop = check_choice("data.train_crop", data_config.train_crop, TRAIN_CROPS)
         if crop == "resize":
             steps.append(Resize(size, interpolation))
@@ -286,8 +282,6 @@ def build_transforms(data_config, image_size, train):
             steps.append(RandomErasing(data_config.random_erasing))
         return Compose(steps)
     crop_pct = float(data_config.eval_crop_pct)
-    if not 0 < crop_pct <= 1:
-        raise ConfigError(f"data.eval_crop_pct must be in (0, 1], got {data_config.eval_crop_pct}")
     if crop_pct == 1.0:
         steps.append(Resize(size, interpolation))
     else:

@@ -19,11 +19,11 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from ..config import looks_like_a_path
 from ..errors import ConfigError, WeightsError
 from ..factory import describe_class_difference, model_for_evaluation
 from ..models import ViT, get_model_config
 from ..recipe import config_for_weights, recorded_model
+from ..sections.train import looks_like_a_path
 from ..variants import use_cpu_fast_paths
 from ..weights.source import resolve_weights
 from .step import autocast, classification_loss
