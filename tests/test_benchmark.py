@@ -14,8 +14,9 @@ import paddle.nn as nn
 import pytest
 
 from paddle_vit import ConfigError, ViT
-from paddle_vit import benchmark as bench
-from paddle_vit import runtime, timm_worker
+from paddle_vit import runtime
+from paddle_vit.bench import run as bench
+from paddle_vit.bench import timm_worker
 
 from repo_paths import TOOLS
 

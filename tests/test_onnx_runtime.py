@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime", reason="the onnxruntime engine needs the opti
 pytest.importorskip("paddle2onnx", reason="the on-the-fly export needs the optional extra: pip install -e '.[onnx]'")
 
 from paddle_vit import ViT  # noqa: E402
-from paddle_vit import benchmark as bench  # noqa: E402
+from paddle_vit.bench import run as bench  # noqa: E402
 from paddle_vit.deploy.inference import EngineModel, engine_for_model  # noqa: E402
 
 from repo_paths import load_tool  # noqa: E402

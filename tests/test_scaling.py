@@ -1,11 +1,11 @@
-"""The on-paper scaling estimate (paddle_vit/scaling.py) against published numbers."""
+"""The on-paper scaling estimate (paddle_vit/experiments/scaling.py) against published numbers."""
 import json
 
 import pytest
 
 from paddle_vit.cli import run
 from paddle_vit.models import get_model_config
-from paddle_vit.scaling import (activation_bytes_per_image, allreduce_bytes_per_gpu, estimate,
+from paddle_vit.experiments.scaling import (activation_bytes_per_image, allreduce_bytes_per_gpu, estimate,
                                 forward_macs_per_image, parameter_count, state_bytes_per_gpu)
 
 from repo_paths import load_tool

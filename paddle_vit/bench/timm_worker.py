@@ -1,7 +1,7 @@
 """The timm side of ``paddle-vit benchmark --compare timm``, run by path with another Python, one
 with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` starts it):
 
-    python paddle_vit/timm_worker.py benchmark '<settings json>'
+    python paddle_vit/bench/timm_worker.py benchmark '<settings json>'
         builds timm's model of the given configuration, warms it up, then times `run N`
         requests from stdin one at a time, so that the Paddle process and this one take turns
         (A B A B) and never share the cores while timing.
@@ -224,7 +224,7 @@ def serve_benchmark(settings):
 
 def main(argv):
     if len(argv) != 2 or argv[0] != "benchmark":
-        sys.stderr.write("usage: python paddle_vit/timm_worker.py benchmark '<settings json>'\n")
+        sys.stderr.write("usage: python paddle_vit/bench/timm_worker.py benchmark '<settings json>'\n")
         return 2
     return serve_benchmark(json.loads(argv[1]))
 

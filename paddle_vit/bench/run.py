@@ -48,18 +48,18 @@ import numpy as np
 import paddle
 import paddle.profiler as profiler
 
-from . import runtime
-from .config import OptimizerConfig
-from .data import DataConfig, build_dataloader, build_datasets
-from .deploy.inference import InferenceOptions, PaddlePredictor, cpu_bf16_support, engine_for_model
-from .device import select_device
-from .engine import step as train_step
-from .engine.optim import build_optimizer
-from .errors import ConfigError, PaddleVitError, check_choice
-from .models import ViT, get_model_config
+from .. import runtime
+from ..config import OptimizerConfig
+from ..data import DataConfig, build_dataloader, build_datasets
+from ..deploy.inference import InferenceOptions, PaddlePredictor, cpu_bf16_support, engine_for_model
+from ..device import select_device
+from ..engine import step as train_step
+from ..engine.optim import build_optimizer
+from ..errors import ConfigError, PaddleVitError, check_choice
+from ..models import ViT, get_model_config
 from .timm_worker import PROTOCOL_PREFIX, operator_rows, peak_rss_mb, time_iterations
-from .variants import use_cpu_fast_paths, use_traceable_variants
-from .variants.batch_threads import BatchThreads, plan_batch_threads
+from ..variants import use_cpu_fast_paths, use_traceable_variants
+from ..variants.batch_threads import BatchThreads, plan_batch_threads
 
 logger = logging.getLogger("paddle_vit")
 
