@@ -1,5 +1,5 @@
 """The timm side of ``paddle-vit benchmark --compare timm``, run by path with another Python, one
-with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` starts it):
+with torch and timm but not Paddle (`paddle_vit.bench.reference.ReferenceProcess` starts it):
 
     python paddle_vit/bench/timm_worker.py benchmark '<settings json>'
         builds timm's model of the given configuration, warms it up, then times `run N`
@@ -9,7 +9,7 @@ with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` star
 It also holds what both sides of the comparison share, the per-iteration timing loop, the peak
 memory and the answer lines' prefix, and `import_timm`, which the reference fixture makers
 (tests/fixtures/make/) use. Only the standard library is imported at module level, so that
-`paddle_vit.benchmark` imports it and a Python without Paddle runs it.
+the benchmark's Paddle side imports it and a Python without Paddle runs it.
 """
 import glob
 import importlib.util
