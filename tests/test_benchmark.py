@@ -14,10 +14,10 @@ import paddle.nn as nn
 import pytest
 
 from paddle_vit import ConfigError, ViT
-from paddle_vit import benchmark as bench
-from paddle_vit import runtime, timm_worker
+from paddle_vit import bench, runtime
+from paddle_vit.bench import run as bench_run, subject as bench_subject, timm_worker
 
-from repo_paths import TOOLS
+from repo_paths import REPO, TOOLS
 
 sys.path.insert(0, TOOLS)
 import benchmark as benchmark_tool  # noqa: E402  (tools/benchmark.py)
@@ -117,7 +117,7 @@ def test_an_eager_cpu_subject_takes_its_thread_count_back_before_each_timing(mon
                                                             num_heads=3, num_classes=10))
     subject = bench.PaddleSubject(settings)
     calls = []
-    monkeypatch.setattr(bench, "set_threads", calls.append)
+    monkeypatch.setattr(bench_subject, "set_threads", calls.append)
     subject.timed(1)
     subject.timed(1)
     assert calls == [1, 1]
@@ -166,6 +166,14 @@ def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module(tmp_p
                                        threads=1, model_overrides=dict(image_size=32, patch_size=8, depth=1))
     with pytest.raises(ConfigError, match=r"No module named 'torch'.*--torch-python"):
         bench.run_benchmark(settings, compare="timm", torch_python=str(python_without_packages))
+
+
+def test_the_timm_worker_imports_no_paddle_through_its_package():
+    """The reference fixture makers (tests/fixtures/make/) import it in a Python with timm and no
+    Paddle: bench/ imports its Paddle side on first use, not with the package."""
+    probe = "import sys, paddle_vit.bench.timm_worker; assert 'paddle' not in sys.modules, 'paddle imported'"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 def test_paired_ratio_is_the_median_of_per_round_ratios():
@@ -279,7 +287,7 @@ def fake_cpu_readings(monkeypatch, busy_cpu_seconds, own_cpu_seconds):
     readings = iter([{"time": 100.0, "busy": 50.0, "steal": 1.0, "own": 7.0, "cpus": 2},
                      {"time": 102.0, "busy": 50.0 + busy_cpu_seconds, "steal": 1.0, "own": 7.0 + own_cpu_seconds,
                       "cpus": 2}])
-    monkeypatch.setattr(bench, "sample_cpu", lambda: next(readings))
+    monkeypatch.setattr(bench_run, "sample_cpu", lambda: next(readings))
 
 
 @pytest.mark.parametrize("mode", ["infer", "train", "data"])
@@ -581,7 +589,7 @@ def test_an_ops_self_time_leaves_out_the_ops_below_it_through_other_events():
     """A backward node (0-100 ns) runs a matmul (10-40) directly and another (50-70) inside a
     non-operator event (45-80), which holds an add (72-75) too: the node's own time is
     100 - 30 - 20 - 3 = 47; the matmuls keep their 30 and 20, the add its 3."""
-    operator, other = bench.profiler.TracerEventType.Operator, bench.profiler.TracerEventType.UserDefined
+    operator, other = paddle.profiler.TracerEventType.Operator, paddle.profiler.TracerEventType.UserDefined
 
     def node(name, kind, start, end, *children):
         return types.SimpleNamespace(name=name, type=kind, start_ns=start, end_ns=end, children_node=list(children))

@@ -64,7 +64,7 @@ def fake_train_one(family, fraction, seed, output_dir, steps, batch_size, thread
 
 
 def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatch, capsys):
-    from paddle_vit import experiments
+    from paddle_vit.experiments import data_size as experiments
 
     monkeypatch.setattr(experiments, "train_one", fake_train_one)
     tool = load_tool("data_size_experiment")
@@ -106,7 +106,7 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
 
 def test_the_distilled_vit_learns_from_the_resnet_run_of_its_own_fraction_and_seed_after_it_ended(tmp_path,
                                                                                                 monkeypatch):
-    from paddle_vit import experiments
+    from paddle_vit.experiments import data_size as experiments
 
     calls = []
 

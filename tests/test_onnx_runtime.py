@@ -15,7 +15,8 @@ pytest.importorskip("onnxruntime", reason="the onnxruntime engine needs the opti
 pytest.importorskip("paddle2onnx", reason="the on-the-fly export needs the optional extra: pip install -e '.[onnx]'")
 
 from paddle_vit import ViT  # noqa: E402
-from paddle_vit import benchmark as bench  # noqa: E402
+from paddle_vit import bench  # noqa: E402
+from paddle_vit.bench import limits as bench_limits  # noqa: E402
 from paddle_vit.deploy.inference import EngineModel, engine_for_model  # noqa: E402
 
 from repo_paths import load_tool  # noqa: E402
@@ -161,7 +162,7 @@ def test_benchmark_onnxruntime_int8_runs_and_reports_the_quantized_graph(capsys)
 
 def test_the_int8_gemm_graph_computes_the_integer_product_and_the_limits_are_measured():
     import onnxruntime
-    session = onnxruntime.InferenceSession(bench._matrix_product_graph(64, int8=True),
+    session = onnxruntime.InferenceSession(bench_limits._matrix_product_graph(64, int8=True),
                                            providers=["CPUExecutionProvider"])
     x = np.random.default_rng(2).integers(0, 256, (64, 64), dtype=np.uint8)
     weight = np.random.default_rng(0).integers(-64, 64, (64, 64), dtype=np.int8)  # as the graph draws it

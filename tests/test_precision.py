@@ -128,7 +128,7 @@ def test_benchmark_bf16_on_cpu_needs_the_predictor(capsys):
 
 
 def test_gemm_mode_measures_the_fp32_and_bf16_limits(capsys):
-    from paddle_vit.benchmark import gemm_limits
+    from paddle_vit.bench.limits import gemm_limits
 
     result = gemm_limits(size=256, iterations=2, threads=1)
     assert result["fp32_eager_gflops"] > 1 and result["fp32_predictor_gflops"] > 1

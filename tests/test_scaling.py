@@ -1,14 +1,16 @@
-"""The on-paper scaling estimate (paddle_vit/scaling.py) against published numbers."""
+"""The on-paper scaling estimate (paddle_vit/experiments/scaling.py) against published numbers."""
 import json
+import subprocess
+import sys
 
 import pytest
 
 from paddle_vit.cli import run
 from paddle_vit.models import get_model_config
-from paddle_vit.scaling import (activation_bytes_per_image, allreduce_bytes_per_gpu, estimate,
-                                forward_macs_per_image, parameter_count, state_bytes_per_gpu)
+from paddle_vit.experiments.scaling import (activation_bytes_per_image, allreduce_bytes_per_gpu, estimate,
+                                            forward_macs_per_image, parameter_count, state_bytes_per_gpu)
 
-from repo_paths import load_tool
+from repo_paths import REPO, load_tool
 
 PAPER_TABLE_1 = {"vit_tiny_patch16_224": 5_717_416, "vit_small_patch16_224": 22_050_664,
                  "vit_base_patch16_224": 86_567_656, "vit_base_patch32_224": 88_224_232,
@@ -59,3 +61,11 @@ def test_the_tool_prints_b16_and_h14_on_1_8_and_64_gpus(capsys):
     assert sorted({row["gpus"] for row in result["models"]["vit_huge_patch14_224"]}) == [1, 8, 64]
     assert run(load_tool("scaling_estimate").main, ["--mfu", "1.5"]) == 2
     assert capsys.readouterr().err.strip() == "error: --mfu is a fraction of the peak, in (0, 1]; got 1.5"
+
+
+def test_the_estimate_imports_no_paddle():
+    """Arithmetic on a config: importing it through its package (experiments/, whose data-size
+    experiment trains with Paddle) brings in no Paddle."""
+    probe = "import sys, paddle_vit.experiments.scaling; assert 'paddle' not in sys.modules, 'paddle imported'"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0, result.stderr

@@ -27,8 +27,8 @@ import sys
 
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
-from ..benchmark import (DEVICES, DTYPES, ENGINES, MODES, REFERENCES, BenchmarkSettings, busy_warning, format_gemm,
-                         format_report, format_side_by_side, gemm_limits, run_benchmark, run_side_by_side)
+from ..bench import (DEVICES, DTYPES, ENGINES, MODES, REFERENCES, BenchmarkSettings, busy_warning, format_gemm,
+                     format_report, format_side_by_side, gemm_limits, run_benchmark, run_side_by_side)
 from ..config import load_config
 from ..errors import ConfigError
 

@@ -22,7 +22,7 @@ from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
 from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError, DataError
-from ..experiments import BATCH_SIZE, data_size_figure, result_rows, run_data_size_experiment, training_images
+from ..experiments.data_size import BATCH_SIZE, data_size_figure, result_rows, run_data_size_experiment, training_images
 from ..fileio import atomic_write, output_folder
 
 

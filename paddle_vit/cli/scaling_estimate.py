@@ -1,5 +1,5 @@
 """Expected per-GPU throughput, memory and all-reduce traffic of data-parallel ViT training on
-1, 8 and 64 GPUs, computed from the model config (paddle_vit/scaling.py says how): a plan to
+1, 8 and 64 GPUs, computed from the model config (paddle_vit/experiments/scaling.py says how): a plan to
 replace with measurements once GPUs are available.
 
     paddle-vit scaling-estimate                      # ViT-B/16 and ViT-H/14, the paper's batch 4096
@@ -9,7 +9,7 @@ import json
 
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
-from .. import scaling
+from ..experiments import scaling
 from ..errors import ConfigError
 from ..models import get_model_config
 

@@ -40,15 +40,15 @@ import time
 import numpy as np
 import paddle
 
-from . import runtime
-from .config import load_config
-from .engine.logging_utils import setup_logging
-from .engine.trainer import Trainer
-from .data.datasets import AugmentedDataset, digits_sources, stratified_subset
-from .data.loader import build_dataloader
-from .errors import ConfigError, TrainingError
-from .fewshot import extract_features, fewshot_accuracy
-from .viz import new_figure
+from .. import runtime
+from ..config import load_config
+from ..engine.logging_utils import setup_logging
+from ..engine.trainer import Trainer
+from ..data.datasets import AugmentedDataset, digits_sources, stratified_subset
+from ..data.loader import build_dataloader
+from ..errors import ConfigError, TrainingError
+from ..fewshot import extract_features, fewshot_accuracy
+from ..viz import new_figure
 
 FAMILIES = {
     "ViT": dict(name="vit_tiny_patch16_224", patch_size=4, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2,
@@ -237,17 +237,17 @@ def seed_spread(values):
 
 
 def _run_in_worker(share, work_dir, steps, batch_size, shots, record, errors):
-    """Run `share` in a child Python (``python -m paddle_vit.experiments``), one JSON line back
+    """Run `share` in a child Python (``python -m paddle_vit.experiments.data_size``), one JSON line back
     per run to `record`; the child's last stderr line to `errors` if it fails. A child process,
     not multiprocessing: multiprocessing's resource tracker outlives a notebook's kernel and holds
     up its shutdown (which then ends in a SIGTERM)."""
     request = {"runs": [list(run) for run in share], "work_dir": work_dir, "steps": steps, "batch_size": batch_size,
                "shots": list(shots)}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
                        GLOG_minloglevel="2", OMP_NUM_THREADS="1")
     with tempfile.TemporaryFile("w+") as stderr:  # a file, not a pipe: a full pipe would block the child
-        child = subprocess.Popen([sys.executable, "-m", "paddle_vit.experiments"], stdin=subprocess.PIPE,
+        child = subprocess.Popen([sys.executable, "-m", "paddle_vit.experiments.data_size"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=stderr, text=True, env=environment)
         child.stdin.write(json.dumps(request))
         child.stdin.close()

@@ -1,7 +1,7 @@
 """The timm side of ``paddle-vit benchmark --compare timm``, run by path with another Python, one
-with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` starts it):
+with torch and timm but not Paddle (`paddle_vit.bench.reference.ReferenceProcess` starts it):
 
-    python paddle_vit/timm_worker.py benchmark '<settings json>'
+    python paddle_vit/bench/timm_worker.py benchmark '<settings json>'
         builds timm's model of the given configuration, warms it up, then times `run N`
         requests from stdin one at a time, so that the Paddle process and this one take turns
         (A B A B) and never share the cores while timing.
@@ -9,7 +9,7 @@ with torch and timm but not Paddle (`paddle_vit.benchmark.ReferenceProcess` star
 It also holds what both sides of the comparison share, the per-iteration timing loop, the peak
 memory and the answer lines' prefix, and `import_timm`, which the reference fixture makers
 (tests/fixtures/make/) use. Only the standard library is imported at module level, so that
-`paddle_vit.benchmark` imports it and a Python without Paddle runs it.
+the benchmark's Paddle side imports it and a Python without Paddle runs it.
 """
 import glob
 import importlib.util
@@ -224,7 +224,7 @@ def serve_benchmark(settings):
 
 def main(argv):
     if len(argv) != 2 or argv[0] != "benchmark":
-        sys.stderr.write("usage: python paddle_vit/timm_worker.py benchmark '<settings json>'\n")
+        sys.stderr.write("usage: python paddle_vit/bench/timm_worker.py benchmark '<settings json>'\n")
         return 2
     return serve_benchmark(json.loads(argv[1]))
 
