@@ -73,6 +73,21 @@ def contents(folder):
     return found
 
 
+def assert_a_full_disk_keeps_the_previous_whole(write, disk, name, replace_option, what):
+    """`write(out, *options)` -> (exit code, lines) writes a folder `out` on the tmpfs `disk`: once
+    onto free space, then again with `replace_option` onto the disk filled up, which must be one
+    error line saying `what` could not be written and leave the first folder byte for byte; and a
+    new folder onto the full disk must leave nothing behind."""
+    out = disk / name
+    assert write(out)[0] == 0
+    before = contents(out)
+    fill(disk)
+    assert_one_line_error(*write(out, replace_option), f"cannot write the {what} to {out}", "No space left on device")
+    assert contents(out) == before  # no staging folder, every file as the first write left it
+    assert_one_line_error(*write(disk / "new"), "No space left on device")
+    assert not (disk / "new").exists()
+
+
 # ---- export --------------------------------------------------------------------------------
 
 @pytest.mark.root
@@ -97,15 +112,8 @@ def test_an_export_onto_a_read_only_mount_says_so_in_one_line(weights, read_only
 
 @pytest.mark.root
 def test_an_export_onto_a_full_disk_says_so_and_leaves_the_previous_export_whole(weights, tiny_disk, capsys):
-    out = tiny_disk / "export"
-    assert export(weights, out, capsys)[0] == 0
-    before = contents(out)
-    fill(tiny_disk)
-    assert_one_line_error(*export(weights, out, capsys, "--softmax"), f"cannot write the export to {out}",
-                          "No space left on device")
-    assert contents(out) == before  # no staging folder, every file as the first export wrote it
-    assert_one_line_error(*export(weights, tiny_disk / "new", capsys), "No space left on device")
-    assert not (tiny_disk / "new").exists()
+    assert_a_full_disk_keeps_the_previous_whole(lambda out, *options: export(weights, out, capsys, *options),
+                                                tiny_disk, "export", "--softmax", "export")
 
 
 @pytest.mark.slow
@@ -202,15 +210,8 @@ def test_a_folder_published_onto_a_read_only_mount_says_so_in_one_line(read_only
 @pytest.mark.root
 @pytest.mark.parametrize("to", ["timm", "huggingface"])
 def test_a_folder_published_onto_a_full_disk_says_so_and_the_previous_stays_whole(tiny_disk, capsys, to):
-    out = tiny_disk / "published"
-    assert publish(out, capsys, to)[0] == 0
-    before = contents(out)
-    fill(tiny_disk)
-    assert_one_line_error(*publish(out, capsys, to, "--overwrite"), f"cannot write the {to} folder to {out}",
-                          "No space left on device")
-    assert contents(out) == before
-    assert_one_line_error(*publish(tiny_disk / "new", capsys, to), "No space left on device")
-    assert not (tiny_disk / "new").exists()
+    assert_a_full_disk_keeps_the_previous_whole(lambda out, *options: publish(out, capsys, to, *options),
+                                                tiny_disk, "published", "--overwrite", f"{to} folder")
 
 
 def test_a_folder_left_by_a_publish_killed_while_moving_its_files_in_is_replaced(tmp_path, capsys):

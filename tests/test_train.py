@@ -451,33 +451,32 @@ def draws():
     return paddle.rand([3]).numpy(), np.random.rand(3)
 
 
+def seeded_draws():
+    """The first draws of the generators seeded with 123 / 456."""
+    paddle.seed(123)
+    np.random.seed(456)
+    return draws()
+
+
 def assert_draws_continue_the_seeded_sequence(before_draws, after_draws):
     """`after_draws` must be what the generators seeded with 123 / 456 give after `before_draws`,
     as if nothing had run between them."""
-    paddle.seed(123)
-    np.random.seed(456)
-    for got, want in zip((before_draws, after_draws), (draws(), draws())):
+    for got, want in zip((before_draws, after_draws), (seeded_draws(), draws())):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_fit_gives_the_process_its_random_generators_back(tmp_path):
-    paddle.seed(123)
-    np.random.seed(456)
-    before = draws()
+    before = seeded_draws()
     Trainer(small_config(tmp_path / "run", train={"epochs": 1, "seed": 7})).fit()
     assert_draws_continue_the_seeded_sequence(before, draws())
 
 
 def test_a_trainer_closed_unfitted_or_refused_while_building_gives_them_back_too(tmp_path):
-    paddle.seed(123)
-    np.random.seed(456)
-    before = draws()
+    before = seeded_draws()
     Trainer(small_config(tmp_path / "closed", train={"epochs": 1, "seed": 7})).close()
     assert_draws_continue_the_seeded_sequence(before, draws())
-    paddle.seed(123)
-    np.random.seed(456)
-    before = draws()
+    before = seeded_draws()
     with pytest.raises(ConfigError, match="larger than the training set"):  # refused after seeding
         Trainer(small_config(tmp_path / "refused", train={"epochs": 1, "seed": 7, "batch_size": 512}))
     assert_draws_continue_the_seeded_sequence(before, draws())
