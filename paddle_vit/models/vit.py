@@ -22,7 +22,8 @@ def build_embedding(config):
         backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels, config.backbone_style)
         return HybridEmbedding(config, backbone)
     if is_walkthrough_embedding(config):
-        return PatchEmbedding(config.image_size, config.patch_size, config.in_channels, config.embed_dim, config.dropout)
+        return PatchEmbedding(config.image_size, config.patch_size, config.in_channels, config.embed_dim,
+                              config.dropout)
     return TokenEmbedding(config)
 
 
