@@ -377,7 +377,8 @@ def position_similarity_figure(model, title=None, vmin=-1.0):
     if embedding is None:
         raise ConfigError("the model has no position embedding (position_embedding='none'): nothing to compare")
     rows, cols = _grid_of(model)
-    similarity = position_embedding_similarity(embedding, (rows, cols))
+    # the rows before the grid: the class token's (and DeiT's, registers'), none with no_embed_class
+    similarity = position_embedding_similarity(embedding, (rows, cols), model.patch_embed.num_embedded_prefix)
     picture = _mosaic(similarity)
     colormap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # the gaps between maps
     side = min(7.0, 1.2 + 0.45 * max(rows, cols))

@@ -258,7 +258,7 @@ def test_a_traced_dynamic_graph_computes_the_eager_numbers_at_any_size(weights):
     model = timm_model(weights, dynamic_img_size=True, dynamic_img_pad=True)
     cases = ["pad_13x35", "dyn_16x40"] if weights == "timm_vit_cls" else ["hybrid_pad_36x20", "hybrid_dyn_16x48"]
     with paddle.no_grad(), traceable(model):
-        assert type(model.patch_embed).__name__.startswith("Traceable")
+        assert type(model.patch_embed.input_size).__name__.startswith("Traceable")
         traced = paddle.jit.to_static(model.forward, input_spec=[InputSpec([None, 3, None, None], "float32")],
                                       full_graph=True)
         for case in cases:

@@ -233,6 +233,18 @@ def test_a_model_without_position_embedding_has_no_similarity_figure():
         viz.position_similarity_figure(tiny_model(position_embedding="none"))
 
 
+
+@pytest.mark.parametrize("overrides", [dict(distilled=True), dict(register_tokens=4, no_embed_class=True),
+                                       dict(class_token=False, pool="mean")])
+def test_similarity_figure_compares_the_patch_rows_whatever_the_prefix_tokens(overrides):
+    """DeiT's distillation token has a position row of its own, no_embed_class and a model with no
+    class token none: the figure compares the grid's rows alone."""
+    model = tiny_model(**overrides)
+    table = model.patch_embed.position_embedding.numpy()[0, -4:]  # the 2 x 2 grid's rows
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    _, numbers = viz.position_similarity_figure(model)
+    np.testing.assert_allclose(numbers["similarity"], (unit @ unit.T).reshape(2, 2, 2, 2), atol=1e-6)
+
 # ---- tools/visualize.py -----------------------------------------------------------------------------
 
 @pytest.mark.slow

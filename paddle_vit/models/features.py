@@ -53,6 +53,7 @@ def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW",
     taken, last = feature_take_indices(len(layers), indices)
     batch, height, width = x.shape[0], x.shape[2], x.shape[3]
 
+    model.check_input_size(x)
     tokens = model.encoder.norm_pre(model.patch_embed(x))  # [B, T + N, D]
     intermediates = []
     for index, layer in enumerate(layers):

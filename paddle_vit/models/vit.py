@@ -5,12 +5,26 @@ import math
 import paddle
 import paddle.nn as nn
 
+from ..errors import ConfigError
 from .config import ViTConfig
 from .encoder import Encoder
 from .features import forward_intermediates, prune_intermediate_layers
-from .patch_embed import HybridEmbedding, PatchEmbedding
+from .patch_embed import PatchEmbedding
 from .pooling import AttentionPool
 from .resnet import ResNetV2, StdConv2D
+from .token_embed import HybridEmbedding, TokenEmbedding, is_walkthrough_embedding
+
+
+def build_embedding(config):
+    """The patch embedding `config` asks for: the walkthrough's `PatchEmbedding` (the paper's ViTs),
+    else `TokenEmbedding` with the options of later ViTs, `HybridEmbedding` after a ResNet."""
+    if config.is_hybrid:
+        backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels, config.backbone_style)
+        return HybridEmbedding(config, backbone)
+    if is_walkthrough_embedding(config):
+        return PatchEmbedding(config.image_size, config.patch_size, config.in_channels, config.embed_dim,
+                              config.dropout)
+    return TokenEmbedding(config)
 
 
 class PreLogits(nn.Layer):
@@ -40,20 +54,7 @@ class ViT(nn.Layer):
         self.head_is_projection = False  # CLIP's proj as the head: an embedding, not class scores
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
-        embedding = dict(dynamic_size=config.dynamic_img_size, dynamic_pad=config.dynamic_img_pad,
-                         resize_method=config.pos_embed_resample, class_token=config.class_token,
-                         distillation_token=config.distilled, register_tokens=config.register_tokens,
-                         no_embed_class=config.no_embed_class, drop_remainder=config.drop_remainder,
-                         patch_bias=not config.pre_norm)  # as timm: normed before the blocks (CLIP), no bias
-        if config.is_hybrid:
-            backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels,
-                                config.backbone_style)
-            self.patch_embed = HybridEmbedding(backbone, config.feature_size(), config.image_size, config.patch_size,
-                                               config.embed_dim, config.dropout, config.position_embedding,
-                                               **embedding)
-        else:
-            self.patch_embed = PatchEmbedding(config.image_size, config.patch_size, config.in_channels,
-                                              config.embed_dim, config.dropout, config.position_embedding, **embedding)
+        self.patch_embed = build_embedding(config)
         self.encoder = Encoder(config, final_norm=not config.uses_fc_norm)
         if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
@@ -75,8 +76,22 @@ class ViT(nn.Layer):
     def forward_features(self, x, return_attention=False):
         """[B, C, H, W] -> tokens [B, 1 + N, D] after the encoder (and, with the per-layer
         attention weights [B, H, 1 + N, 1 + N], when `return_attention`)."""
+        self.check_input_size(x)
         x = self.patch_embed(x)  # [B, 1 + N, D]
         return self.encoder(x, return_attention=return_attention)
+
+    def check_input_size(self, x):
+        """A model built without dynamic_img_size takes its image_size alone: another size is a
+        ConfigError saying what to do (the walkthrough's embedding would fail at its add)."""
+        height, width = x.shape[2], x.shape[3]
+        size = self.config.image_size
+        if self.config.dynamic_img_size or height <= 0 or width <= 0:  # -1 while tracing to_static
+            return
+        if (height, width) != (size, size):
+            raise ConfigError(
+                f"input is {height}x{width} but the model was built for {size}x{size}: "
+                f"resize the images, or build the model with image_size={height} and load the weights "
+                f"with paddle_vit.load_pretrained, which resamples the position embedding")
 
     def pool_tokens(self, x):
         """[B, 1 + N, D] -> [B, D] as `config.pool` says, then `fc_norm` (an Identity unless
@@ -215,18 +230,18 @@ class ViT(nn.Layer):
                     nn.initializer.Uniform(-bound, bound)(layer.weight)
                 if layer.bias is not None:  # CLIP's has none
                     (zeros if scheme == "jax" else nn.initializer.Uniform(-bound, bound))(layer.bias)
-        embedding = self.patch_embed
+        tokens = dict(self.patch_embed.named_parameters(include_sublayers=False))  # those the config asked for
         if scheme == "jax":
-            if embedding.class_token is not None:
-                zeros(embedding.class_token)
+            if "class_token" in tokens:
+                zeros(tokens["class_token"])
             if isinstance(self.head, nn.Linear):
                 zeros(self.head.weight)
                 zeros(self.head.bias)
         else:  # as timm: the class and register tokens near zero, the distillation token like the positions
-            for token in (embedding.class_token, embedding.register_tokens):
-                if token is not None:
-                    nn.initializer.Normal(std=1e-6)(token)
-            if embedding.distillation_token is not None:
-                nn.initializer.TruncatedNormal(std=0.02)(embedding.distillation_token)
+            for name in ("class_token", "register_tokens"):
+                if name in tokens:
+                    nn.initializer.Normal(std=1e-6)(tokens[name])
+            if "distillation_token" in tokens:
+                nn.initializer.TruncatedNormal(std=0.02)(tokens["distillation_token"])
         if self.config.is_hybrid:
             self.patch_embed.backbone.init_weights()

@@ -28,8 +28,7 @@ import contextlib
 from .cpu import (AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm, RecomputedAttention,
                   dense_transposes, runs_on_cpu)
 from .fused_layer import FusedCpuEncoderLayer
-from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableHybridEmbedding, TraceablePatchEmbedding,
-                    TraceableStdConv2D, TraceableViT,
+from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableDynamicSize, TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
 from .slice_random import SeededDropout, SeededDropPath
 
@@ -104,8 +103,8 @@ def use_walkthrough_modules(model):
 
 
 __all__ = ["AddmmLinear", "CPU_FAST_PATHS", "DenseTransposeViT", "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm",
-           "FusedCpuEncoderLayer", "OnnxAttention", "RecomputedAttention", "TraceableHybridEmbedding",
-           "TraceablePatchEmbedding", "TraceableStdConv2D", "TraceableViT",
+           "FusedCpuEncoderLayer", "OnnxAttention", "RecomputedAttention", "TraceableDynamicSize",
+           "TraceableStdConv2D", "TraceableViT",
            "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
            "walkthrough_class"]

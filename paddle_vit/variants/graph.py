@@ -25,8 +25,8 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..models.attention import Attention
-from ..models.patch_embed import HybridEmbedding, PatchEmbedding
 from ..models.resnet import StdConv2D
+from ..models.token_embed import DynamicSize
 from ..models.vit import ViT
 from .cpu import runs_on_cpu
 
@@ -131,26 +131,19 @@ class TraceableStdConv2D(StdConv2D):
         return self.standardize(centred, variance)
 
 
-class _TracedDynamicSize:
-    """`PatchEmbedding`'s dynamic_img_size steps in a traced graph, where H and W are known only
-    when the graph runs: the grid read with `paddle.shape`, the divisibility check left to the
-    run, and dynamic_img_pad's padding written out as concatenated zero columns and rows
-    (paddle2onnx exports Paddle's pad op with an uninitialised pad value). The eager steps are
-    called by name, not through super(): the graph tracer's rewrite of super() in a mixin recurses."""
+class TraceableDynamicSize(DynamicSize):
+    """`DynamicSize` (a patch embedding's dynamic_img_size steps) in a traced graph, where H and W
+    are known only when the graph runs: the grid read with `paddle.shape`, the divisibility check
+    left to the run, and dynamic_img_pad's padding written out as concatenated zero columns and
+    rows (paddle2onnx exports Paddle's pad op with an uninitialised pad value)."""
 
-    def position_embedding_for(self, patches):
-        if paddle.in_dynamic_mode() or not self.dynamic_size or self.position_embedding_kind == "none":
-            return PatchEmbedding.position_embedding_for(self, patches)
-        grid = paddle.shape(patches)  # [4], int64: known when the graph runs
-        return self.position_embedding_at(grid[2], grid[3])
+    variant_of = DynamicSize
 
-    def check_patch_division(self, x):
+    def forward(self, x):
         if paddle.in_dynamic_mode():
-            PatchEmbedding.check_patch_division(self, x)
-
-    def pad_to_patches(self, x):
-        if paddle.in_dynamic_mode() or not self.dynamic_pad:
-            return PatchEmbedding.pad_to_patches(self, x)
+            return super().forward(x)
+        if not self.pad:
+            return x
         patch = self.patch_size
         shape = paddle.shape(x)  # [4], int64: known when the graph runs
         pad_bottom, pad_right = (patch - shape[2] % patch) % patch, (patch - shape[3] % patch) % patch
@@ -159,18 +152,11 @@ class _TracedDynamicSize:
         zero_row = paddle.zeros_like(x[:, :, :1, :])  # [B, C, 1, W']
         return paddle.concat([x, paddle.tile(zero_row, [1, 1, pad_bottom, 1])], axis=2)  # [B, C, H', W']
 
-
-class TraceablePatchEmbedding(_TracedDynamicSize, PatchEmbedding):
-    """`PatchEmbedding` whose dynamic_img_size steps run in a traced graph of any input size."""
-
-    variant_of = PatchEmbedding
-
-
-class TraceableHybridEmbedding(_TracedDynamicSize, HybridEmbedding):
-    """`HybridEmbedding` whose dynamic_img_size steps (on the ResNet's feature map) run in a
-    traced graph of any input size."""
-
-    variant_of = HybridEmbedding
+    def position_embedding(self, table, patches):
+        if paddle.in_dynamic_mode() or table is None:
+            return super().position_embedding(table, patches)
+        grid = paddle.shape(patches)  # [4], int64: known when the graph runs
+        return self.position_embedding_at(table, grid[2], grid[3])
 
 
 class TraceableViT(ViT):
@@ -191,7 +177,7 @@ class TraceableViT(ViT):
 
 
 TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,
-             TraceablePatchEmbedding, TraceableHybridEmbedding)
+             TraceableDynamicSize)
 
 # the graph an ONNX export traces: the same, with the attention's weights left whole
 ONNX_GRAPH = tuple(OnnxAttention if variant is TracedCpuAttention else variant for variant in TRACEABLE)
