@@ -220,6 +220,42 @@ def test_read_applies_exif_only_where_the_library_does(tmp_path):
     np.testing.assert_array_equal(upright.read(tmp_path / "rotated.png"), upright.transform()(rotated))
 
 
+# ---- the recipes' eval transform, pinned (tests/fixtures/recipe_eval_reference.json) ---------------
+# Recorded by tests/fixtures/make/recipe_eval_fixtures.py from training's own eval transform as it
+# was before predict, export and training ran one pipeline: every array bit for bit the same.
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "recipe_eval_reference.json")) as _handle:
+    RECIPE_EVAL = json.load(_handle)
+
+
+def digest(array):
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    return {"sha256": hashlib.sha256(array.tobytes()).hexdigest(), "sum": float(array.astype(np.float64).sum()),
+            "shape": list(array.shape)}
+
+
+@pytest.mark.parametrize("case", sorted(RECIPE_EVAL["cases"]))
+def test_the_recipe_eval_transform_gives_the_recorded_arrays_in_training_and_prediction(case):
+    from paddle_vit.data.imagefolder import decode_image
+    size, keys = RECIPE_EVAL["cases"][case]["image_size"], RECIPE_EVAL["cases"][case]["data"]
+    training = build_transforms(DataConfig(**keys), size, train=False)  # the validation split's
+    prediction = Preprocess.from_config(DataConfig(**keys), size)  # predict's and export's
+    for image in RECIPE_EVAL["images"]:
+        path = image_path(image)
+        recorded = RECIPE_EVAL["photos"][f"{case}/{image}"]
+        assert digest(training(decode_image(path), None)) == recorded, (case, image)
+        assert digest(prediction.read(path)) == recorded, (case, image)
+
+
+@pytest.mark.parametrize("split", sorted(RECIPE_EVAL["splits"]))
+def test_a_whole_validation_split_gives_the_recorded_arrays(split):
+    from paddle_vit.data import build_datasets
+    entry = RECIPE_EVAL["splits"][split]
+    _, val, _ = build_datasets(DataConfig(**entry["data"]), entry["image_size"])
+    ours = digest(np.stack([val[index][0] for index in range(len(val))]))
+    assert ours == {key: entry[key] for key in ("sha256", "sum", "shape")}
+
+
 # ---- parity with each library's own pipeline (tests/fixtures/preprocess_reference.*) ---------------
 # Recorded by tests/fixtures/make/preprocess_fixtures.py with timm, transformers, torchvision,
 # PaddleClas's own operators (OpenCV) and TensorFlow, on scikit-learn's two photos and variants.
