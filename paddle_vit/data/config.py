@@ -8,9 +8,9 @@ import math
 from typing import List, Optional
 
 from ..errors import ConfigError, check_choice
+from ..preprocess.constants import HALF, INTERPOLATIONS
 
 DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # every resize; transforms.py maps them to PIL's filters
 TRAIN_CROPS = ("resize", "random_resized_crop", "pad_crop")
 BAD_IMAGE_POLICIES = ("skip", "error")
 AUTO_AUGMENTS = ("none", "three_augment")  # null is "none"
@@ -76,8 +76,8 @@ class DataConfig:
     synthetic_val_size: int = 32
     synthetic_classes: int = 4
     num_workers: int = 0
-    mean: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
-    std: List[float] = dataclasses.field(default_factory=lambda: [0.5, 0.5, 0.5])
+    mean: List[float] = dataclasses.field(default_factory=lambda: list(HALF))
+    std: List[float] = dataclasses.field(default_factory=lambda: list(HALF))
     interpolation: str = "bicubic"
     train_crop: str = "resize"
     crop_scale: List[float] = dataclasses.field(default_factory=lambda: [0.08, 1.0])

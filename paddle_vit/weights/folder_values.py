@@ -23,7 +23,9 @@ import logging
 import math
 import os
 
-from ..data.preprocessing import MAX_IMAGE_SIDE, preprocess_for_checkpoint, timm_fallbacks
+from ..preprocess import preprocess_for_checkpoint
+from ..preprocess.constants import MAX_IMAGE_SIDE
+from ..preprocess.timm import timm_fallbacks
 from ..errors import WeightsError
 from .reading import read_json
 
