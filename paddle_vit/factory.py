@@ -19,9 +19,10 @@ import dataclasses
 import logging
 
 from . import runtime
-from .data.preprocessing import Preprocess, preprocess_for_checkpoint
 from .errors import ConfigError, WeightsError
-from .models import ViT, ViTConfig, get_model_config, list_models, timm_eval_config
+from .models import ViT, ViTConfig, get_model_config, list_models
+from .preprocess.checkpoint import for_evaluation, for_model
+from .preprocess.timm import name_hint
 from .variants import runs_on_cpu, use_cpu_fast_paths
 from .weights import Implied, build_pretrained, implied_options
 from .weights.folders import model_image_size, resolve_name
@@ -78,73 +79,28 @@ def fast_on_cpu(model):
 def with_name_preprocessing(model, name):
     """A checkpoint that says no preprocessing of its own (a bare timm or OpenCLIP file) loaded
     under a name of today's ViTs is evaluated as timm evaluates that name: its default
-    pretrained_cfg (`paddle_vit.models.timm_eval_config`)."""
-    config = timm_eval_config(name) if name is not None else None
-    if model.load_report.preprocessing is None and config is not None:
-        model.load_report.preprocessing = {"pipeline": "timm", "config": config,
-                                           "source": f"timm's default pretrained_cfg of {name}"}
+    pretrained_cfg (`paddle_vit.preprocess.timm.timm_eval_config`)."""
+    if model.load_report.preprocessing is None:
+        model.load_report.preprocessing = name_hint(name)
     return model
 
 
 # ---- the preprocessing a checkpoint implies ----------------------------------------------------
 
-# the data keys of the eval transform a user may choose instead of the checkpoint's values
-PREPROCESS_KEYS = ("interpolation", "mean", "std", "eval_crop_pct")
-
-
 def with_checkpoint_preprocess(model):
     """`model` (built by `build_pretrained`) with ``model.preprocess``: the `Preprocess` its
     checkpoint's own pipeline computes at the model's image size (timm's pretrained_cfg, a
     Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), or None when the checkpoint
-    implies none. A pipeline made for another size than the model's is scaled to it (the crop
-    the model's size, the resize in proportion), and says so in its origin.
-
-    A value of the checkpoint's pipeline that cannot be used is a ConfigError naming its file
-    and key: falling back to the recipe's preprocessing would feed the weights other inputs
-    than their library does, and nobody reads a note in the load report."""
-    report, size = model.load_report, model.config.image_size
-    model.preprocess = None
-    if report.preprocessing is None:
-        return model
-    try:
-        model.preprocess = preprocess_for_checkpoint(report.preprocessing, size)
-    except ConfigError:
-        own = preprocess_for_checkpoint(report.preprocessing, None)  # a bad value raises here, naming it
-        if own.image_size == size:
-            raise
-        scaled = dataclasses.replace(
-            own, image_size=size, resize_size=max(1, round(own.resize_size * size / own.image_size)),
-            origin=f"{own.origin}, scaled from {own.image_size} to the model's {size}")
-        try:
-            scaled._validate()
-        except ConfigError as error:
-            raise ConfigError(f"{own.origin}, scaled from {own.image_size} to the model's {size}: {error}") from None
-        model.preprocess = scaled
+    implies none (`paddle_vit.preprocess.checkpoint.for_model`)."""
+    model.preprocess = for_model(model.load_report.preprocessing, model.config.image_size)
     return model
 
 
 def eval_preprocess(model, data_config, chosen=None):
-    """The `Preprocess` to feed `model` with in evaluation, prediction and export.
-
-    The checkpoint's own (``model.preprocess``) when it has one, with each data key the user
-    chose (`chosen`: {key of `PREPROCESS_KEYS`: where it was set, e.g. "-o data.interpolation"})
-    replacing that value; its ``origin`` then names the checkpoint and each key the user chose.
-    Else the recipe's eval transform (`data_config`), as for this project's own weights."""
-    size = model.config.image_size
-    own = getattr(model, "preprocess", None)
-    if own is None:
-        return Preprocess.from_config(data_config, size, origin="the recipe's data config")
-    chosen = {key: where for key, where in (chosen or {}).items() if key in PREPROCESS_KEYS}
-    if not chosen:
-        return own
-    changes = {key: getattr(data_config, key) for key in chosen}
-    changes = {key: [float(v) for v in value] if key in ("mean", "std") else value for key, value in changes.items()}
-    if "eval_crop_pct" in changes:
-        changes["eval_crop_pct"] = float(changes["eval_crop_pct"])
-        changes["resize_size"] = int(size / changes["eval_crop_pct"])
-    replaced = ", ".join(f"{key}={changes[key]!r} from {where} (the checkpoint's: {getattr(own, key)!r})"
-                         for key, where in chosen.items())
-    return dataclasses.replace(own, **changes, origin=f"{own.origin}; {replaced}")
+    """The `Preprocess` to feed `model` with in evaluation, prediction and export: the checkpoint's
+    own with the data keys the user `chosen`, else the recipe's
+    (`paddle_vit.preprocess.checkpoint.for_evaluation`)."""
+    return for_evaluation(getattr(model, "preprocess", None), data_config, model.config.image_size, chosen)
 
 
 def check_model_name(name, config, source, given_as):

@@ -1,5 +1,5 @@
 """Names of a package imported on first use (PEP 562): importing the package imports none of
-the modules behind them, so `import paddle_vit` (and `paddle_vit.data.preprocessing`) stays free
+the modules behind them, so `import paddle_vit` (and `paddle_vit.data.config`) stays free
 of Paddle until a name that needs it is used."""
 import importlib
 import sys

@@ -214,7 +214,7 @@ def test_exports_compute_with_the_models_epsilon_gelu_and_qk_scale(tmp_path, mon
     GELU, PaddleClas's q.k scale): the Paddle inference model and the ONNX model give its
     logits, which differ from the same weights computed with the defaults."""
     from paddle_vit.config import DataConfig
-    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.preprocess import Preprocess
     from paddle_vit.deploy.predict import Classifier
 
     options = dict(layer_norm_epsilon=1e-3, gelu="tanh", qk_scale=0.9, qkv_bias=False)

@@ -18,8 +18,9 @@ import pytest
 from PIL import Image
 
 from paddle_vit import ConfigError, PaddleVitError, create_model
-from paddle_vit.data import preprocessing
-from paddle_vit.models import list_models, timm_eval_config
+from paddle_vit import preprocess as preprocessing
+from paddle_vit.models import list_models
+from paddle_vit.preprocess.timm import timm_eval_config
 
 from repo_paths import REPO, TOOLS, load_tool
 from test_failures import assert_one_line_error, run_tool

@@ -274,7 +274,7 @@ def test_dynamic_export_takes_any_size_in_paddle_inference_and_onnx(tmp_path):
 
     from paddle_vit.config import DataConfig
     from paddle_vit.deploy.export import export_classifier
-    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.preprocess import Preprocess
     from paddle_vit.deploy.inference import load_export
     from paddle_vit.deploy.predict import Classifier
 

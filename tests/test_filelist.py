@@ -14,7 +14,7 @@ from paddle_vit.cli import run
 from paddle_vit.config import load_config
 from paddle_vit.data import DataConfig, build_datasets
 from paddle_vit.data.filelist import parse_list, read_class_names
-from paddle_vit.data.preprocessing import preprocess_for_checkpoint
+from paddle_vit.preprocess import preprocess_for_checkpoint
 
 from repo_paths import load_tool
 from test_failures import assert_one_line_error, run_tool

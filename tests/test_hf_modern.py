@@ -22,7 +22,7 @@ from PIL import Image
 from safetensors.numpy import load_file, save_file
 
 from paddle_vit import ConfigError, WeightsError, create_model
-from paddle_vit.data.preprocessing import preprocess_for_checkpoint
+from paddle_vit.preprocess import preprocess_for_checkpoint
 from paddle_vit.weights import detect_family, families, read_checkpoint
 from paddle_vit.weights.folders import FolderConfig, describe_config
 

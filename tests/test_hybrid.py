@@ -256,7 +256,7 @@ def test_hybrid_exports_to_paddle_inference_and_onnx_with_its_logits(tmp_path):
 
     from paddle_vit.config import DataConfig
     from paddle_vit.deploy.export import export_classifier
-    from paddle_vit.data.preprocessing import Preprocess
+    from paddle_vit.preprocess import Preprocess
     from paddle_vit.deploy.inference import load_export
     from paddle_vit.deploy.predict import Classifier
 

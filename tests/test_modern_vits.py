@@ -11,7 +11,8 @@ import paddle
 import pytest
 
 from paddle_vit import ConfigError, ViT, create_model, list_models
-from paddle_vit.models import get_model_config, timm_eval_config
+from paddle_vit.models import get_model_config
+from paddle_vit.preprocess.timm import timm_eval_config
 
 from photos import make_photos
 from repo_paths import REPO

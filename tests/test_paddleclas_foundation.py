@@ -20,7 +20,7 @@ import paddle
 import pytest
 
 from paddle_vit import ConfigError, WeightsError, create_model
-from paddle_vit.data.preprocessing import preprocess_for_checkpoint
+from paddle_vit.preprocess import preprocess_for_checkpoint
 from paddle_vit.weights import detect_family, implied_options, read_checkpoint
 
 from repo_paths import REPO, load_tool

@@ -1,4 +1,4 @@
-"""Eval preprocessing per checkpoint family (paddle_vit.data.preprocessing).
+"""Eval preprocessing per checkpoint family (paddle_vit.preprocess).
 
 Unit tests with hand-computed values: what each family's config maps to, the resize and crop
 arithmetic that differs between libraries, the RGB conversions, the OpenCV/TensorFlow resize
@@ -16,9 +16,9 @@ import pytest
 from PIL import Image
 
 from paddle_vit.data.config import DataConfig
-from paddle_vit.data.preprocessing import (Preprocess, crop_box, preprocess_for_checkpoint, resized_size,
-                                           to_rgb)
-from paddle_vit.data.resize_kernels import cv2_resize_linear, tf_resize_bilinear
+from paddle_vit.preprocess import Preprocess, preprocess_for_checkpoint
+from paddle_vit.preprocess.pipeline import crop_box, resized_size, to_rgb
+from paddle_vit.preprocess.resize_kernels import cv2_resize_linear, tf_resize_bilinear
 from paddle_vit.data.transforms import build_transforms
 from paddle_vit.errors import ConfigError
 
@@ -42,7 +42,7 @@ def test_preprocess_json_written_before_the_library_fields_loads_to_the_recipe_t
            "center_crop": 14, "interpolation": "bicubic", "channel_order": "RGB", "scale": "pixel / 255",
            "mean": IMAGENET_MEAN, "std": IMAGENET_STD, "layout": "NCHW", "dtype": "float32"}
     preprocess = Preprocess.from_dict(old)
-    assert preprocess.is_recipe_default
+    assert preprocess == Preprocess(14, 0.875, IMAGENET_MEAN, IMAGENET_STD, "bicubic")  # the recipe's, every field
     image = random_image(23, 17)
     expected = build_transforms(DataConfig(mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_pct=0.875), 14,
                                 train=False)(image, None)
@@ -57,7 +57,7 @@ def test_preprocess_json_written_before_the_library_fields_loads_to_the_recipe_t
 def test_every_pipeline_survives_the_json_round_trip(hint):
     preprocess = preprocess_for_checkpoint(hint, 224)
     again = Preprocess.from_dict(json.loads(json.dumps(preprocess.to_dict())))
-    assert again == preprocess and not again.is_recipe_default and again.origin
+    assert again == preprocess and again.origin
 
 
 def test_a_malformed_entry_is_a_config_error_naming_it():
@@ -220,11 +220,56 @@ def test_read_applies_exif_only_where_the_library_does(tmp_path):
     np.testing.assert_array_equal(upright.read(tmp_path / "rotated.png"), upright.transform()(rotated))
 
 
+# ---- the recipes' eval transform, pinned (tests/fixtures/recipe_eval_reference.json) ---------------
+# Recorded by tests/fixtures/make/recipe_eval_fixtures.py from training's own eval transform as it
+# was before predict, export and training ran one pipeline: every array bit for bit the same.
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+with open(os.path.join(FIXTURES, "recipe_eval_reference.json")) as _handle:
+    RECIPE_EVAL = json.load(_handle)
+
+
+def digest(array):
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    return {"sha256": hashlib.sha256(array.tobytes()).hexdigest(), "sum": float(array.astype(np.float64).sum()),
+            "shape": list(array.shape)}
+
+
+@pytest.mark.parametrize("case", sorted(RECIPE_EVAL["cases"]))
+def test_the_recipe_eval_transform_gives_the_recorded_arrays_in_training_and_prediction(case):
+    from paddle_vit.data.imagefolder import decode_image
+    size, keys = RECIPE_EVAL["cases"][case]["image_size"], RECIPE_EVAL["cases"][case]["data"]
+    training = build_transforms(DataConfig(**keys), size, train=False)  # the validation split's
+    prediction = Preprocess.from_config(DataConfig(**keys), size)  # predict's and export's
+    for image in RECIPE_EVAL["images"]:
+        path = image_path(image)
+        recorded = RECIPE_EVAL["photos"][f"{case}/{image}"]
+        assert digest(training(decode_image(path), None)) == recorded, (case, image)
+        assert digest(prediction.read(path)) == recorded, (case, image)
+
+
+def test_training_validates_through_the_pipeline_predict_runs():
+    from paddle_vit.preprocess.pipeline import EvalTransform
+    data_config = DataConfig(mean=IMAGENET_MEAN, std=IMAGENET_STD, eval_crop_pct=0.875, interpolation="bilinear")
+    training = build_transforms(data_config, 24, train=False)
+    assert isinstance(training, EvalTransform)  # one implementation of the steps, not a second one
+    assert training.preprocess == Preprocess(24, 0.875, IMAGENET_MEAN, IMAGENET_STD, "bilinear",
+                                             origin=training.preprocess.origin)
+
+
+@pytest.mark.parametrize("split", sorted(RECIPE_EVAL["splits"]))
+def test_a_whole_validation_split_gives_the_recorded_arrays(split):
+    from paddle_vit.data import build_datasets
+    entry = RECIPE_EVAL["splits"][split]
+    _, val, _ = build_datasets(DataConfig(**entry["data"]), entry["image_size"])
+    ours = digest(np.stack([val[index][0] for index in range(len(val))]))
+    assert ours == {key: entry[key] for key in ("sha256", "sum", "shape")}
+
+
 # ---- parity with each library's own pipeline (tests/fixtures/preprocess_reference.*) ---------------
 # Recorded by tests/fixtures/make/preprocess_fixtures.py with timm, transformers, torchvision,
 # PaddleClas's own operators (OpenCV) and TensorFlow, on scikit-learn's two photos and variants.
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 with open(os.path.join(FIXTURES, "preprocess_reference.json")) as _handle:
     RECORDED = json.load(_handle)
 PARITY = 1e-4

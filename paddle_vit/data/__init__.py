@@ -4,8 +4,8 @@ Every random choice comes from a numpy Generator keyed by what it is for (see `r
 run resumed mid-epoch, with any number of worker processes, sees the same batches and the
 same augmentations as an uninterrupted one.
 
-The names below are imported on first use, so that `paddle_vit.data.preprocessing` (numpy and
-PIL only: predict, export and the inference runtime) does not bring in Paddle with the loader.
+The names below are imported on first use, so that `paddle_vit.data.config` (which the recipes'
+config and `paddle_vit.preprocess`'s users read) does not bring in Paddle with the loader.
 """
 from ..lazy import lazy_names
 

@@ -10,9 +10,9 @@ from typing import List, Optional
 from ..checks import (FRACTION, PROBABILITY, SEED, above, at_least, check_settings, one_of, setting,
                       within)
 from ..errors import ConfigError
+from ..preprocess.constants import HALF, INTERPOLATIONS
 
 DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
-INTERPOLATIONS = ("bicubic", "bilinear", "nearest")  # every resize; transforms.py maps them to PIL's filters
 TRAIN_CROPS = ("resize", "random_resized_crop", "pad_crop")
 BAD_IMAGE_POLICIES = ("skip", "error")
 AUTO_AUGMENTS = ("none", "three_augment")  # null is "none"
@@ -105,8 +105,8 @@ class DataConfig:
     synthetic_val_size: int = setting(32, at_least(1))
     synthetic_classes: int = setting(4, at_least(2))
     num_workers: int = setting(0, at_least(0))
-    mean: List[float] = setting([0.5, 0.5, 0.5], _three_channels)
-    std: List[float] = setting([0.5, 0.5, 0.5], _three_channels, _every_channel_positive)
+    mean: List[float] = setting(list(HALF), _three_channels)
+    std: List[float] = setting(list(HALF), _three_channels, _every_channel_positive)
     interpolation: str = setting("bicubic", one_of(INTERPOLATIONS))
     train_crop: str = setting("resize", one_of(TRAIN_CROPS))
     crop_scale: List[float] = setting([0.08, 1.0], _area_range)

@@ -303,7 +303,7 @@ def build_datasets(data_config, image_size, seed=0, eval_preprocess=None):
 
     `seed` keys the train augmentations (with the epoch and the sample index); the val set
     is transformed deterministically: by the recipe's eval transform, or by `eval_preprocess`
-    (a `paddle_vit.data.preprocessing.Preprocess`, e.g. a checkpoint's own pipeline) when given,
+    (a `paddle_vit.preprocess.Preprocess`, e.g. a checkpoint's own pipeline) when given,
     which for an image folder also decodes the files as that pipeline's library does.
     """
     check_choice("data.on_bad_image", data_config.on_bad_image, BAD_IMAGE_POLICIES)

@@ -19,6 +19,7 @@ from PIL import Image, ImageOps
 
 from ..errors import DataError
 from ..fileio import kind_of_special_file
+from ..preprocess.pipeline import composite_on_white
 from .shared import SharedBytes
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -128,41 +129,12 @@ def _check_same_classes(root, train_classes, val_classes):
     raise DataError(f"ImageFolder {root}: val classes differ from train classes ({'; '.join(parts)})")
 
 
-def _sixteen_bit_to_8bit(image):
-    """'I;16*' / 'I' (16-bit range) and 'F' images -> 'L', scaled to 0..255."""
-    pixels = np.asarray(image, dtype=np.float64)
-    if image.mode == "F" and pixels.size and pixels.max() <= 1.0:
-        pixels = pixels * 255.0  # a float image in [0, 1]
-    elif image.mode != "F":
-        pixels = pixels / 257.0  # 65535 -> 255
-    return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype(np.uint8), mode="L")
-
-
-def to_rgb(image):
-    """Any PIL mode -> RGB: transparency composited on white, 16-bit scaled, CMYK converted.
-
-    Training and this project's own checkpoints keep this rule: the colour under a transparent
-    pixel is arbitrary (often black), and a model trained here is evaluated the same way. A
-    checkpoint from another library is read with that library's rule instead (PIL's
-    convert("RGB") drops alpha): `paddle_vit.data.preprocessing`.
-    """
-    if image.mode in ("I", "F") or image.mode.startswith("I;16"):
-        image = _sixteen_bit_to_8bit(image)
-    if image.mode == "RGB":
-        return image
-    if image.mode in ("RGBA", "RGBa", "LA", "La", "PA") or "transparency" in image.info:
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return image.convert("RGB")
-
-
 def decode_image(path):
     """The image at `path` as RGB, EXIF orientation applied; raises whatever PIL raises."""
     with Image.open(path) as image:
         image.load()  # decode now: a truncated file fails here, not later in a transform
         image = ImageOps.exif_transpose(image)
-    return to_rgb(image)
+    return composite_on_white(image)
 
 
 def _one_line(error):

@@ -8,8 +8,9 @@ used because they draw from the global random state.
 Train pipeline (timm/DeiT order): crop ("resize" | "random_resized_crop" | "pad_crop") ->
 horizontal flip -> 3-Augment -> colour jitter -> RandAugment -> float, normalise, HWC -> CHW ->
 random erasing; a step whose key is off is left out (and draws nothing).
-Eval pipeline: resize the shorter side to int(size / eval_crop_pct), centre-crop size;
-eval_crop_pct == 1.0 is a plain resize to size x size (as the train "resize").
+Eval pipeline: the recipe's data keys as a `paddle_vit.preprocess.Preprocess`, run by the one
+pipeline predict and export run (resize the shorter side to int(size / eval_crop_pct), centre-crop
+size; eval_crop_pct == 1.0 is a plain resize to size x size, as the train "resize").
 """
 import math
 
@@ -17,11 +18,11 @@ import numpy as np
 from PIL import Image, ImageEnhance
 
 from ..errors import ConfigError, check_choice
+from ..preprocess import Preprocess
+from ..preprocess.pipeline import PIL_FILTERS
 from .config import INTERPOLATIONS, TRAIN_CROPS, color_jitter_strength
 from .randaugment import RandAugment
 from .three_augment import ThreeAugment
-
-PIL_FILTERS = {name: Image.Resampling[name.upper()] for name in INTERPOLATIONS}  # "bicubic" -> BICUBIC
 
 
 def interpolation_from_name(name):
@@ -55,40 +56,6 @@ class Resize:
 
     def __repr__(self):
         return f"Resize({self.size})"
-
-
-class ResizeShorterSide:
-    """Resize so the shorter side is `size`, keeping the aspect ratio."""
-
-    def __init__(self, size, interpolation=Image.Resampling.BICUBIC):
-        self.size, self.interpolation = int(size), interpolation
-
-    def __call__(self, image, rng=None):
-        width, height = image.size
-        if width <= height:
-            new_size = (self.size, max(1, int(round(self.size * height / width))))
-        else:
-            new_size = (max(1, int(round(self.size * width / height))), self.size)
-        return image.resize(new_size, self.interpolation)
-
-    def __repr__(self):
-        return f"ResizeShorterSide({self.size})"
-
-
-class CenterCrop:
-    """The central `size` x `size` window (zero-padded if the image is smaller)."""
-
-    def __init__(self, size):
-        self.size = int(size)
-
-    def __call__(self, image, rng=None):
-        width, height = image.size
-        left = int(round((width - self.size) / 2.0))
-        top = int(round((height - self.size) / 2.0))
-        return image.crop((left, top, left + self.size, top + self.size))
-
-    def __repr__(self):
-        return f"CenterCrop({self.size})"
 
 
 class RandomResizedCrop:
@@ -281,10 +248,4 @@ def build_transforms(data_config, image_size, train):
         if data_config.random_erasing > 0:
             steps.append(RandomErasing(data_config.random_erasing))
         return Compose(steps)
-    crop_pct = float(data_config.eval_crop_pct)
-    if crop_pct == 1.0:
-        steps.append(Resize(size, interpolation))
-    else:
-        steps += [ResizeShorterSide(int(size / crop_pct), interpolation), CenterCrop(size)]
-    steps.append(ToNormalizedArray(data_config.mean, data_config.std))
-    return Compose(steps)
+    return Preprocess.from_config(data_config, size).transform()

@@ -13,7 +13,7 @@ The folder written by `export_classifier`:
   folded; through paddle2onnx and onnxruntime, the optional extra);
 - ``model.safetensors``: the weights alone, in this project's names (arrays only, safe to
   share; `paddle_vit.load_pretrained` reads it into ``ViT(ViTConfig(**model_config))``);
-- ``preprocess.json``: the eval preprocessing (`paddle_vit.data.preprocessing.Preprocess`), the class
+- ``preprocess.json``: the eval preprocessing (`paddle_vit.preprocess.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
 Everything is written to a hidden staging folder inside the target first (``--out/.export-XXXX``)

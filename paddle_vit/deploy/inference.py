@@ -35,7 +35,7 @@ from paddle import inference
 from paddle.base import core
 
 from .. import runtime
-from ..data.preprocessing import Preprocess
+from ..preprocess import Preprocess
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError, check_choice
 from ..runtime import check_thread_count, usable_cores

@@ -7,7 +7,7 @@ built from weights (`load_classifier`) and an exported inference model
 
 - `Classifier`: an engine (`EagerModel` here; `paddle_vit.deploy.inference.PaddlePredictor`,
   `paddle_vit.deploy.onnx_runtime.OnnxSession`) with the eval preprocessing (a
-  `paddle_vit.data.preprocessing.Preprocess`, written into an export's ``preprocess.json`` and
+  `paddle_vit.preprocess.Preprocess`, written into an export's ``preprocess.json`` and
   rebuilt from it, so both paths feed the model the same numbers) and the class names;
 - `list_images`, `iter_batches`: files and folders to batches of [B, 3, S, S] float32; a file
   that does not decode is skipped with one warning naming it;
@@ -24,7 +24,7 @@ import paddle
 
 from ..config import keys_set
 from ..data.imagefolder import IMAGE_EXTENSIONS, decode_image, find_image_files
-from ..data.preprocessing import Preprocess, TooLargeToResize
+from ..preprocess import Preprocess, TooLargeToResize
 from ..errors import ConfigError, DataError, WeightsError
 from ..fileio import kind_of_special_file
 from ..factory import eval_preprocess, model_for_evaluation

@@ -278,7 +278,7 @@ def compare_logits(fp32_path, int8_path, batches, labels=None, threads=None):
 
 def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_size=64):
     """(float32 [B, 3, S, S] batches, int64 labels, number of classes) of the recipe's data as the
-    model sees it at evaluation (`preprocess`, a `paddle_vit.data.preprocessing.Preprocess`): the val split
+    model sees it at evaluation (`preprocess`, a `paddle_vit.preprocess.Preprocess`): the val split
     (split="val") for the accuracy gate, or the first `limit` images of the train split in a fixed
     shuffled order (split="train", never augmented) for calibration."""
     train, val, class_names = build_datasets(data_config, image_size, eval_preprocess=preprocess)

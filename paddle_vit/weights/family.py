@@ -11,7 +11,7 @@ defines ``FAMILY``, an instance of a `CheckpointFamily` subclass with:
   it with (Hugging Face's LayerNorm epsilon, the JAX tanh GELU, ...);
 - ``resample``: the position-embedding resampling its own code uses (resample.py);
 - ``preprocessing(checkpoint)``: the eval preprocessing its own pipeline applies to an image
-  (a hint `paddle_vit.data.preprocessing.preprocess_for_checkpoint` turns into a `Preprocess`).
+  (a hint `paddle_vit.preprocess.preprocess_for_checkpoint` turns into a `Preprocess`).
 
 Adding a family means adding one module: `families()` imports every module of the package and
 collects their ``FAMILY``.

@@ -22,7 +22,9 @@ Face one, are checked where they are turned into model options (folders.py `timm
 """
 import math
 
-from ..data.preprocessing import MAX_IMAGE_SIDE, preprocess_for_checkpoint, timm_fallbacks
+from ..preprocess import preprocess_for_checkpoint
+from ..preprocess.constants import MAX_IMAGE_SIDE
+from ..preprocess.timm import timm_fallbacks
 from ..errors import WeightsError
 
 # ---- what is known ------------------------------------------------------------------------------

@@ -21,11 +21,10 @@ resized with its alpha, as PIL does, before the alpha is dropped), OpenAI's mean
 """
 import numpy as np
 
+from ..preprocess import openclip as openclip_preprocess
 from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, Implied
 from .timm import rename
 
-OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
-OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
 _BLOCK = r"transformer\.resblocks\.(\d+)\."
 RENAMES = [
     (r"conv1\.weight", "patch_embed.patch_embedding.weight"),
@@ -93,9 +92,7 @@ class OpenClipFamily(CheckpointFamily):
                 "pos_embed_resample": Implied(self.resample, self.resample_source)}
 
     def preprocessing(self, checkpoint):
-        return {"pipeline": "openclip", "config": {"crop_pct": 1.0, "interpolation": "bicubic", "crop_mode": "center",
-                                                   "mean": OPENAI_MEAN, "std": OPENAI_STD},
-                "source": "open_clip.image_transform(is_train=False) with OpenAI's mean and std"}
+        return openclip_preprocess.hint()
 
 
 FAMILY = OpenClipFamily()

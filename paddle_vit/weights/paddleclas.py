@@ -72,20 +72,13 @@ import re
 import numpy as np
 
 from ..errors import WeightsError
+from ..preprocess.paddleclas import FOUNDATION_EVAL_OPS
 from .family import CheckpointFamily, ConvertedCheckpoint, Implied
 from .timm import has_timm_names, linear_layout, rename
 
 # (embed_dim, depth, MLP width, q/k/v bias) of PaddleClas's non-standard small model
 PADDLECLAS_SMALL = (768, 8, 2304, False)
 
-IMAGENET_MEAN, IMAGENET_STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-FOUNDATION_EVAL_OPS = [  # the eval transform_ops of PaddleX's CLIP_vit_base_patch16_224.yaml
-    {"DecodeImage": {"to_rgb": True, "channel_first": False}},
-    {"ResizeImage": {"resize_short": 224, "interpolation": "bicubic", "backend": "pil"}},
-    {"CropImage": {"size": 224}},
-    {"NormalizeImage": {"scale": "1.0/255.0", "mean": IMAGENET_MEAN, "std": IMAGENET_STD, "order": ""}},
-    {"ToCHWImage": None},
-]
 _FOUNDATION_MARKS = ("proj", "ln_pre.weight", "head.fc_head.weight", "head.fc_norm.weight", "feature.0.weight")
 _RELATIVE_POSITION = re.compile(r"(blocks\.\d+\.attn|rel_pos_bias)\.relative_position_bias_table")
 FOUNDATION_RENAMES = [

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..errors import WeightsError
+from ..preprocess.huggingface import to_processor_config
 from . import hf_clip, hf_deit, hf_dinov2, hf_siglip, huggingface
 from .family import POSITION_EMBEDDING
 from .hf_common import EMBEDDING_RULES, VIT_LAYER_RULES, tensors_by_rules
@@ -18,7 +19,6 @@ from .reading import to_numpy
 # ---- transformers (ViTForImageClassification) ---------------------------------------------------
 
 HF_HIDDEN_ACTS = {"exact": "gelu", "tanh": "gelu_pytorch_tanh", "quick": "quick_gelu"}
-HF_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}
 # ViTConfig fields ViTForImageClassification computes at one value only: (value, what it does instead)
 HF_FIXED = {
     "pool": ("cls", "it reads the class token (no mean, all-token average or attention pooling)"),
@@ -50,44 +50,15 @@ def hf_refusals(config):
     return refusals
 
 
-def _processor_common(preprocess, config):
-    """The keys every transformers image processor written here shares (resample, rescale, mean,
-    std), after checking the preprocessing makes the model's size with a resample transformers has."""
+def hf_preprocessor(preprocess, config, processor_type=None):
+    """(preprocessor_config.json, note, exact) of a `Preprocess` for transformers' PIL image
+    processors (`paddle_vit.preprocess.huggingface.to_processor_config`; `processor_type` None:
+    ViTImageProcessor, DeiTImageProcessor or BitImageProcessor by the resize), after checking it
+    makes the model's size."""
     if preprocess.image_size != config.image_size:
         raise WeightsError(f"the preprocessing makes {preprocess.image_size} px images, the model takes "
                            f"{config.image_size}")
-    if preprocess.interpolation not in HF_RESAMPLE:
-        raise WeightsError(f"interpolation {preprocess.interpolation!r} has no transformers resample")
-    return {"do_resize": True, "resample": HF_RESAMPLE[preprocess.interpolation], "do_rescale": True,
-            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [float(v) for v in preprocess.mean],
-            "image_std": [float(v) for v in preprocess.std]}
-
-
-def hf_preprocessor(preprocess, config):
-    """(preprocessor_config.json, note, exact) of a `Preprocess` for transformers' PIL image processors:
-    ViTImageProcessor (a plain resize), DeiTImageProcessor (a square resize then a centre crop),
-    BitImageProcessor (the shorter side, then a centre crop)."""
-    size, resize = preprocess.image_size, preprocess.resize_size
-    common = _processor_common(preprocess, config)
-    if preprocess.resize_mode == "both_sides" and resize == size:
-        values = dict(image_processor_type="ViTImageProcessor", size={"height": size, "width": size}, **common)
-    elif preprocess.resize_mode == "both_sides":
-        values = dict(image_processor_type="DeiTImageProcessor", size={"height": resize, "width": resize},
-                      do_center_crop=True, crop_size={"height": size, "width": size}, **common)
-    else:
-        values = dict(image_processor_type="BitImageProcessor", size={"shortest_edge": resize}, do_center_crop=True,
-                      crop_size={"height": size, "width": size}, do_convert_rgb=True, **common)
-    return (values, *_processor_note(values["image_processor_type"], preprocess))
-
-
-def _processor_note(processor_type, preprocess):
-    """(note, exact): how near transformers' `processor_type` comes to the model's preprocessing."""
-    exact = preprocess.origin.startswith("Hugging Face image processor")
-    note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
-            else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
-                 f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "
-                 f"float64 and crops at (h - c) // 2")
-    return note, exact
+    return to_processor_config(preprocess, processor_type)
 
 
 def hf_tensors(model):
@@ -147,7 +118,7 @@ def _family_export(model, family, name, preprocess, class_names):
         raise WeightsError(f"transformers' {architecture} cannot compute this model: {'; '.join(refusals)}; "
                            f"publish it with --to timm")
     preprocess = preprocess if preprocess is not None else default_preprocess(model, name)
-    processor, note, exact = family_processor(preprocess, config, family)
+    processor, note, exact = hf_preprocessor(preprocess, config, HF_CLASSES[family][2])
     class_names = class_names if class_names is not None else getattr(model, "class_names", None)
     if family != "deit":
         class_names = None  # an embedding (CLIP's projection) or features: no labels
@@ -351,37 +322,6 @@ def family_tensors(model, family):
         raise WeightsError(f"no patch projection bias: transformers' {HF_CLASSES[family][0]} has one; publish "
                            f"with --to timm")
     return tensors
-
-
-def family_processor(preprocess, config, family):
-    """(preprocessor_config.json, note, exact) of the family's image processor (PIL backend), or
-    a WeightsError naming what it cannot express."""
-    processor_type = HF_CLASSES[family][2]
-    size, resize = preprocess.image_size, preprocess.resize_size
-    common = _processor_common(preprocess, config)
-    mode = preprocess.resize_mode
-    if processor_type in ("BitImageProcessor", "CLIPImageProcessor"):
-        if mode != "shorter_side":
-            raise WeightsError(f"transformers' {processor_type} resizes the shorter side then crops the centre; this "
-                               f"model's preprocessing resizes {mode!r}: publish with --to timm, or give a "
-                               f"shorter-side preprocessing")
-        values = dict(image_processor_type=processor_type, size={"shortest_edge": resize}, do_center_crop=True,
-                      crop_size={"height": size, "width": size}, do_convert_rgb=True, **common)
-    elif processor_type == "DeiTImageProcessor":
-        if mode != "both_sides":
-            raise WeightsError(f"transformers' DeiTImageProcessor resizes both sides to a square then crops the "
-                               f"centre; this model's preprocessing resizes {mode!r}: publish with --to timm, or give "
-                               f"a square-resize preprocessing")
-        values = dict(image_processor_type=processor_type, size={"height": resize, "width": resize},
-                      do_center_crop=True, crop_size={"height": size, "width": size}, **common)
-    else:  # SiglipImageProcessor: a square resize, no crop
-        if mode != "both_sides" or resize != size:
-            raise WeightsError(f"transformers' SiglipImageProcessor resizes both sides to the model's size without "
-                               f"a crop; this model's preprocessing resizes {mode!r} to {resize} px and crops {size}: "
-                               f"publish with --to timm, or give a square resize at crop_pct 1")
-        values = dict(image_processor_type=processor_type, size={"height": size, "width": size}, do_convert_rgb=True,
-                      **common)
-    return (values, *_processor_note(processor_type, preprocess))
 
 
 def family_config(model, family, class_names):

@@ -7,9 +7,10 @@ import math
 import numpy as np
 
 from ..data.config import DataConfig
-from ..data.preprocessing import Preprocess, preprocess_for_checkpoint
 from ..errors import WeightsError
-from ..models import get_model_config, list_models, timm_eval_config
+from ..models import get_model_config, list_models
+from ..preprocess import Preprocess, preprocess_for_checkpoint
+from ..preprocess.timm import name_hint, to_pretrained_cfg
 from .reading import to_numpy
 from .renaming import invert_all, rename_back
 from .timm import OLD_PRE_LOGITS, RENAMES, STEM_ONLY_BACKBONE
@@ -133,61 +134,24 @@ def _closest(config, registered):
 
 
 def timm_pretrained_cfg(preprocess, config, num_classes):
-    """(timm's pretrained_cfg, a note on how exact it is, whether it is exact) of a `Preprocess`."""
+    """(timm's pretrained_cfg, a note on how exact it is, whether it is exact) of a `Preprocess`:
+    its eval keys as `paddle_vit.preprocess.timm.to_pretrained_cfg` writes them, the model's
+    beside them."""
     if preprocess.image_size != config.image_size:
         raise WeightsError(f"the preprocessing makes {preprocess.image_size} px images, the model takes "
                            f"{config.image_size}")
-    crop_pct = float(preprocess.eval_crop_pct)
-    mode = {"shorter_side": "center", "both_sides": "squash", "longer_side": "border"}.get(preprocess.resize_mode)
-    if mode is None:
-        raise WeightsError(f"the preprocessing resizes {preprocess.resize_mode!r}, which timm's eval transform does "
-                           f"not (center, squash or border crop)")
-    size, resize = preprocess.image_size, preprocess.resize_size
-    if resize != math.floor(size / crop_pct):  # a crop_pct whose timm scale_size = floor(S / crop_pct) is `resize`
-        crop_pct = size / resize if math.floor(size / (size / resize)) == resize else size / (resize + 0.5)
-    differences = [] if preprocess.origin.startswith("timm pretrained_cfg") else _timm_differences(preprocess, mode)
-    exact = not differences
-    note = ("timm's eval transform computes exactly this model's preprocessing" if exact else
-            f"timm's eval transform is the nearest to this model's preprocessing ({preprocess.origin or 'its own'}), "
-            f"not the same: {'; '.join(differences)}")
+    eval_keys, note, exact = to_pretrained_cfg(preprocess)
     cfg = {
         "custom_load": False,
         "input_size": [config.in_channels, config.image_size, config.image_size],
         "fixed_input_size": not config.dynamic_img_size,
-        "interpolation": preprocess.interpolation,
-        "crop_pct": crop_pct,
-        "crop_mode": mode,
-        "mean": [float(v) for v in preprocess.mean],
-        "std": [float(v) for v in preprocess.std],
+        **eval_keys,  # interpolation, crop_pct, crop_mode, mean, std
         "num_classes": num_classes,
         "pool_size": None,
         "first_conv": _first_conv(config),
         "classifier": ["head", "head_dist"] if config.distilled else "head",
     }
     return cfg, note, exact
-
-
-def _timm_differences(preprocess, mode):
-    """How timm's eval transform of `mode` differs from `preprocess` (a list of phrases, [] when it
-    computes the same)."""
-    differences = []
-    if mode == "center" and preprocess.long_side != "truncate":
-        differences.append(f"the longer side after the resize is truncated by timm, {preprocess.long_side} here "
-                           f"(a pixel at most)")
-    if preprocess.crop_offset != "round":
-        differences.append(f"the crop offset is rounded by timm, {preprocess.crop_offset} here")
-    if mode == "border" and preprocess.crop_fill != "mean":
-        differences.append("timm pads a small image with the mean, with zeros here")
-    if preprocess.backend != "pil":
-        differences.append(f"timm resizes with PIL, {preprocess.backend} here")
-    if preprocess.rescale != "float32_divide":
-        differences.append(f"timm rescales float32(pixel) / 255, {preprocess.rescale} here")
-    if preprocess.rgb != "convert" or preprocess.read_rgb not in (None, "convert"):
-        differences.append(f"timm converts images to RGB with PIL's convert('RGB') (transparency dropped), "
-                           f"{preprocess.rgb} here")
-    if preprocess.exif_transpose:
-        differences.append("timm does not turn images upright by their EXIF orientation, this model does")
-    return differences
 
 
 def _first_conv(config):
@@ -201,10 +165,9 @@ def default_preprocess(model, name):
     own = getattr(model, "preprocess", None)
     if own is not None:
         return own
-    timm_config = timm_eval_config(name) if name else None
-    if timm_config is not None:
-        return preprocess_for_checkpoint({"pipeline": "timm", "config": timm_config}, model.config.image_size,
-                                         f"timm's default pretrained_cfg of {name}")
+    hint = name_hint(name) if name else None
+    if hint is not None:
+        return preprocess_for_checkpoint(hint, model.config.image_size)
     return Preprocess.from_config(DataConfig(), model.config.image_size, origin="this project's recipe defaults")
 
 
