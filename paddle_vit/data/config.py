@@ -11,6 +11,7 @@ from ..checks import (FRACTION, PROBABILITY, SEED, above, at_least, check_settin
                       within)
 from ..errors import ConfigError
 from ..preprocess.constants import HALF, INTERPOLATIONS
+from ..preprocess.spec import check_crop_pct
 
 DATASETS = ("digits", "imagefolder", "filelist", "cifar10", "cifar100", "synthetic")
 TRAIN_CROPS = ("resize", "random_resized_crop", "pad_crop")
@@ -122,7 +123,7 @@ class DataConfig:
     cutmix_alpha: float = setting(0.0, at_least(0.0))
     mix_prob: float = setting(1.0, PROBABILITY)
     switch_prob: float = setting(0.5, PROBABILITY)
-    eval_crop_pct: float = setting(1.0, within(0, 1, low_open=True))
+    eval_crop_pct: float = setting(1.0, check_crop_pct)  # the range every crop fraction shares
     on_bad_image: str = setting("skip", one_of(BAD_IMAGE_POLICIES))
 
     def validate(self):
