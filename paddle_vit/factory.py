@@ -126,8 +126,8 @@ def model_keys_for_recorded(recorded, name=None, where="the recorded model_confi
     fields = {field.name for field in dataclasses.fields(ViTConfig)}
     unknown = sorted(set(recorded) - fields)
     if unknown:
-        raise WeightsError(f"{where} holds {', '.join(unknown)}, which are not ViTConfig fields: it was written by "
-                           f"another version of paddle-vit; name the model with --model NAME")
+        raise WeightsError(f"{where} holds keys that are not ViTConfig fields ({', '.join(unknown)}): it was written "
+                           f"by another version of paddle-vit; name the model with --model NAME")
 
     def differences(candidate):
         config = dataclasses.asdict(get_model_config(candidate))

@@ -42,7 +42,12 @@ def config_for_weights(weights, config_path=None, model_name=None, overrides=())
         return load_config(data={"model": {"name": name_for_folder(source)}}, overrides=overrides)
     recorded = recorded_model(source)
     if recorded is not None:
-        return load_config(data={"model": recorded}, overrides=overrides)
+        try:
+            return load_config(data={"model": recorded}, overrides=overrides)
+        except ConfigError as error:  # a value of the file's, unless an override is to blame
+            if overrides:
+                raise
+            raise WeightsError(f"{source.description}: its model_config metadata: {error}") from None
     raise ConfigError(f"name the model with a recipe (-c CONFIG) or a registered name (--model NAME): "
                       f"{source.description} is neither a training checkpoint (.pdckpt) that stores its recipe, "
                       f"nor a folder whose config.json says what model it is (timm Hub, Hugging Face), nor a "

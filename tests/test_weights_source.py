@@ -174,3 +174,20 @@ def test_a_folders_warning_is_given_once_by_a_command_that_reads_it_once(tmp_pat
     (folder / "preprocessor_config.json").write_text(json.dumps(dict(processor, do_pad=True)))
     code, _, err = run_predict(["--weights", str(folder), photo], capsys)
     assert code == 0 and err.count("not used: do_pad") == 1, err
+
+
+@pytest.mark.parametrize("metadata, expected", [
+    ("{not json", "its model_config metadata is not JSON"),
+    (json.dumps({"image_size": 32, "warp": 3}), "holds keys that are not ViTConfig fields (warp)"),
+    ("EMBED_DIM_WIDE", "its model_config metadata: model.embed_dim must be an integer"),
+])
+def test_a_damaged_recorded_model_is_one_error_naming_the_file(tmp_path, photo, capsys, metadata, expected):
+    from safetensors.numpy import save_file
+    model = perturbed_tiny_vit()
+    if metadata == "EMBED_DIM_WIDE":
+        metadata = json.dumps(dict(model.config.__dict__, embed_dim="wide"))
+    path = str(tmp_path / "damaged.safetensors")
+    save_file({name: value.numpy() for name, value in model.state_dict().items()}, path,
+              metadata={"format": "paddle-vit", "model_config": metadata})
+    code, _, err = run_predict(["--weights", path, photo], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}") and expected in err, err
