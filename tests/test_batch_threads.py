@@ -16,7 +16,7 @@ from paddle_vit import runtime, variants
 from paddle_vit.config import load_config
 from paddle_vit.engine import step
 from paddle_vit.engine.trainer import Trainer
-from paddle_vit.variants import compiled
+from paddle_vit.variants import compiled, paddle_versions
 from paddle_vit.variants.batch_threads import (MIN_SLICE_ELEMENTS, BatchThreads, plan_batch_threads,
                                                reason_not_to_split, slice_bounds, slice_elements)
 
@@ -411,6 +411,26 @@ def test_plan_batch_threads():
         for requested, expected_threads in [(2, 2), (None, 1)]:
             threads, reason = plan_batch_threads(requested, model, place, single, eager, big_batch, math_threads=2)
             assert threads == expected_threads and reason and fragment in reason, (place, single, eager, requested)
+
+
+@pytest.mark.parametrize("release", ["3.3", "3.9"])
+def test_steps_are_split_and_dropout_seeded_only_on_the_release_their_private_apis_were_written_for(monkeypatch,
+                                                                                                    release):
+    from paddle_vit.variants.slice_random import SeededDropout, slice_stream
+
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: release)
+    threads, reason = plan_batch_threads(None, small_vit(drop_path=0.1), "cpu", True, True, 128, math_threads=2)
+    x = paddle.randn([6, 17, 32])
+    paddle.seed(11)
+    paddles = nn.Dropout(0.3)(x).numpy()
+    paddle.seed(11)
+    with slice_stream(7, 0):
+        ours = SeededDropout(0.3)(x).numpy()
+    if release == "3.3":
+        assert (threads, reason) == (2, None) and not np.array_equal(ours, paddles)
+    else:  # Paddle's generator, and no threads
+        assert threads == 1 and "private tensor methods" in reason and "3.3" in reason
+        np.testing.assert_array_equal(ours, paddles)
 
 
 def test_more_threads_than_cores_are_built_with_a_warning(monkeypatch, caplog):

@@ -1,6 +1,8 @@
 """The encoder layer of training as one compiled op each way (variants/fused_layer.py,
 kernels/encoder_layer.cc): its output and every gradient against the walkthrough's layer of
-modules in float64, the op asked for exactly where it computes what that layer computes."""
+modules in float64, the op asked for exactly where it computes what that layer computes; a
+value of every ViTConfig field either computed as the modules compute it or making the layer
+step aside, and every sublayer it does not know (swapped, added, hooked) making it step aside."""
 import contextlib
 import copy
 
@@ -12,7 +14,7 @@ import paddle_vit
 from paddle_vit import variants
 from paddle_vit.models.config import ViTConfig
 from paddle_vit.models.encoder import DropPath, EncoderLayer
-from paddle_vit.variants import fused_layer
+from paddle_vit.variants import fused_layer, paddle_versions
 from paddle_vit.variants.slice_random import slice_stream
 
 from kernel_calls import count_calls
@@ -147,8 +149,8 @@ def test_a_model_built_on_a_cpu_trains_its_wide_layers_with_the_compiled_layer(c
 
 @pytest.mark.parametrize("case", ["eval", "no_grad", "dropout",
                                   "attention_dropout", "layer_scale", "tanh GELU", "swiglu", "64 wide",
-                                  "attention weights", "float64"])
-def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls, case):
+                                  "attention weights", "float64", "Paddle 3.9"])
+def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls, monkeypatch, case):
     overrides = {"dropout": dict(dropout=0.1),
                  "attention_dropout": dict(attention_dropout=0.1), "layer_scale": dict(layer_scale=1e-5),
                  "tanh GELU": dict(gelu="tanh"), "swiglu": dict(mlp="swiglu"),
@@ -158,6 +160,8 @@ def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls,
         layer.eval()
     if case == "float64":
         layer.to(dtype="float64")
+    if case == "Paddle 3.9":  # a release whose C++ API and private attributes it was not written for
+        monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")
     width = layer.norm1.weight.shape[0]
     x = paddle.randn([2, 5, width], dtype="float64" if case == "float64" else "float32")
     if case == "no_grad":
@@ -168,4 +172,171 @@ def test_the_layer_of_modules_computes_where_the_compiled_layer_would_not(calls,
         assert weights.shape == [2, 3, 5, 5]
     else:
         layer(x)
+    assert calls[0] == 0
+
+
+# ---- the proof: what the compiled layer accepts is what it computes ----------------------------
+
+SMALL = dict(image_size=32, patch_size=8, embed_dim=128, depth=1, num_heads=2, num_classes=10)  # 128: the kernels'
+# a value other than the default of every ViTConfig field, with what it needs beside it (a field
+# added to ViTConfig fails test_every_config_field until it has one here)
+NON_DEFAULT = {
+    "image_size": [dict(image_size=48)],
+    "patch_size": [dict(patch_size=16)],
+    "in_channels": [dict(in_channels=1)],
+    "num_classes": [dict(num_classes=0), dict(num_classes=3)],
+    "embed_dim": [dict(embed_dim=192)],
+    "depth": [dict(depth=2)],
+    "num_heads": [dict(num_heads=4)],
+    "mlp_ratio": [dict(mlp_ratio=5.0)],  # 640 wide: the GELU kernel's width or more
+    "qkv_bias": [dict(qkv_bias=False)],
+    "qk_scale": [dict(qk_scale=0.3)],
+    "layer_norm_epsilon": [dict(layer_norm_epsilon=1e-5)],
+    "gelu": [dict(gelu="tanh"), dict(gelu="quick")],
+    "dropout": [dict(dropout=0.1)],
+    "attention_dropout": [dict(attention_dropout=0.1)],
+    "drop_path": [dict(drop_path=0.5, depth=2)],  # the first layer's rate is 0
+    "pool": [dict(pool="mean"), dict(pool="map")],
+    "representation_size": [dict(representation_size=64)],
+    "position_embedding": [dict(position_embedding="sincos_2d"), dict(position_embedding="none")],
+    "fused_attention": [dict(fused_attention=False)],
+    "init": [dict(init="jax")],
+    "backbone_layers": [dict(backbone_layers=[1], patch_size=1)],
+    "backbone_width": [dict(backbone_layers=[1], patch_size=1, backbone_width=2)],
+    "backbone_style": [dict(backbone_layers=[1], patch_size=1, backbone_style="jax")],
+    "dynamic_img_size": [dict(dynamic_img_size=True)],
+    "dynamic_img_pad": [dict(dynamic_img_size=True, dynamic_img_pad=True)],
+    "pos_embed_resample": [dict(dynamic_img_size=True, pos_embed_resample="bicubic")],
+    "class_token": [dict(class_token=False, pool="mean")],
+    "register_tokens": [dict(register_tokens=2)],
+    "no_embed_class": [dict(no_embed_class=True)],
+    "pre_norm": [dict(pre_norm=True)],
+    "layer_scale": [dict(layer_scale=1e-5)],
+    "mlp": [dict(mlp="swiglu")],
+    "fc_norm": [dict(fc_norm=True)],
+    "distilled": [dict(distilled=True)],
+    "drop_remainder": [dict(image_size=36, drop_remainder=True)],
+    "recompute": [dict(recompute=1)],
+}
+
+
+def test_every_config_field_is_classified_for_the_compiled_layer_and_given_a_value_here():
+    fields = set(ViTConfig.field_names())
+    assert not fields - set(fused_layer.CONFIG_FIELDS), ("ViTConfig fields fused_layer.CONFIG_FIELDS does not "
+                                                         f"classify: {sorted(fields - set(fused_layer.CONFIG_FIELDS))}")
+    assert set(fused_layer.CONFIG_FIELDS) == fields, sorted(set(fused_layer.CONFIG_FIELDS) - fields)
+    assert set(NON_DEFAULT) == fields, f"give these fields a value here: {sorted(fields - set(NON_DEFAULT))}"
+
+
+def computed_by_the_table(name, value):
+    role = fused_layer.CONFIG_FIELDS[name]
+    return role.role != fused_layer.OFF and (role.values is None or value in role.values)
+
+
+def perturbed_model(config):
+    """A ViT of `config` with the CPU fast paths (the compiled layer), its parameters off their
+    initial values (zero biases and unit LayerNorms hide mistakes), in train mode."""
+    paddle.seed(5)
+    model = paddle_vit.ViT(config)
+    with paddle.no_grad():
+        for parameter in model.parameters():
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.1)
+    return variants.use_cpu_fast_paths(model).train()
+
+
+def model_outputs(model, images, grad_out):
+    paddle.seed(9)  # the same coins for drop path
+    images = paddle.to_tensor(images, stop_gradient=False)
+    out = model(images)
+    (out * paddle.to_tensor(grad_out)).sum().backward()
+    return [("out", out.numpy()), ("images", images.grad.numpy())] + [
+        (name, parameter.grad.numpy()) for name, parameter in model.named_parameters() if parameter.grad is not None]
+
+
+@pytest.mark.parametrize("name, overrides", [pytest.param(name, overrides, id=f"{name}={overrides.get(name)!r}")
+                                             for name in ViTConfig.field_names()
+                                             for overrides in NON_DEFAULT.get(name, [{}])])
+def test_a_value_of_every_config_field_is_computed_as_the_modules_compute_it_or_makes_the_layer_step_aside(
+        calls, name, overrides):
+    config = ViTConfig(**{**SMALL, **overrides}).validate()
+    value = getattr(config, name)
+    assert value != getattr(ViTConfig(**SMALL), name)
+    model = perturbed_model(config)
+    reference = variants.use_walkthrough_modules(copy.deepcopy(model))
+    rng = np.random.default_rng(1)
+    images = rng.normal(size=(2, config.in_channels, config.image_size, config.image_size)).astype(np.float32)
+    with paddle.no_grad():
+        out_shape = model(paddle.to_tensor(images)).shape
+    calls[0] = 0
+    grad_out = rng.normal(size=out_shape).astype(np.float32)
+    ours = model_outputs(model, images, grad_out)
+    if not computed_by_the_table(name, value):
+        assert calls[0] == 0, f"{name}={value!r}: the compiled layer computed what it does not"
+        return
+    assert calls[0] == config.depth, f"{name}={value!r} is classified as computed, but the layer stepped aside"
+    theirs = dict(model_outputs(reference, images, grad_out))
+    assert [what for what, _ in ours] == list(theirs)
+    for what, array in ours:
+        np.testing.assert_allclose(array, theirs[what], rtol=0, atol=2e-4 * np.abs(theirs[what]).max(),
+                                   err_msg=f"{name}={value!r}: {what}")
+
+
+@pytest.mark.parametrize("name", [name for name, role in fused_layer.CONFIG_FIELDS.items() if role.values])
+def test_a_config_value_the_compiled_layer_does_not_compute_makes_it_step_aside_by_itself(calls, name):
+    """The config is read, not only the modules: the same plain modules, the config saying
+    otherwise (a field read inside a module's forward, which no sublayer shows)."""
+    layer = perturbed_layer()
+    x = paddle.randn([2, 5, 192])
+    layer(x)
+    assert calls[0] == 1
+    overrides = next(overrides for overrides in NON_DEFAULT[name] if not computed_by_the_table(name, overrides[name]))
+    layer.config = layer.config.replace(**overrides)
+    layer(x)
+    assert calls[0] == 1
+
+
+def test_a_config_field_the_table_does_not_classify_or_no_config_makes_it_step_aside(calls, monkeypatch):
+    layer = perturbed_layer()
+    x = paddle.randn([2, 5, 192])
+    table = fused_layer.CONFIG_FIELDS
+    monkeypatch.setattr(fused_layer, "CONFIG_FIELDS", {name: role for name, role in table.items() if name != "init"})
+    layer(x)
+    assert calls[0] == 0
+    monkeypatch.setattr(fused_layer, "CONFIG_FIELDS", table)
+    layer(x)
+    assert calls[0] == 1
+    layer.config = None  # a layer that does not say what it was built from
+    layer(x)
+    assert calls[0] == 1
+
+
+def test_the_table_of_sublayers_is_the_walkthrough_layers_and_an_unknown_class_anywhere_makes_it_step_aside(calls):
+    """Every sublayer, at any depth, given a subclass of its class (which may compute something
+    else): the layer of modules computes; its own class back: the compiled layer."""
+    layer = perturbed_layer()
+    sublayers = list(layer.named_sublayers())
+    assert [name for name, _ in sublayers] == list(fused_layer.SUBLAYER_CLASSES)
+    x = paddle.randn([2, 5, 192])
+    for name, sublayer in sublayers:
+        cls = type(sublayer)
+        sublayer.__class__ = type(f"Users{cls.__name__}", (cls,), {})
+        layer(x)
+        assert calls[0] == 0, name
+        sublayer.__class__ = cls
+    layer(x)
+    assert calls[0] == 1
+
+
+@pytest.mark.parametrize("change", ["swapped in", "appended", "appended inside", "hooked"])
+def test_a_module_swapped_in_added_or_hooked_by_a_user_makes_it_step_aside(calls, change):
+    layer = perturbed_layer()
+    if change == "swapped in":
+        layer.mlp.act = paddle.nn.Silu()
+    elif change == "appended":
+        layer.rotary = paddle.nn.Identity()  # a module a subclass's forward might use
+    elif change == "appended inside":
+        layer.attn.q_norm = paddle.nn.LayerNorm(96)
+    elif change == "hooked":  # the op would not call it
+        layer.attn.register_forward_post_hook(lambda module, inputs, output: output * 2)
+    layer(paddle.randn([2, 5, 192]))
     assert calls[0] == 0

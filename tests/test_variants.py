@@ -2,6 +2,8 @@
 paths in values and gradients, the traced-graph variants through to_static; and applying them
 keeps the parameters, the state dict and `isinstance` as they were."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import paddle
@@ -13,6 +15,8 @@ import paddle_vit
 from paddle_vit import ViT, variants
 from paddle_vit.models import Attention
 from paddle_vit.variants import cpu as cpu_variants
+from paddle_vit.variants import paddle_versions
+from repo_paths import REPO
 from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 
 def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():
@@ -405,3 +409,135 @@ def test_a_build_killed_half_way_is_started_again_from_an_empty_folder(tmp_path,
     (folder / "half" / "kernels.so").write_bytes(b"\x7fELF truncated")
     assert variants.compiled._build(str(tmp_path)) == "the library"
     assert calls == [["build.lock", "half"], ["build.lock"]]
+
+
+# a process that builds the kernels while another of its threads writes to its standard output
+BUILD_BESIDE_A_THREAD = """
+import os, sys, threading
+from paddle_vit.variants import compiled
+
+built = threading.Event()
+
+def another_thread():
+    while not built.wait(0.2):
+        os.write(1, b"another thread\\n")
+
+thread = threading.Thread(target=another_thread)
+thread.start()
+library = compiled.kernel_library()
+built.set()
+thread.join()
+sys.exit(0 if library is not None and hasattr(library, "paddle_vit_encoder_layer") else 3)
+"""
+
+
+@pytest.mark.slow  # a whole build of the kernels: 25-80 s
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: nothing is built")
+def test_a_build_writes_the_compilers_output_into_build_log_and_nothing_to_the_process_output(tmp_path):
+    """The build runs in a child process: this process's descriptors 1 and 2 get nothing from it
+    and keep what another thread writes meanwhile (a notebook's cell, a log), and build.log gets
+    every compiler command."""
+    env = {key: value for key, value in os.environ.items() if key != variants.compiled.SWITCH_VARIABLE}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-W", "ignore:No ccache found:UserWarning", "-c", BUILD_BESIDE_A_THREAD],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) >= 5 and set(lines) == {"another thread"} and result.stderr == ""  # the build takes seconds
+    (log,) = (tmp_path / "paddle_vit" / "kernels").glob("*/build.log")
+    text = log.read_text()
+    assert "another thread" not in text
+    for source in variants.compiled.SOURCES:  # each compiled with the project's flags
+        assert any(os.path.basename(source) in line and "-fno-trapping-math" in line for line in text.splitlines())
+    assert any(line.split()[:1] in (["g++"], ["c++"]) and "-shared" in line for line in text.splitlines())  # the link
+
+
+@pytest.mark.slow  # the child process and Paddle's builder each import Paddle: about 7 s
+def test_a_failed_build_names_the_compilers_error_and_is_not_built_twice(tmp_path, monkeypatch, caplog):
+    """A build that fails (here: a source that does not compile) ends in Paddle's kernels, with
+    one info line naming the compiler's error, and is tried once."""
+    broken = tmp_path / "broken.cc"
+    broken.write_text("int broken( { return 0; }\n")
+    monkeypatch.setattr(variants.compiled, "SOURCES", [str(broken)])
+    monkeypatch.setattr(variants.compiled, "_LOADED", {})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(variants.compiled.SWITCH_VARIABLE, raising=False)
+    children = []
+    build_in_child = variants.compiled._build_in_child
+    monkeypatch.setattr(variants.compiled, "_build_in_child", lambda *a: children.append(a) or build_in_child(*a))
+    if not variants.compiled.build_possible():
+        pytest.skip("no C++ compiler")
+    with caplog.at_level("INFO", logger="paddle_vit"):
+        assert variants.compiled.kernel_library() is None
+    assert len(children) == 1
+    (message,) = [record.getMessage() for record in caplog.records if "compiled CPU kernels" in record.getMessage()]
+    assert "broken.cc" in message and "error:" in message and "build.log" in message
+    (log,) = (tmp_path / "cache" / "paddle_vit" / "kernels").glob("*/build.log")
+    assert "broken.cc" in log.read_text()
+
+
+# ---- the Paddle releases the variants' workarounds and private APIs were written for -------------
+
+def test_each_version_entry_applies_to_its_releases_and_elsewhere_says_so_once(monkeypatch, caplog):
+    monkeypatch.setattr(paddle, "__version__", "3.3.1")
+    assert paddle_versions.running_release() == "3.3"
+    for name, dependency in paddle_versions.DEPENDENCIES.items():
+        assert dependency.uses and dependency.where and dependency.why and dependency.releases
+        monkeypatch.setattr(paddle_versions, "running_release", lambda: dependency.releases[-1])
+        assert paddle_versions.applies(name)
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")
+    monkeypatch.setattr(paddle_versions, "_SAID", set())
+    with caplog.at_level("INFO", logger="paddle_vit"):
+        for name in paddle_versions.DEPENDENCIES:
+            assert not paddle_versions.applies(name) and not paddle_versions.applies(name)
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == len(paddle_versions.DEPENDENCIES)
+    for message, (name, dependency) in zip(messages, paddle_versions.DEPENDENCIES.items()):
+        assert name in message and dependency.where in message and "3.3" in message
+
+
+@pytest.mark.parametrize("release", ["3.3", "3.9"])
+def test_the_frozen_layer_norm_weight_correction_is_made_on_the_release_it_was_written_for(monkeypatch, release):
+    """3.3: the formula's input gradient; another release: Paddle's own LayerNorm, as it computes."""
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: release)
+    stock, fast = layer_norm_pair(16)
+    x = paddle.randn([4, 9, 16]) * 3 + 1
+    out_grad = paddle.randn([4, 9, 16])
+    gradients = []
+    for layer in (fast, stock):
+        layer.weight.stop_gradient = True
+        x_leaf = x.detach()
+        x_leaf.stop_gradient = False
+        (layer(x_leaf) * out_grad).sum().backward()
+        gradients.append(x_leaf.grad.numpy())
+    ours, paddles = gradients
+    expected = layer_norm_input_gradient(x.numpy(), stock.weight.numpy().astype(np.float64),
+                                         out_grad.numpy().astype(np.float64))
+    if release == "3.3":
+        np.testing.assert_allclose(ours, expected, atol=3e-6 * np.abs(expected).max())
+    else:
+        np.testing.assert_array_equal(ours, paddles)
+
+
+@pytest.mark.parametrize("release", ["3.3", "3.9"])
+def test_the_private_layer_norm_op_and_the_kernels_are_used_on_the_release_they_were_written_for(monkeypatch,
+                                                                                                  release):
+    """3.3: the compiled backward fed by the private op; another release: Paddle's own LayerNorm,
+    and the kernels are not built."""
+    library = variants.compiled.kernel_library()
+    if library is None:
+        pytest.skip("no compiled kernels here")
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: release)
+    asked = []
+    monkeypatch.setattr(cpu_variants, "kernel_library", lambda: asked.append("kernels") or library)
+    legacy_layer_norm = paddle._legacy_C_ops.layer_norm
+    monkeypatch.setattr(paddle._legacy_C_ops, "layer_norm", lambda *a: asked.append("op") or legacy_layer_norm(*a))
+    stock, fast = layer_norm_pair(192)
+    x, grad = paddle.randn([2, 5, 192]), paddle.randn([2, 5, 192])
+    for ours, theirs in zip(layer_norm_outputs(fast, x, grad), layer_norm_outputs(stock, x, grad)):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=0,
+                                   atol=3e-6 * np.abs(theirs.numpy()).max() if release == "3.3" else 0)
+    assert asked == (["kernels", "op"] if release == "3.3" else [])
+    monkeypatch.setattr(variants.compiled, "_LOADED", {})
+    monkeypatch.setattr(variants.compiled, "_build", lambda cache: "the library")
+    assert variants.compiled.kernel_library() == ("the library" if release == "3.3" else None)

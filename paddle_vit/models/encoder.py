@@ -121,6 +121,7 @@ class EncoderLayer(nn.Layer):
 
     def __init__(self, config, drop_path=0.0):
         super().__init__()
+        self.config = config  # what the layer was built from: a variant computing it another way checks it
         embed_dim = config.embed_dim
         self.norm1 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
         self.attn = Attention(embed_dim, config.num_heads, qkv_bias=config.qkv_bias, dropout=config.dropout,

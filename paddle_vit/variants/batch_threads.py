@@ -33,6 +33,7 @@ from .. import runtime
 from ..models.config import ViTConfig
 from .compiled import kernel_threads_for_this_thread
 from .cpu import dense_transposes, runs_on_cpu
+from .paddle_versions import DEPENDENCIES, SHARED_REPLICAS, applies
 from .slice_random import SeededDropout, SeededDropPath, draw_base_seed, draws_seeded, draws_unseeded, slice_stream
 
 # Below this many elements in a slice's [b, N, D] activations the kernels are so short that the
@@ -40,7 +41,7 @@ from .slice_random import SeededDropout, SeededDropPath, draw_base_seed, draws_s
 # recipe's 32 x 17 x 64 = 34,816 none, ViT-Ti/16's 4 x 197 x 192 = 151,296 and the same
 # walkthrough model at batch 256 13-40%).
 MIN_SLICE_ELEMENTS = 100_000
-BATCH_NORMS = (nn.layer.norm._BatchNormBase, nn.BatchNorm)
+BATCH_NORMS = (nn.BatchNorm, nn.BatchNorm1D, nn.BatchNorm2D, nn.BatchNorm3D, nn.SyncBatchNorm)  # and subclasses
 
 
 def reason_not_to_split(model):
@@ -213,6 +214,9 @@ def plan_batch_threads(requested, model, place, single_process, eager, batch, ma
         reason = "the run has several processes, each with its own batch"
     elif not eager:
         reason = "train.to_static traces the step as one graph"
+    elif not applies(SHARED_REPLICAS):
+        reason = (f"the replicas share the model's memory through private tensor methods written for Paddle "
+                  f"{', '.join(DEPENDENCIES[SHARED_REPLICAS].releases)}, not {paddle.__version__}")
     else:
         reason = reason_not_to_split(model)
     if requested is None:

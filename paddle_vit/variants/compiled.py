@@ -5,26 +5,31 @@ the system's C++ compiler, Paddle's headers from the wheel; threads of the C++ l
 The build happens once per machine and source: into the cache folder
 ($XDG_CACHE_HOME or ~/.cache)/paddle_vit/kernels/<key>, the key a hash of the sources, Paddle's and
 Python's versions and the CPU's instruction sets (the build targets them), under a file lock so
-that processes starting together build it once. Where it cannot be built (no compiler, a
-read-only home, not Linux) or PADDLE_VIT_COMPILED_KERNELS=0, `kernel_library()` is None and the
-callers keep Paddle's kernels, which compute the same: one info line says why.
+that processes starting together build it once. It runs in a child Python process whose output
+(the builder's progress, every compiler command and message) goes to build.log in that folder,
+so that nothing of it reaches this process's terminal or another thread's output; this process
+then loads the built library. Where it cannot be built (no compiler, a read-only home, not
+Linux), on a Paddle release the kernels were not written for (paddle_versions.py) or with
+PADDLE_VIT_COMPILED_KERNELS=0, `kernel_library()` is None and the callers keep Paddle's kernels,
+which compute the same: one info line says why.
 """
 import contextlib
 import fcntl
 import hashlib
-import io
+import json
 import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import threading
-import warnings
 
 import paddle
-from paddle.utils.cpp_extension import load  # Paddle's own import loads it already
+from paddle.utils import cpp_extension
 
 from .. import runtime
+from .paddle_versions import COMPILED_KERNELS, applies
 
 logger = logging.getLogger("paddle_vit")
 
@@ -36,6 +41,12 @@ KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 SOURCES = [os.path.join(KERNELS, name) for name in ("layer_norm_backward.cc", "attention_softmax.cc", "gelu.cc",
                                                          "encoder_layer.cc", "adamw.cc")]
 HEADERS = [os.path.join(KERNELS, name) for name in ("vector_math.h", "kernels.h")]  # included by the sources: part of the build key
+# run by the child process that builds: Paddle's builder, arguments from the command line
+BUILD_CHILD = """
+import json, sys
+from paddle.utils.cpp_extension import load
+load(**json.loads(sys.argv[1]), verbose=True)
+"""
 _LOADED = {}  # "library": the module, or None once a build was refused or failed in this process
 _LOADING = threading.Lock()  # threads that step slices of a batch (batch_threads.py) load it once
 _THIS_THREAD = threading.local()  # .threads: a thread's own kernel thread count (batch_threads.py)
@@ -54,7 +65,7 @@ def kernel_library():
 def _load():
     if os.environ.get(SWITCH_VARIABLE, "").strip() == "0":
         return None
-    if not build_possible():
+    if not applies(COMPILED_KERNELS) or not build_possible():
         return None
     try:
         return _build(cache_folder())
@@ -102,18 +113,44 @@ def _build(cache):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
         try:
             return _load_or_build(folder, key, target_flags)
+        except BuildFailed:  # the compiler's verdict: a second build would give the same
+            raise
         except Exception:  # a build killed half-way leaves a library that never loads: start it again, once
             _empty(folder, keep="build.lock")
             return _load_or_build(folder, key, target_flags)
 
 
+class BuildFailed(RuntimeError):
+    """The builder ran to its end and failed (build.log says why)."""
+
+
 def _load_or_build(folder, key, target_flags):
-    # the builder and the Python processes it starts print progress, compiler lines and a ccache
-    # warning: into build.log, not the user's terminal
-    with _output_into(os.path.join(folder, "build.log")), warnings.catch_warnings(), _quiet_builder_log():
-        warnings.simplefilter("ignore")
-        return load(name=f"paddle_vit_kernels_{key}", sources=SOURCES, build_directory=folder, verbose=False,
-                    extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
+    name = f"paddle_vit_kernels_{key}"
+    library_folder = os.path.join(folder, name)  # where Paddle's builder puts the library
+    if not os.path.exists(os.path.join(library_folder, f"{name}.so")):
+        _build_in_child(folder, name, target_flags)
+    with _quiet_builder_log():  # it says "using custom operator only" at INFO
+        return cpp_extension.extension_utils._import_module_from_library(name, library_folder, False)
+
+
+def _build_in_child(folder, name, target_flags):
+    """Paddle's builder (`cpp_extension.load`) run in a child process, its output into build.log."""
+    arguments = dict(name=name, sources=SOURCES, build_directory=folder,
+                     extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
+    log_path = os.path.join(folder, "build.log")
+    with open(log_path, "w") as log:
+        status = subprocess.run([sys.executable, "-c", BUILD_CHILD, json.dumps(arguments)], cwd=folder,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT).returncode
+    if status != 0:
+        raise BuildFailed(f"the build exited with status {status}: {_first_error(log_path)}")
+
+
+def _first_error(log_path):
+    """The compiler's first error line in the build's log, else its last line."""
+    with open(log_path, errors="replace") as stream:
+        lines = [line.strip() for line in stream if line.strip()]
+    errors = [line for line in lines if "error:" in line]
+    return (errors or lines or ["no output"])[0 if errors else -1]
 
 
 def _empty(folder, keep):
@@ -122,28 +159,6 @@ def _empty(folder, keep):
         if name != keep:
             path = os.path.join(folder, name)
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
-
-
-@contextlib.contextmanager
-def _output_into(path):
-    """This process's file descriptors 1 and 2 (and so its children's) write into `path`."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with open(path, "w") as sink, contextlib.redirect_stdout(io.StringIO()):
-            os.dup2(sink.fileno(), 1)
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-    finally:
-        for descriptor in saved:
-            os.close(descriptor)
 
 
 @contextlib.contextmanager

@@ -5,12 +5,12 @@ import contextlib
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
-from paddle import _legacy_C_ops
 from paddle.autograd import PyLayer
 
 from ..models.attention import Attention
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
+from .paddle_versions import COMPILED_KERNELS, LEGACY_LAYER_NORM, WORKAROUND_FROZEN_LAYER_NORM_WEIGHT, applies
 
 KERNEL_MIN_WIDTH = 128  # the compiled kernels for ViT-Ti's 192 and wider, not the walkthrough's 64
 GELU_KERNEL_MIN_WIDTH = 4 * KERNEL_MIN_WIDTH  # GELU sees the MLP's hidden width: mlp_ratio 4 of a model 128 wide
@@ -154,8 +154,8 @@ class _KernelLayerNorm(PyLayer):
 
     @staticmethod
     def forward(ctx, x, weight, bias, epsilon, library):
-        out, mean, variance = _legacy_C_ops.layer_norm(x, weight, bias, "epsilon", epsilon,
-                                                       "begin_norm_axis", x.ndim - 1)  # [..., D], [M], [M]
+        out, mean, variance = paddle._legacy_C_ops.layer_norm(x, weight, bias, "epsilon", epsilon,
+                                                              "begin_norm_axis", x.ndim - 1)  # [..., D], [M], [M]
         ctx.save_for_backward(x, weight, mean, variance)
         ctx.epsilon, ctx.library = epsilon, library
         ctx.wanted = (not x.stop_gradient, not weight.stop_gradient, not bias.stop_gradient)
@@ -181,7 +181,9 @@ class FastCpuLayerNorm(nn.LayerNorm):
     On a CPU it also corrects Paddle 3.3's input gradient where the weight is frozen: Paddle's
     CPU kernel then computes dx as if the weight were all ones (30-50% off for trained weights,
     against the formula in tests/test_variants.py), so the weight is handed to it as a tensor that
-    wants a gradient (that gradient is thrown away; the weight stays frozen)."""
+    wants a gradient (that gradient is thrown away; the weight stays frozen). The kernel path and
+    that correction are each used only with the Paddle releases they were written for
+    (paddle_versions.py)."""
 
     variant_of = nn.LayerNorm
 
@@ -196,7 +198,8 @@ class FastCpuLayerNorm(nn.LayerNorm):
     def _scale_gradient_needed(self, x):
         """Paddle's CPU kernel would compute x's gradient without the frozen weight: wrongly."""
         return (self.weight is not None and self.weight.stop_gradient and not x.stop_gradient
-                and paddle.is_grad_enabled() and runs_on_cpu() and paddle.in_dynamic_mode())
+                and paddle.is_grad_enabled() and runs_on_cpu() and paddle.in_dynamic_mode()
+                and applies(WORKAROUND_FROZEN_LAYER_NORM_WEIGHT))
 
     def _scale_wanting_gradient(self):
         scale = self.weight.detach()
@@ -204,9 +207,10 @@ class FastCpuLayerNorm(nn.LayerNorm):
         return scale
 
     def _uses_kernel(self, x):
-        return (len(self._normalized_shape) == 1 and self._normalized_shape[0] >= KERNEL_MIN_WIDTH
-                and self.weight is not None and self.bias is not None and eager_cpu_float32(x)
-                and records_gradient(x, self.weight, self.bias))
+        return (x.ndim > 0 and x.shape[-1] >= KERNEL_MIN_WIDTH and self.weight is not None and self.bias is not None
+                and eager_cpu_float32(x) and records_gradient(x, self.weight, self.bias) and applies(LEGACY_LAYER_NORM)
+                and applies(COMPILED_KERNELS)  # before the private attributes are read
+                and len(self._normalized_shape) == 1 and self._normalized_shape[0] >= KERNEL_MIN_WIDTH)
 
 
 class _KernelGELU(PyLayer):
@@ -242,8 +246,8 @@ class FastCpuGELU(nn.GELU):
         return _KernelGELU.apply(x, library)
 
     def _uses_kernel(self, x):
-        return (not self._approximate and x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x)
-                and records_gradient(x))
+        return (x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x) and records_gradient(x)
+                and applies(COMPILED_KERNELS) and not self._approximate)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import paddle
 import paddle.nn as nn
 
 from .compiled import kernel_library, kernel_threads
+from .paddle_versions import ADAMW_STATE, applies
 
 
 class FusedCpuAdamW(paddle.optimizer.AdamW):
@@ -25,6 +26,8 @@ class FusedCpuAdamW(paddle.optimizer.AdamW):
 
     @paddle.no_grad()
     def step(self):
+        if not applies(ADAMW_STATE):  # before any private attribute is read
+            return super().step()
         params_grads = self._params_and_gradients()
         library = self._library_for(params_grads)
         if library is None:

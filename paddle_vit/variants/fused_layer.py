@@ -10,19 +10,101 @@ LayerNorm backward kernels; it keeps the attention weights and the GELU's output
 pass and computes the LayerNorms' outputs again there. Python starts one op a layer forward,
 Paddle's autograd one backward.
 
-Used only where it computes what the layer of modules computes: training (gradients recorded;
-frozen parameters get none, as there), eager float32 on a CPU, the compiled kernels
-built, no dropout, attention dropout or layer scale (drop path is: its per-sample factors are drawn
-here as the module draws them and handed to the op), the exact GELU, LayerNorms with
-weight and bias, q/k/v with bias, and a layer as wide as the kernels' (KERNEL_MIN_WIDTH).
-Everywhere else, and in evaluation, it is the layer of modules (with their own CPU variants).
+Used only where it is proved to compute what the layer of modules computes (`computes_the_modules`):
+- every sublayer, at any depth, is at a name of SUBLAYER_CLASSES and of exactly one of the
+  classes named there (the walkthrough's module or its CPU variant: a subclass may compute
+  something else), with no forward hook (the op would not call it); a module swapped in or
+  added, under any name, makes it step aside;
+- every field of the model's `ViTConfig` is in CONFIG_FIELDS, at a value the compiled layer
+  computes: a field of the layer it computes (the exact GELU only, q/k/v with bias, ...), one at
+  its off value (dropout, attention dropout, layer scale), or one that does not concern an
+  encoder layer; a field the table does not name makes it step aside (and fails
+  tests/test_fused_layer.py, which tries a value of every field against the layer of modules);
+- the modules' own settings as the op reads them: no dropout, the exact GELU, LayerNorms with
+  weight and bias of one epsilon, the Linear layers' biases, and a layer as wide as the kernels'
+  (KERNEL_MIN_WIDTH).
+and in training (gradients recorded; frozen parameters get none, as there), eager float32 on a
+CPU without autocast, the compiled kernels built, on a Paddle release they were written for
+(paddle_versions.py). Drop path is computed: its per-sample factors
+are drawn here as the module draws them and handed to the op. Everywhere else, and in
+evaluation, it is the layer of modules (with their own CPU variants).
 """
+import dataclasses
+
 import paddle
 import paddle.nn as nn
 
-from ..models.encoder import EncoderLayer, Mlp
+from ..models.attention import Attention
+from ..models.config import ViTConfig
+from ..models.encoder import DropPath, EncoderLayer, Mlp
 from .compiled import kernel_library, kernel_threads
-from .cpu import GELU_KERNEL_MIN_WIDTH, KERNEL_MIN_WIDTH, eager_cpu_float32, records_gradient
+from .cpu import (GELU_KERNEL_MIN_WIDTH, KERNEL_MIN_WIDTH, AddmmLinear, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm,
+                  eager_cpu_float32, records_gradient)
+from .paddle_versions import COMPILED_KERNELS, applies
+from .slice_random import SeededDropout, SeededDropPath
+
+LAYER_NORMS = (nn.LayerNorm, FastCpuLayerNorm)
+LINEARS = (nn.Linear, AddmmLinear)
+DROPOUTS = (nn.Dropout, SeededDropout)
+# every sublayer of a layer the compiled layer computes, by its name in `named_sublayers()`: the
+# classes it may have (exact: a subclass may compute something else)
+SUBLAYER_CLASSES = {
+    "norm1": LAYER_NORMS,
+    "attn": (Attention, FastCpuAttention),
+    "attn.qkv": LINEARS,
+    "attn.proj": LINEARS,
+    "attn.dropout": DROPOUTS,
+    "attn.attention_dropout": DROPOUTS,
+    "attn.softmax": (nn.Softmax,),  # unused by the fused path; the explicit one's softmax over keys
+    "ls1": (nn.Identity,),  # layer scale off
+    "drop_path": (DropPath, SeededDropPath),
+    "norm2": LAYER_NORMS,
+    "mlp": (Mlp,),
+    "mlp.fc1": LINEARS,
+    "mlp.act": (nn.GELU, FastCpuGELU),
+    "mlp.fc2": LINEARS,
+    "mlp.dropout": DROPOUTS,
+    "ls2": (nn.Identity,),
+}
+
+COMPUTED = "computed by the compiled layer"
+OFF = "must be at its off value"
+NOT_A_LAYER_FIELD = "does not concern an encoder layer"
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldRole:
+    role: str  # COMPUTED, OFF or NOT_A_LAYER_FIELD
+    values: tuple = None  # the values the compiled layer computes; None: any
+
+
+# every ViTConfig field and what the compiled layer does with it; a field not named here makes it
+# step aside
+CONFIG_FIELDS = {
+    "embed_dim": FieldRole(COMPUTED),  # from KERNEL_MIN_WIDTH: the modules' widths are checked
+    "num_heads": FieldRole(COMPUTED),
+    "mlp_ratio": FieldRole(COMPUTED),  # an MLP from GELU_KERNEL_MIN_WIDTH wide
+    "qkv_bias": FieldRole(COMPUTED, (True,)),
+    "qk_scale": FieldRole(COMPUTED),
+    "layer_norm_epsilon": FieldRole(COMPUTED),
+    "gelu": FieldRole(COMPUTED, ("exact",)),
+    "mlp": FieldRole(COMPUTED, ("standard",)),
+    "drop_path": FieldRole(COMPUTED),  # the coins drawn by the layer's DropPath, as the modules draw them
+    "fused_attention": FieldRole(COMPUTED),  # Attention's two paths compute the same numbers
+    "dropout": FieldRole(OFF, (0.0,)),
+    "attention_dropout": FieldRole(OFF, (0.0,)),
+    "layer_scale": FieldRole(OFF, (None,)),
+    "recompute": FieldRole(NOT_A_LAYER_FIELD),  # the Encoder runs the layer again in the backward pass
+    "depth": FieldRole(NOT_A_LAYER_FIELD),
+    "init": FieldRole(NOT_A_LAYER_FIELD),  # the parameters' first values, which the op reads as they are
+    **{name: FieldRole(NOT_A_LAYER_FIELD) for name in (
+        "image_size", "patch_size", "in_channels", "num_classes", "pool", "representation_size",
+        "position_embedding", "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
+        "dynamic_img_pad", "pos_embed_resample", "class_token", "register_tokens", "no_embed_class", "pre_norm",
+        "fc_norm", "distilled", "drop_remainder")},  # the embedding, the head, the encoder's ends
+}
+CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
+FIELD_NAMES = tuple(ViTConfig.field_names())
 
 
 class FusedCpuEncoderLayer(EncoderLayer):
@@ -52,7 +134,8 @@ class FusedCpuEncoderLayer(EncoderLayer):
 
     def _library_for(self, x):
         """The compiled kernels where the compiled layer computes what this layer does, else None."""
-        if not (self.training and x.ndim == 3 and eager_cpu_float32(x) and self._plain()):
+        if not (self.training and x.ndim == 3 and eager_cpu_float32(x) and applies(COMPILED_KERNELS)
+                and computes_the_modules(self)):
             return None
         if paddle.amp.is_autocast_enabled():  # the layer of modules casts its products; this one would not
             return None
@@ -60,23 +143,52 @@ class FusedCpuEncoderLayer(EncoderLayer):
             return None  # nothing to differentiate: the layer of modules keeps nothing for a backward pass
         return kernel_library()
 
-    def _plain(self):
-        """The walkthrough's layer with nothing the compiled one leaves out."""
-        attention, mlp = self.attn, self.mlp
-        width = attention.all_head_dim
-        return all((
-            isinstance(mlp, Mlp) and isinstance(mlp.act, nn.GELU) and not mlp.act._approximate,
-            mlp.fc1.weight.shape[1] >= GELU_KERNEL_MIN_WIDTH,
-            isinstance(self.ls1, nn.Identity) and isinstance(self.ls2, nn.Identity),
-            attention.attention_dropout_rate == 0.0 and attention.dropout.p == 0.0 and mlp.dropout.p == 0.0,
-            attention.qkv.bias is not None and attention.proj.bias is not None and width >= KERNEL_MIN_WIDTH,
-            mlp.fc1.bias is not None and mlp.fc2.bias is not None,
-            _layer_norm_with_parameters(self.norm1, width) and _layer_norm_with_parameters(self.norm2, width),
-            self.norm1._epsilon == self.norm2._epsilon,
-        ))
+
+def computes_the_modules(layer):
+    """Whether the compiled layer computes what `layer`'s modules compute: its sublayers, its
+    config and its modules' settings are all ones it knows (the module docstring)."""
+    modules = known_sublayers(layer)
+    return modules is not None and config_computed(layer.__dict__.get("config")) and settings_computed(modules)
+
+
+def known_sublayers(layer):
+    """{name: sublayer} of `layer` when every sublayer, at any depth, is at a name of
+    SUBLAYER_CLASSES, of one of its classes and without a forward hook, and every name there is
+    filled; else None."""
+    modules = {}
+    for name, sublayer in layer.named_sublayers():
+        classes = SUBLAYER_CLASSES.get(name)
+        if classes is None or type(sublayer) not in classes:
+            return None
+        if sublayer._forward_pre_hooks or sublayer._forward_post_hooks:
+            return None
+        modules[name] = sublayer
+    return modules if len(modules) == len(SUBLAYER_CLASSES) else None
+
+
+def config_computed(config):
+    """A `ViTConfig` whose every field CONFIG_FIELDS names, each at a value the compiled layer computes."""
+    if type(config) is not ViTConfig:
+        return False
+    if not all(name in CONFIG_FIELDS for name in FIELD_NAMES):
+        return False
+    return all(getattr(config, name) in values for name, values in CHECKED_FIELDS)
+
+
+def settings_computed(modules):
+    """The known modules' settings ({name: sublayer}) as the op reads them: they may differ from
+    the config's after a change of the built model (a dropout rate set on a module)."""
+    attention, norm1, norm2 = modules["attn"], modules["norm1"], modules["norm2"]
+    fc1, fc2, width = modules["mlp.fc1"], modules["mlp.fc2"], attention.all_head_dim
+    return (not modules["mlp.act"]._approximate and fc1.weight.shape[1] >= GELU_KERNEL_MIN_WIDTH
+            and attention.attention_dropout_rate == 0.0 and width >= KERNEL_MIN_WIDTH
+            and modules["attn.dropout"].p == 0.0 and modules["mlp.dropout"].p == 0.0
+            and modules["attn.qkv"].bias is not None and modules["attn.proj"].bias is not None
+            and fc1.bias is not None and fc2.bias is not None
+            and _layer_norm_with_parameters(norm1, width) and _layer_norm_with_parameters(norm2, width)
+            and norm1._epsilon == norm2._epsilon)
 
 
 def _layer_norm_with_parameters(norm, width):
     """A LayerNorm over the last axis of `width` with its weight and bias."""
-    return (isinstance(norm, nn.LayerNorm) and list(norm._normalized_shape) == [width]
-            and norm.weight is not None and norm.bias is not None)
+    return list(norm._normalized_shape) == [width] and norm.weight is not None and norm.bias is not None

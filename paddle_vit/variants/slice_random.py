@@ -14,9 +14,9 @@ import threading
 
 import paddle
 import paddle.nn as nn
-from paddle import _C_ops
 
 from ..models.encoder import DropPath
+from .paddle_versions import SEEDED_DROPOUT, applies
 
 _STREAM = threading.local()  # .base, .index, .calls while this thread steps a slice
 SEED_RANGE = 2 ** 31 - 1
@@ -58,7 +58,7 @@ def draw_base_seed():
 
 def seeded_dropout(x, rate, mode, seed):
     """Paddle's dropout of `x` with its own `seed` (the global generator untouched)."""
-    return _C_ops.dropout(x, None, rate, False, mode, seed, True)
+    return paddle._C_ops.dropout(x, None, rate, False, mode, seed, True)
 
 
 class SeededDropout(nn.Dropout):
@@ -68,8 +68,8 @@ class SeededDropout(nn.Dropout):
 
     def seeded(self):
         """Whether it draws from its slice's stream in its current mode (Paddle's seeded kernel has
-        no axis)."""
-        return self.training and self.p > 0 and self.axis is None
+        no axis; a Paddle release it was written for: paddle_versions.py)."""
+        return self.training and self.p > 0 and self.axis is None and applies(SEEDED_DROPOUT)
 
     def forward(self, x):
         seed = next_seed() if self.seeded() else None
@@ -85,7 +85,7 @@ class SeededDropPath(DropPath):
     variant_of = DropPath
 
     def seeded(self):
-        return self.training and self.drop_prob > 0
+        return self.training and self.drop_prob > 0 and applies(SEEDED_DROPOUT)
 
     def forward(self, x):
         seed = next_seed() if self.seeded() else None

@@ -1,0 +1,88 @@
+"""Every workaround of a Paddle release and every private Paddle API the variants use, in one
+table, each with the Paddle releases it was written and tested for.
+
+Why: a private API (`paddle._legacy_C_ops`, a layer's `_epsilon`, an optimizer's accumulators)
+may change its arguments or meaning in any release without a word, and a workaround for one
+release's bug may be wrong, or only slower, in the next. On a release not listed for an entry,
+the variant that needs it computes as Paddle's own module does (or the step is Paddle's own), and
+one info line says which entry and why; the numbers are the same, only slower. Moving to a new
+Paddle release is then: run the test suite under it, and add the release to the entries it passes.
+"""
+import logging
+from typing import NamedTuple
+
+import paddle
+
+logger = logging.getLogger("paddle_vit")
+
+
+class PaddleDependency(NamedTuple):
+    uses: str  # what of Paddle the variant relies on
+    releases: tuple  # the "major.minor" Paddle releases it was written and tested for
+    where: str  # the variants that use it; on another release each is Paddle's own
+    why: str
+
+
+WORKAROUND_FROZEN_LAYER_NORM_WEIGHT = "frozen LayerNorm weight"
+LEGACY_LAYER_NORM = "legacy layer_norm op"
+COMPILED_KERNELS = "compiled kernels"
+ADAMW_STATE = "AdamW's state"
+SEEDED_DROPOUT = "seeded dropout op"
+SHARED_REPLICAS = "replicas sharing memory"
+
+DEPENDENCIES = {
+    WORKAROUND_FROZEN_LAYER_NORM_WEIGHT: PaddleDependency(
+        "a workaround: Paddle 3.3's CPU LayerNorm computes the input gradient as if a frozen weight were all "
+        "ones (30-50% off for trained weights), so the weight is handed to it as a tensor that wants a gradient",
+        ("3.3",), "cpu.FastCpuLayerNorm",
+        "written against 3.3's kernel: a release that mends it needs no detour"),
+    LEGACY_LAYER_NORM: PaddleDependency(
+        "paddle._legacy_C_ops.layer_norm(x, weight, bias, 'epsilon', e, 'begin_norm_axis', a) -> out, mean, "
+        "variance; nn.LayerNorm's _normalized_shape and _epsilon",
+        ("3.3",), "cpu.FastCpuLayerNorm in training (its compiled backward reads the mean and variance)",
+        "a private op: its arguments and outputs may change in any release"),
+    COMPILED_KERNELS: PaddleDependency(
+        "the C++ kernels' paddle::experimental::matmul and addmm, LayerNorm's mean and variance as the backward "
+        "reads them, and the builder's private loader (cpp_extension.extension_utils._import_module_from_library); "
+        "nn.GELU's _approximate and nn.LayerNorm's _epsilon and _normalized_shape; nn.Layer's _forward_pre_hooks "
+        "and _forward_post_hooks (a hook the compiled layer would not call)",
+        ("3.3",), "compiled.kernel_library and every kernel's caller: FastCpuLayerNorm, FastCpuGELU, "
+        "RecomputedAttention's softmax, FusedCpuEncoderLayer, FusedCpuAdamW",
+        "an experimental C++ API and private attributes: they may change in any release"),
+    ADAMW_STATE: PaddleDependency(
+        "paddle.optimizer.AdamW's private state: _param_groups, _grad_ivar(), _create_accumulators, "
+        "_get_accumulator_master and the *_acc_str names, _beta1, _beta2, _epsilon, _weight_decay, _grad_clip, "
+        "_amsgrad, _multi_precision, _lr_ratio, _lazy_mode, _apply_decay_param_fun",
+        ("3.3",), "fused_adamw.FusedCpuAdamW (its step reads and updates the accumulators Paddle's would)",
+        "private attributes: their names and layout may change in any release"),
+    SEEDED_DROPOUT: PaddleDependency(
+        "paddle._C_ops.dropout(x, None, p, is_test, mode, seed, fix_seed)",
+        ("3.3",), "slice_random.SeededDropout and SeededDropPath (without them a step with dropout or drop path "
+        "is not split into threads)",
+        "a private op: its positional arguments may change in any release"),
+    SHARED_REPLICAS: PaddleDependency(
+        "Tensor._share_buffer_to, Tensor._copy_gradient_from, paddle.base.core.set_num_threads",
+        ("3.3",), "batch_threads (plan_batch_threads says a step is not split)",
+        "private methods: they may change in any release"),
+}
+
+_SAID = set()  # (entry, release) already said in the log
+
+
+def running_release():
+    """The running Paddle's "major.minor" (tests substitute it)."""
+    return ".".join(paddle.__version__.split(".")[:2])
+
+
+def applies(name):
+    """Whether the variants may use the entry `name` of DEPENDENCIES with the running Paddle; the
+    first refusal of each entry says so in one info line."""
+    release = running_release()
+    dependency = DEPENDENCIES[name]
+    if release in dependency.releases:
+        return True
+    if (name, release) not in _SAID:
+        _SAID.add((name, release))
+        logger.info("Paddle %s: %s compute as Paddle's own: the variants' %s is written for Paddle %s only (%s)",
+                    paddle.__version__, dependency.where, name, ", ".join(dependency.releases), dependency.why)
+    return False
