@@ -179,7 +179,7 @@ def test_a_folders_warning_is_given_once_by_a_command_that_reads_it_once(tmp_pat
 @pytest.mark.parametrize("metadata, expected", [
     ("{not json", "its model_config metadata is not JSON"),
     (json.dumps({"image_size": 32, "warp": 3}), "holds keys that are not ViTConfig fields (warp)"),
-    ("EMBED_DIM_WIDE", "its model_config metadata: model.embed_dim must be an integer"),
+    ("EMBED_DIM_WIDE", "its recorded recipe: model.embed_dim must be an integer"),
 ])
 def test_a_damaged_recorded_model_is_one_error_naming_the_file(tmp_path, photo, capsys, metadata, expected):
     from safetensors.numpy import save_file
@@ -191,3 +191,24 @@ def test_a_damaged_recorded_model_is_one_error_naming_the_file(tmp_path, photo, 
               metadata={"format": "paddle-vit", "model_config": metadata})
     code, _, err = run_predict(["--weights", path, photo], capsys)
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}") and expected in err, err
+
+
+def test_a_runs_safetensors_is_evaluated_as_the_run_validated_it(tmp_path):
+    """The trainer records the model and the data keys of its eval transform: the weights alone,
+    without -c, evaluate to the numbers of the .pdckpt, which stores the whole recipe."""
+    from paddle_vit.engine.evaluator import run_evaluation
+    from paddle_vit.engine.trainer import Trainer
+    from paddle_vit.recipe import config_for_weights
+    from test_train import small_config
+    run = tmp_path / "run"
+    Trainer(small_config(run, train={"epochs": 1, "weights_format": "safetensors"},
+                         data={"interpolation": "bilinear", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.4]})).fit()
+    same_data = ["data.dataset=synthetic", "data.synthetic_train_size=96", "data.synthetic_val_size=40",
+                 "data.synthetic_classes=4"]
+    metrics = {}
+    for name in ("last.pdckpt", "last.safetensors"):
+        source = resolve_weights(str(run / "checkpoints" / name))
+        config = config_for_weights(source, overrides=same_data)
+        assert (config.data.interpolation, config.data.mean) == ("bilinear", [0.5, 0.4, 0.3]), name
+        metrics[name] = {key: run_evaluation(config, source)[key] for key in ("top1", "loss")}
+    assert metrics["last.pdckpt"] == metrics["last.safetensors"]

@@ -22,7 +22,7 @@ import paddle.nn.functional as F
 from ..errors import ConfigError, WeightsError
 from ..factory import describe_class_difference, model_for_evaluation
 from ..models import ViT, get_model_config
-from ..recipe import config_for_weights, recorded_model
+from ..recipe import config_for_weights, recorded_recipe
 from ..sections.train import looks_like_a_path
 from ..variants import use_cpu_fast_paths
 from ..weights.source import resolve_weights
@@ -199,7 +199,7 @@ def load_teacher(source, num_classes):
                          "paddle-vit (its metadata records the model)")
     try:
         weights = resolve_weights(source)  # read once: the recipe, then the teacher, from it
-        says_its_model = source.endswith(".pdckpt") or recorded_model(weights) is not None
+        says_its_model = source.endswith(".pdckpt") or recorded_recipe(weights) is not None
     except WeightsError as error:
         raise ConfigError(f"{key} cannot be built as a teacher: {error}") from None
     if os.path.isfile(source) and not says_its_model:

@@ -22,6 +22,7 @@ import paddle
 from .. import checkpoint as ckpt
 from ..data import batch_rng, one_hot_smoothed
 from ..errors import TrainingError, WeightsError
+from ..preprocess.checkpoint import eval_data_keys
 from ..viz import attention_overlay_image
 from ..weights import save_weights
 from . import build, fewshot_eval, resume, runs, seeding, sharding, step, stopping
@@ -169,7 +170,7 @@ class Trainer:
                 path = os.path.join(self.checkpoint_dir, f"{name}{suffix}.{extension}")
                 with _reported_write_errors(path, "weights"):
                     save_weights(weights, path, class_names=self.parts.class_names, model_config=self.parts.vit.config,
-                                 model_name=self.config.model.name)
+                                 model_name=self.config.model.name, eval_data=eval_data_keys(self.config.data))
 
     # ---- the loop -------------------------------------------------------------------------
     def autocast(self):

@@ -23,6 +23,12 @@ PIPELINES = tuple(READERS)
 PREPROCESS_KEYS = ("interpolation", "mean", "std", "eval_crop_pct")
 
 
+def eval_data_keys(data_config):
+    """{key of `PREPROCESS_KEYS`: value} of a recipe's data section: what its eval transform reads."""
+    return {key: list(value) if isinstance(value, (list, tuple)) else value
+            for key, value in ((key, getattr(data_config, key)) for key in PREPROCESS_KEYS)}
+
+
 def preprocess_for_checkpoint(hint, image_size, where=None):
     """The `Preprocess` a checkpoint family's `hint` implies, at the model's `image_size` (None:
     the size the library's config states), every value checked (a ConfigError naming it)."""

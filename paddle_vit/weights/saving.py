@@ -13,7 +13,7 @@ from .. import fileio
 from .reading import to_numpy
 
 
-def save_weights(model_or_state_dict, path, class_names=None, *, model_config=None, model_name=None):
+def save_weights(model_or_state_dict, path, class_names=None, *, model_config=None, model_name=None, eval_data=None):
     """Write a model's weights (or a state dict) in this project's names, atomically: to
     ``.safetensors`` (readable without Paddle or pickle) or ``.pdparams`` (what
     ``paddle.save(model.state_dict())`` writes), chosen by the extension. Returns the path.
@@ -24,7 +24,9 @@ def save_weights(model_or_state_dict, path, class_names=None, *, model_config=No
     with the options it computes with (epsilon, GELU, q.k scale, ...). A ``.pdparams`` holds
     tensors only; the model and those options must then be given when it is loaded.
     `class_names` (the classes of the head, in order) go into the ``.safetensors`` metadata too,
-    so that evaluation can tell data with other classes from the data the weights learnt."""
+    so that evaluation can tell data with other classes from the data the weights learnt, and so
+    do `eval_data`, the data keys of the recipe's eval transform ({"interpolation": ..., "mean":
+    ..., "std": ..., "eval_crop_pct": ...}), so that they are fed as the run validated them."""
     path = os.fspath(path)
     is_model = hasattr(model_or_state_dict, "state_dict")
     state = model_or_state_dict.state_dict() if is_model else model_or_state_dict
@@ -42,6 +44,8 @@ def save_weights(model_or_state_dict, path, class_names=None, *, model_config=No
             metadata["model_config"] = json.dumps(dataclasses.asdict(config))
         if model_name is not None:
             metadata["model_name"] = str(model_name)
+        if eval_data is not None:
+            metadata["eval_data"] = json.dumps(eval_data)
         if class_names is not None:
             metadata["class_names"] = json.dumps([str(name) for name in class_names])
         data = safetensors.numpy.save(arrays, metadata=metadata)
