@@ -198,7 +198,8 @@ NON_DEFAULT = {
     "drop_path": [dict(drop_path=0.5, depth=2)],  # the first layer's rate is 0
     "pool": [dict(pool="mean"), dict(pool="map")],
     "representation_size": [dict(representation_size=64)],
-    "position_embedding": [dict(position_embedding="sincos_2d"), dict(position_embedding="none")],
+    "position_embedding": [dict(position_embedding="sincos_2d"), dict(position_embedding="none"),
+                           dict(position_embedding="rope_axial"), dict(position_embedding="rope_mixed")],
     "fused_attention": [dict(fused_attention=False)],
     "init": [dict(init="jax")],
     "backbone_layers": [dict(backbone_layers=[1], patch_size=1)],
@@ -212,11 +213,21 @@ NON_DEFAULT = {
     "no_embed_class": [dict(no_embed_class=True)],
     "pre_norm": [dict(pre_norm=True)],
     "layer_scale": [dict(layer_scale=1e-5)],
-    "mlp": [dict(mlp="swiglu")],
+    "mlp": [dict(mlp="swiglu"), dict(mlp="swiglu_packed"), dict(mlp="swiglu_split")],
     "fc_norm": [dict(fc_norm=True)],
     "distilled": [dict(distilled=True)],
     "drop_remainder": [dict(image_size=36, drop_remainder=True)],
     "recompute": [dict(recompute=1)],
+    "rope": [dict(rope="axial"), dict(rope="mixed"), dict(rope="dinov3", rope_rotate_half=True)],
+    "rope_temperature": [dict(rope_temperature=100.0)],  # the rope fields: unread without a rope
+    "rope_grid_offset": [dict(rope_grid_offset=1.0)],
+    "rope_grid_indexing": [dict(rope_grid_indexing="xy")],
+    "rope_rotate_half": [dict(rope_rotate_half=True)],
+    "rope_ref_grid": [dict(rope_ref_grid=[3, 5])],
+    "qkv": [dict(qkv="fused_qv_bias"), dict(qkv="separate")],
+    "attention_norm": [dict(attention_norm=True)],
+    "mlp_norm": [dict(mlp="swiglu_split", mlp_norm=True)],
+    "mlp_align_to": [dict(mlp="swiglu_split", mlp_align_to=8)],
 }
 
 

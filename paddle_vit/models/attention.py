@@ -15,6 +15,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..errors import ConfigError
+from .rope import rotate_qk
 
 
 class Attention(nn.Layer):
@@ -28,10 +29,13 @@ class Attention(nn.Layer):
         attention_dropout: dropout on the attention weights.
         fused: use Paddle's fused scaled_dot_product_attention when weights are not requested.
         qk_scale: the factor of q k^T; None is head_dim^-0.5 (paper Eq. 5). Every path uses it.
+        qkv, proj: a later ViT's q/k/v projection ([B, N, D] -> [B, N, 3 H d]) or output
+            projection ([B, N, H d] -> [B, N, D]) in place of the walkthrough's Linear
+            (block_parts.py); None builds the walkthrough's.
     """
 
     def __init__(self, embed_dim, num_heads, qkv_bias=True, dropout=0.0, attention_dropout=0.0, fused=False,
-                 qk_scale=None):
+                 qk_scale=None, qkv=None, proj=None):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ConfigError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}: "
@@ -43,8 +47,8 @@ class Attention(nn.Layer):
         self.fused = fused
         self.attention_dropout_rate = attention_dropout
         # walkthrough bug fixed: its `bias_attr=False if qkv_bias is True else None` dropped the bias when asked for
-        self.qkv = nn.Linear(embed_dim, self.all_head_dim * 3, bias_attr=None if qkv_bias else False)
-        self.proj = nn.Linear(self.all_head_dim, embed_dim)
+        self.qkv = qkv or nn.Linear(embed_dim, self.all_head_dim * 3, bias_attr=None if qkv_bias else False)
+        self.proj = proj or nn.Linear(self.all_head_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
         self.attention_dropout = nn.Dropout(attention_dropout)
         self.softmax = nn.Softmax(axis=-1)
@@ -54,12 +58,15 @@ class Attention(nn.Layer):
         x = x.reshape([0, 0, self.num_heads, self.head_dim])
         return x.transpose([0, 2, 1, 3])
 
-    def forward(self, x, return_attention=False):
-        """x: [B, N, D]. Returns out [B, N, D], and the weights [B, H, N, N] when asked."""
+    def forward(self, x, return_attention=False, rope=None):
+        """x: [B, N, D]. Returns out [B, N, D], and the weights [B, H, N, N] when asked.
+        rope: the rotary position embedding of the input's grid (models/rope.py), for the ViTs
+        that use one; None (the paper's ViT) leaves q and k as they are."""
         if self.fused and not return_attention:
-            return self.fused_attention(x)
+            return self.fused_attention(x, rope)
         qkv = self.qkv(x).chunk(3, axis=-1)  # 3 x [B, N, H * d]
         q, k, v = map(self.transpose_multihead, qkv)  # 3 x [B, H, N, d]
+        q, k = rotate_qk(q, k, rope)  # RoPE ViTs: q and k turned by their patch's place
         attention = paddle.matmul(q, k, transpose_y=True)  # [B, H, N, N]
         attention = attention * self.scales
         attention = self.softmax(attention)
@@ -72,10 +79,11 @@ class Attention(nn.Layer):
         out = self.dropout(out)
         return (out, weights) if return_attention else out
 
-    def fused_attention(self, x):
+    def fused_attention(self, x, rope=None):
         """The same attention through Paddle's fused kernel, which takes [B, N, H, d]: no transpose."""
         qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
         q, k, v = qkv.unbind(axis=2)  # 3 x [B, N, H, d]
+        q, k = rotate_qk(q, k, rope, heads_first=False)
         if self.scales != self.head_dim ** -0.5:
             # the fused kernels scale by head_dim^-0.5 and not every backend takes another
             # factor (flash attention ignores `scale`): fold the rest into q

@@ -6,12 +6,16 @@ import math
 from typing import List, Optional
 
 from ..errors import ConfigError, check_choice, close_matches
+from .block_parts import QKV_LAYOUTS, swiglu_hidden_dim
 from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS
 from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
+from .rope import GRID_INDEXINGS, ROPE_KINDS, check_rope_head_dim
 from .resnet import STAGE_CHANNELS, STYLES, backbone_channels, backbone_feature_size, backbone_macs
 
 POOLS = ("cls", "mean", "walkthrough", "map", "first_patch")
+# the position embeddings that are rotary alone (no vector added to the tokens), by their RoPE kind
+ROPE_POSITION_EMBEDDINGS = {"rope_axial": "axial", "rope_mixed": "mixed"}
 INITS = ("timm", "jax")
 
 
@@ -50,7 +54,9 @@ class ViTConfig:
             does (it drops the class token after the blocks, then reads token 0).
         representation_size: width of the pre-logits layer (Linear + tanh) of the paper's
             pre-training head, or None for none.
-        position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4).
+        position_embedding: "learned", "learned_2d", "sincos_2d" or "none" (Appendix D.4), or
+            "rope_axial" / "rope_mixed": no vector added to the tokens, a rotary embedding of that
+            kind inside attention instead (rope below; RoPE-ViT's rope / rope_mixed).
         fused_attention: the fast attention path (Paddle's fused scaled_dot_product_attention;
             on a CPU the tools run a packed equivalent, paddle_vit.variants); False runs the
             walkthrough's explicit path. Attention maps always come from the explicit path.
@@ -82,7 +88,8 @@ class ViTConfig:
             the patch Conv2D then has no bias, as in CLIP and timm.
         layer_scale: None (the paper) or the initial value of a learned per-channel factor on
             each residual branch (DeiT III 1e-6, DINOv2 1e-5; timm's init_values).
-        mlp: "standard" (Linear, GELU, Linear) or "swiglu" (DINOv2 giant's gated MLP, SiLU).
+        mlp: "standard" (Linear, GELU, Linear), "swiglu" (DINOv2 giant's gated MLP, SiLU),
+            "swiglu_packed" (EVA-02 tiny and small's) or "swiglu_split" (EVA-02 base/large, DINOv3 H+).
         fc_norm: None: a LayerNorm after pooling exactly for pool "mean" (then no final encoder
             norm); True or False says so for any pool (timm's fc_norm; its `*_gap_*` models
             average after the final norm: pool "mean", fc_norm False).
@@ -97,6 +104,23 @@ class ViTConfig:
             and computes that layer again in the backward pass (Paddle's recompute). The numbers
             are the same; memory falls and time rises. It changes how the model runs, not what
             it is: a run may be resumed with another value.
+        rope: None (the paper), or a rotary position embedding inside every attention, beside
+            any position embedding added to the tokens (models/rope.py): "axial" (EVA-02, PE,
+            RoPE-ViT, timm's rope GAP models), "mixed" (RoPE-ViT's learned frequencies) or
+            "dinov3". position_embedding "rope_axial" / "rope_mixed" implies it.
+        rope_temperature: the frequency base; None is the kind's (axial 10000, mixed 10, dinov3 100).
+        rope_grid_offset: added to the patch coordinates (PE: 1).
+        rope_grid_indexing: "ij" (rows first: EVA-02, DINOv3) or "xy" (columns first: PE, RoPE-ViT).
+        rope_rotate_half: pair channel i with i + d/2 (DINOv3) rather than 2i with 2i+1.
+        rope_ref_grid: [rows, cols] the axial coordinates are rescaled to (EVA-02's ref_feat_shape):
+            at another grid the coordinates span the reference grid's range; None: patch indices.
+        qkv: the q/k/v projection (models/block_parts.py): "fused" (the walkthrough's one Linear),
+            "fused_qv_bias" (one Linear, biases for q and v only: EVA-02, DINOv3 _qkvb) or
+            "separate" (three Linears, k without bias: EVA-02 CLIP).
+        attention_norm: a LayerNorm over the heads' output before the projection (EVA-02 CLIP).
+        mlp_norm: with mlp "swiglu_split", a LayerNorm over its hidden width (EVA-02's scale_mlp).
+        mlp_align_to: with mlp "swiglu_split", its hidden width rounded up to a multiple of this
+            (DINOv3 H+: 8); 0 leaves int(embed_dim * mlp_ratio).
     """
     image_size: int = 224
     patch_size: int = 16
@@ -134,6 +158,16 @@ class ViTConfig:
     distilled: bool = False
     drop_remainder: bool = False
     recompute: int = 0
+    rope: Optional[str] = None
+    rope_temperature: Optional[float] = None
+    rope_grid_offset: float = 0.0
+    rope_grid_indexing: str = "ij"
+    rope_rotate_half: bool = False
+    rope_ref_grid: Optional[List[int]] = None
+    qkv: str = "fused"
+    attention_norm: bool = False
+    mlp_norm: bool = False
+    mlp_align_to: int = 0
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
@@ -176,7 +210,8 @@ class ViTConfig:
         check_choice("model.gelu", self.gelu, GELUS)
         check_choice("model.pool", self.pool, POOLS)
         check_choice("model.init", self.init, INITS)
-        check_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        check_choice("model.position_embedding", self.position_embedding,
+                     POSITION_EMBEDDINGS + tuple(ROPE_POSITION_EMBEDDINGS))
         if self.representation_size is not None and self.representation_size <= 0:
             raise ConfigError(f"model.representation_size must be a positive integer or null, "
                               f"got {self.representation_size!r}")
@@ -188,8 +223,66 @@ class ViTConfig:
             self._validate_backbone()
         self._validate_dynamic_size()
         self._validate_tokens()
+        self._validate_block_parts()
+        self._validate_rope()
         self.token_grid()
         return self
+
+    @property
+    def rope_kind(self):
+        """The rotary embedding's kind ("axial", "mixed", "dinov3"), or None for none."""
+        return self.rope or ROPE_POSITION_EMBEDDINGS.get(self.position_embedding)
+
+    @property
+    def absolute_position_embedding(self):
+        """The kind of position embedding added to the tokens: RoPE's own kinds add none."""
+        return "none" if self.position_embedding in ROPE_POSITION_EMBEDDINGS else self.position_embedding
+
+    def _validate_block_parts(self):
+        check_choice("model.qkv", self.qkv, QKV_LAYOUTS)
+        if self.qkv == "fused_qv_bias" and not self.qkv_bias:
+            raise ConfigError("model.qkv 'fused_qv_bias' has biases for q and v: it needs model.qkv_bias: true "
+                              "(without biases the walkthrough's 'fused' computes the same)")
+        for name in ("attention_norm", "mlp_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        align = self.mlp_align_to
+        if not isinstance(align, int) or isinstance(align, bool) or align < 0:
+            raise ConfigError(f"model.mlp_align_to must be an integer >= 0 (0: int(embed_dim * mlp_ratio)), "
+                              f"got {align!r}")
+        if (self.mlp_norm or align) and self.mlp != "swiglu_split":
+            raise ConfigError("model.mlp_norm and model.mlp_align_to shape the gated MLP with separate gate and "
+                              "value Linears: they need model.mlp: swiglu_split")
+
+    def _validate_rope(self):
+        if self.rope is not None:
+            check_choice("model.rope", self.rope, ROPE_KINDS)
+            implied = ROPE_POSITION_EMBEDDINGS.get(self.position_embedding)
+            if implied is not None and implied != self.rope:
+                raise ConfigError(f"model.position_embedding {self.position_embedding!r} is rotary of kind "
+                                  f"{implied!r}, but model.rope says {self.rope!r}: set one of them")
+        check_choice("model.rope_grid_indexing", self.rope_grid_indexing, GRID_INDEXINGS)
+        if self.rope_temperature is not None and not _positive_finite(self.rope_temperature):
+            raise ConfigError(f"model.rope_temperature must be a finite number > 0, or null for the kind's own, "
+                              f"got {self.rope_temperature!r}")
+        if (isinstance(self.rope_grid_offset, bool) or not isinstance(self.rope_grid_offset, (int, float))
+                or not math.isfinite(self.rope_grid_offset)):
+            raise ConfigError(f"model.rope_grid_offset must be a finite number, got {self.rope_grid_offset!r}")
+        if not isinstance(self.rope_rotate_half, bool):
+            raise ConfigError(f"model.rope_rotate_half must be true or false, got {self.rope_rotate_half!r}")
+        ref = self.rope_ref_grid
+        if ref is not None and (not isinstance(ref, (list, tuple)) or len(ref) != 2 or not all(
+                isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in ref)):
+            raise ConfigError(f"model.rope_ref_grid must be null or [rows, cols] of the grid the rotary "
+                              f"coordinates are scaled to (EVA-02: [16, 16]), got {ref!r}")
+        kind = self.rope_kind
+        if kind is None:
+            return
+        check_rope_head_dim(kind, self.embed_dim, self.num_heads, self.rope_rotate_half)
+        if self.is_hybrid:
+            raise ConfigError("model.rope is built for patches cut from the image, not a hybrid's ResNet feature map")
+        if ref is not None and kind != "axial":
+            raise ConfigError(f"model.rope_ref_grid rescales the axial RoPE's coordinates; RoPE {kind!r} has none")
 
     def _validate_tokens(self):
         for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder"):
@@ -286,6 +379,8 @@ class ViTConfig:
         tokens = self.num_patches + self.num_prefix_tokens
         width, hidden = self.embed_dim, int(self.embed_dim * self.mlp_ratio)
         mlp = width * hidden + (hidden // 2 if self.mlp == "swiglu" else hidden) * width  # per token
+        if self.mlp in ("swiglu_packed", "swiglu_split"):  # gate and value Linears, then one back
+            mlp = 3 * width * swiglu_hidden_dim(width, self.mlp_ratio, self.mlp_align_to)
         patch_embed = self.num_patches * width * self.patch_channels * self.patch_size ** 2
         if self.is_hybrid:
             patch_embed += backbone_macs(self.backbone_layers, self.backbone_width, self.in_channels, self.image_size)

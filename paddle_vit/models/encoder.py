@@ -5,14 +5,19 @@ import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
 from .attention import Attention
+from .block_parts import SwiGLU, build_attention_projection, build_qkv
+from .rope import rope_of_layer
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
 # "exact": GELU with the Gaussian CDF (timm, PyTorch, Paddle, Hugging Face "gelu"); "tanh": its tanh
 # approximation, flax's nn.gelu default, which the original JAX checkpoints (and SigLIP) were trained
 # with; "quick": OpenAI CLIP's x * sigmoid(1.702 x), which its released weights need
 GELUS = ("exact", "tanh", "quick")
-# "standard": Linear, GELU, Linear (the paper); "swiglu": DINOv2 giant's gated MLP
-MLPS = ("standard", "swiglu")
+# "standard": Linear, GELU, Linear (the paper); "swiglu": DINOv2 giant's gated MLP, gate and value
+# packed in one Linear int(D * mlp_ratio) wide (timm's SwiGLUPacked); "swiglu_packed": EVA-02 tiny and
+# small's, each of the two int(D * mlp_ratio) wide (timm's GluMlp); "swiglu_split": the two as separate
+# Linears (EVA-02 base and large, DINOv3 H+; block_parts.SwiGLU)
+MLPS = ("standard", "swiglu", "swiglu_packed", "swiglu_split")
 
 
 class QuickGELU(nn.Layer):
@@ -54,11 +59,12 @@ class Mlp(nn.Layer):
 class SwiGLUMlp(nn.Layer):
     """DINOv2 giant's gated MLP, [B, N, D] -> [B, N, D]: one Linear to 2 h, halved into a gate and
     a value, SiLU(gate) * value, a Linear back (timm's SwiGLUPacked; transformers' SwiGLUFFN has
-    the same layout: `weights_in`, `weights_out`). h = int(D * mlp_ratio) / 2, as timm counts it."""
+    the same layout: `weights_in`, `weights_out`). h = int(D * mlp_ratio) / 2, as timm counts it, or
+    `gate_dim` (EVA-02 tiny and small, timm's GluMlp: int(D * mlp_ratio) each for gate and value)."""
 
-    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0):
+    def __init__(self, embed_dim, mlp_ratio=4.0, dropout=0.0, gate_dim=None):
         super().__init__()
-        hidden_dim = int(embed_dim * mlp_ratio)
+        hidden_dim = 2 * gate_dim if gate_dim is not None else int(embed_dim * mlp_ratio)
         self.fc1 = nn.Linear(embed_dim, hidden_dim)
         self.act = nn.Silu()
         self.fc2 = nn.Linear(hidden_dim // 2, embed_dim)
@@ -114,7 +120,8 @@ class EncoderLayer(nn.Layer):
 
     Args:
         config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio, mlp,
-            gelu, layer_norm_epsilon, layer_scale, dropout, attention_dropout, fused_attention are read).
+            gelu, layer_norm_epsilon, layer_scale, dropout, attention_dropout, fused_attention are read;
+            qkv, attention_norm, mlp_norm and mlp_align_to choose the later ViTs' parts, block_parts.py).
             Layer scale that is off (None, the paper) is an Identity, as in timm's Block.
         drop_path: this layer's stochastic-depth rate (the Encoder spreads config.drop_path).
     """
@@ -124,21 +131,30 @@ class EncoderLayer(nn.Layer):
         self.config = config  # what the layer was built from: a variant computing it another way checks it
         embed_dim = config.embed_dim
         self.norm1 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
+        all_head_dim = embed_dim // config.num_heads * config.num_heads
         self.attn = Attention(embed_dim, config.num_heads, qkv_bias=config.qkv_bias, dropout=config.dropout,
                               attention_dropout=config.attention_dropout, fused=config.fused_attention,
-                              qk_scale=config.qk_scale)
+                              qk_scale=config.qk_scale, qkv=build_qkv(config, all_head_dim),
+                              proj=build_attention_projection(config, all_head_dim))
         self.ls1 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
         if config.mlp == "swiglu":
             self.mlp = SwiGLUMlp(embed_dim, config.mlp_ratio, config.dropout)
+        elif config.mlp == "swiglu_packed":
+            self.mlp = SwiGLUMlp(embed_dim, config.mlp_ratio, config.dropout, gate_dim=int(embed_dim * config.mlp_ratio))
+        elif config.mlp == "swiglu_split":
+            self.mlp = SwiGLU(embed_dim, config.mlp_ratio, config.dropout,
+                              norm_epsilon=config.layer_norm_epsilon if config.mlp_norm else None,
+                              align_to=config.mlp_align_to)
         else:
             self.mlp = Mlp(embed_dim, config.mlp_ratio, config.dropout, gelu=config.gelu)
         self.ls2 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()
 
-    def forward(self, x, return_attention=False):
-        """x: [B, N, D]. Returns [B, N, D], and the attention weights [B, H, N, N] when asked."""
-        attended = self.attn(self.norm1(x), return_attention=return_attention)
+    def forward(self, x, return_attention=False, rope=None):
+        """x: [B, N, D]. Returns [B, N, D], and the attention weights [B, H, N, N] when asked.
+        rope: the rotary position embedding for this layer (RoPE ViTs), handed to the attention."""
+        attended = self.attn(self.norm1(x), return_attention=return_attention, rope=rope)
         if return_attention:
             attended, weights = attended
         x = x + self.drop_path(self.ls1(attended))  # [B, N, D]
@@ -168,18 +184,20 @@ class Encoder(nn.Layer):
         self.norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if final_norm
                      else nn.Identity())
 
-    def forward(self, x, return_attention=False):
-        """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked."""
+    def forward(self, x, return_attention=False, rope=None):
+        """x: [B, N, D]. Returns [B, N, D], and a list of depth x [B, H, N, N] weights when asked.
+        rope: the rotary position embedding of the input's grid (RoPE ViTs; models/rope.py)."""
         attentions = []
         recompute_every = self.recompute if self.training and paddle.is_grad_enabled() else 0
         x = self.norm_pre(x)
         for index, layer in enumerate(self.layers):
+            layer_rope = rope_of_layer(rope, index)  # mixed RoPE: this layer's frequencies
             if return_attention:
-                x, weights = layer(x, return_attention=True)
+                x, weights = layer(x, return_attention=True, rope=layer_rope)
                 attentions.append(weights)
             elif recompute_every and index % recompute_every == 0:
-                x = recompute(layer, x)  # only x is kept; the layer runs again in the backward pass
+                x = recompute(layer, x, False, layer_rope)  # only x is kept; the layer runs again in the backward pass
             else:
-                x = layer(x)
+                x = layer(x, rope=layer_rope)
         x = self.norm(x)
         return (x, attentions) if return_attention else x

@@ -10,6 +10,7 @@ import dataclasses
 import paddle.nn as nn
 
 from ..errors import ConfigError, check_choice
+from .rope import rope_of_layer
 
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
@@ -54,12 +55,13 @@ def forward_intermediates(model, x, indices=None, norm=False, output_fmt="NCHW",
     batch, height, width = x.shape[0], x.shape[2], x.shape[3]
 
     model.check_input_size(x)
+    rope = model.rope_for(x)  # RoPE ViTs: the rotary table of the input's grid
     tokens = model.encoder.norm_pre(model.patch_embed(x))  # [B, T + N, D]
     intermediates = []
     for index, layer in enumerate(layers):
         if stop_early and index > last:
             break
-        tokens = layer(tokens)  # [B, 1 + N, D]
+        tokens = layer(tokens, rope=rope_of_layer(rope, index))  # [B, 1 + N, D]
         if index in taken:  # in layer order, once each, whatever order `indices` has (as timm)
             intermediates.append(model.encoder.norm(tokens) if norm else tokens)
 

@@ -191,10 +191,10 @@ class TokenEmbedding(nn.Layer):
         self.register_tokens = self._prefix_parameter(config.register_tokens) if config.register_tokens else None
         self.num_prefix_tokens = config.num_prefix_tokens
         self.num_embedded_prefix = 0 if config.no_embed_class else self.num_prefix_tokens
-        self.position_embedding_kind = config.position_embedding
-        self._create_position_embedding(config.position_embedding)
+        self.position_embedding_kind = config.absolute_position_embedding  # RoPE's kinds add none
+        self._create_position_embedding(self.position_embedding_kind)
         self.input_size = DynamicSize(config) if config.dynamic_img_size else FixedSize(config)
-        if config.position_embedding == "none":
+        if self.position_embedding_kind == "none":
             self.add_position_embedding = NoPositionEmbedding()
         elif self.num_embedded_prefix < self.num_prefix_tokens:
             self.add_position_embedding = AddPatchPositionEmbedding(self.num_prefix_tokens)

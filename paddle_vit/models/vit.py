@@ -10,8 +10,10 @@ from .config import ViTConfig
 from .encoder import Encoder
 from .features import forward_intermediates, prune_intermediate_layers
 from .patch_embed import PatchEmbedding
+from .block_parts import QVBiasLinear
 from .pooling import AttentionPool
 from .resnet import ResNetV2, StdConv2D
+from .rope import build_rope
 from .token_embed import HybridEmbedding, TokenEmbedding, is_walkthrough_embedding
 
 
@@ -55,6 +57,7 @@ class ViT(nn.Layer):
         self.num_classes = config.num_classes
         self.embed_dim = config.embed_dim
         self.patch_embed = build_embedding(config)
+        self.rope = build_rope(config)  # None: the paper's ViT, no rotary position embedding
         self.encoder = Encoder(config, final_norm=not config.uses_fc_norm)
         if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
@@ -77,8 +80,20 @@ class ViT(nn.Layer):
         """[B, C, H, W] -> tokens [B, 1 + N, D] after the encoder (and, with the per-layer
         attention weights [B, H, 1 + N, 1 + N], when `return_attention`)."""
         self.check_input_size(x)
+        rope = self.rope_for(x)  # RoPE ViTs: the rotary table of the input's patch grid
         x = self.patch_embed(x)  # [B, 1 + N, D]
-        return self.encoder(x, return_attention=return_attention)
+        return self.encoder(x, return_attention=return_attention, rope=rope)
+
+    def rope_for(self, x):
+        """The rotary position embedding of input `x` [B, C, H, W]'s patch grid (models/rope.py),
+        or None for a model without one."""
+        if self.rope is None:
+            return None
+        if self.config.dynamic_img_size:
+            rows, cols = self.patch_embed.token_grid_for(x.shape[2], x.shape[3])
+        else:  # the built grid (also while a graph is traced, where the input's size is unknown)
+            rows, cols = self.config.token_grid()
+        return self.rope(rows, cols)
 
     def check_input_size(self, x):
         """A model built without dynamic_img_size takes its image_size alone: another size is a
@@ -199,6 +214,8 @@ class ViT(nn.Layer):
         gives `apply_decay_param_fun` are not `named_parameters()`'s (docs/design.md)."""
         embedding_parameters = [parameter for name, parameter in
                                 self.patch_embed.named_parameters(include_sublayers=False)]
+        if self.rope is not None:  # mixed RoPE's frequencies, as timm's no_weight_decay
+            embedding_parameters += list(self.rope.parameters())
         vectors = [parameter for parameter in self.parameters() if parameter.ndim <= 1]
         return embedding_parameters + vectors
 
@@ -218,6 +235,10 @@ class ViT(nn.Layer):
                         nn.initializer.Normal(std=1e-6)(layer.bias)
                     else:
                         zeros(layer.bias)
+            elif isinstance(layer, QVBiasLinear):  # a Linear with q and v biases: as timm's Eva
+                nn.initializer.TruncatedNormal(std=0.02)(layer.weight)
+                zeros(layer.q_bias)
+                zeros(layer.v_bias)
             elif isinstance(layer, nn.LayerNorm):
                 ones(layer.weight)
                 zeros(layer.bias)

@@ -75,6 +75,16 @@ class ModelConfig:
     distilled: Optional[bool] = None
     drop_remainder: Optional[bool] = None
     recompute: Optional[int] = setting(None, true_is=1)  # a recipe's `recompute: true` is every layer
+    rope: Optional[str] = None
+    rope_temperature: Optional[float] = None
+    rope_grid_offset: Optional[float] = None
+    rope_grid_indexing: Optional[str] = None
+    rope_rotate_half: Optional[bool] = None
+    rope_ref_grid: Optional[List[int]] = None
+    qkv: Optional[str] = None
+    attention_norm: Optional[bool] = None
+    mlp_norm: Optional[bool] = None
+    mlp_align_to: Optional[int] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

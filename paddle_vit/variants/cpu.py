@@ -8,6 +8,7 @@ import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from ..models.attention import Attention
+from ..models.rope import rotate_qk
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
 from .paddle_versions import COMPILED_KERNELS, LEGACY_LAYER_NORM, WORKAROUND_FROZEN_LAYER_NORM_WEIGHT, applies
@@ -79,11 +80,12 @@ class FastCpuAttention(Attention):
 
     variant_of = Attention
 
-    def fused_attention(self, x):
+    def fused_attention(self, x, rope=None):
         if not eager_cpu_float32(x):
-            return super().fused_attention(x)
+            return super().fused_attention(x, rope)
         qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
         q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(axis=0)  # one transpose, 3 x [B, H, N, d]
+        q, k = rotate_qk(q, k, rope)
         q = q * self.scales
         if self.training and self.attention_dropout_rate == 0.0 and paddle.is_grad_enabled():
             # the compiled softmax for layers as wide as the LayerNorm kernel's (narrower: no build)

@@ -94,12 +94,20 @@ CONFIG_FIELDS = {
     "dropout": FieldRole(OFF, (0.0,)),
     "attention_dropout": FieldRole(OFF, (0.0,)),
     "layer_scale": FieldRole(OFF, (None,)),
+    "rope": FieldRole(OFF, (None,)),  # RoPE turns q and k, which the op does not
+    "position_embedding": FieldRole(COMPUTED, ("learned", "learned_2d", "sincos_2d", "none")),  # not rope_*
+    "qkv": FieldRole(COMPUTED, ("fused",)),
+    "attention_norm": FieldRole(OFF, (False,)),
+    "mlp_norm": FieldRole(OFF, (False,)),
+    "mlp_align_to": FieldRole(OFF, (0,)),
+    **{name: FieldRole(NOT_A_LAYER_FIELD) for name in (  # read only with a rope, which is off
+        "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid")},
     "recompute": FieldRole(NOT_A_LAYER_FIELD),  # the Encoder runs the layer again in the backward pass
     "depth": FieldRole(NOT_A_LAYER_FIELD),
     "init": FieldRole(NOT_A_LAYER_FIELD),  # the parameters' first values, which the op reads as they are
     **{name: FieldRole(NOT_A_LAYER_FIELD) for name in (
         "image_size", "patch_size", "in_channels", "num_classes", "pool", "representation_size",
-        "position_embedding", "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
+        "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
         "dynamic_img_pad", "pos_embed_resample", "class_token", "register_tokens", "no_embed_class", "pre_norm",
         "fc_norm", "distilled", "drop_remainder")},  # the embedding, the head, the encoder's ends
 }
@@ -113,10 +121,10 @@ class FusedCpuEncoderLayer(EncoderLayer):
 
     variant_of = EncoderLayer
 
-    def forward(self, x, return_attention=False):
-        library = None if return_attention else self._library_for(x)
+    def forward(self, x, return_attention=False, rope=None):
+        library = None if return_attention or rope is not None else self._library_for(x)
         if library is None:
-            return super().forward(x, return_attention=return_attention)
+            return super().forward(x, return_attention=return_attention, rope=rope)
         attention, mlp = self.attn, self.mlp
         keep_attention, keep_mlp = self._drop_path_factors(x), self._drop_path_factors(x)  # drawn in the modules' order
         out, *_kept_for_backward = library.paddle_vit_encoder_layer(

@@ -39,6 +39,12 @@ def mean_over(x, axes):
     return x.sum(axis=axes, keepdim=True) * (1.0 / count)
 
 
+def plain(attention, rope):
+    """Whether `attention` is the paper's: the walkthrough's one q/k/v Linear, no RoPE. The traced
+    variants compute that one; a later ViT's parts (block_parts.py, rope.py) take the module's path."""
+    return rope is None and isinstance(attention.qkv, nn.Linear)
+
+
 class TracedCpuAttention(Attention):
     """`Attention`'s fused path in a graph traced on a CPU in float32: q, k and v each from its own
     columns of the qkv weights, [B, N, D] -> [B, H, N, d] by a reshape and a transpose that
@@ -47,9 +53,9 @@ class TracedCpuAttention(Attention):
 
     variant_of = Attention
 
-    def fused_attention(self, x):
-        if not (x.dtype == paddle.float32 and runs_on_cpu() and not paddle.in_dynamic_mode()):
-            return super().fused_attention(x)
+    def fused_attention(self, x, rope=None):
+        if not (x.dtype == paddle.float32 and runs_on_cpu() and not paddle.in_dynamic_mode()) or not plain(self, rope):
+            return super().fused_attention(x, rope)
         width = self.all_head_dim
 
         def heads(index):  # [B, N, D] -> [B, H, N, d]
@@ -74,9 +80,9 @@ class OnnxAttention(Attention):
 
     variant_of = Attention
 
-    def fused_attention(self, x):
-        if paddle.in_dynamic_mode():
-            return super().fused_attention(x)
+    def fused_attention(self, x, rope=None):
+        if paddle.in_dynamic_mode() or not plain(self, rope):
+            return super().fused_attention(x, rope)
         width = self.all_head_dim
         qkv = self.qkv(x).reshape([0, 0, 3, self.num_heads, self.head_dim])  # [B, N, 3, H, d]
         qkv = qkv.transpose([2, 0, 3, 1, 4])  # [3, B, H, N, d]
