@@ -228,6 +228,10 @@ NON_DEFAULT = {
     "attention_norm": [dict(attention_norm=True)],
     "mlp_norm": [dict(mlp="swiglu_split", mlp_norm=True)],
     "mlp_align_to": [dict(mlp="swiglu_split", mlp_align_to=8)],
+    "attn_pool_heads": [dict(pool="map", attn_pool_heads=8)],
+    "attn_pool_mlp_ratio": [dict(pool="map", attn_pool_mlp_ratio=2.0)],
+    "attn_pool_prefix": [dict(pool="map", attn_pool_prefix=True)],
+    "final_norm": [dict(final_norm=False)],
 }
 
 

@@ -121,6 +121,13 @@ class ViTConfig:
         mlp_norm: with mlp "swiglu_split", a LayerNorm over its hidden width (EVA-02's scale_mlp).
         mlp_align_to: with mlp "swiglu_split", its hidden width rounded up to a multiple of this
             (DINOv3 H+: 8); 0 leaves int(embed_dim * mlp_ratio).
+        attn_pool_heads, attn_pool_mlp_ratio: pool "map"'s heads and MLP ratio; None: the
+            encoder's (SigLIP); the Perception Encoder's pool has 8 heads whatever its width.
+        attn_pool_prefix: pool "map" attends over the prefix tokens too (the Perception
+            Encoder, timm's Eva); False reads the patch tokens alone (SigLIP, timm's default).
+        final_norm: a LayerNorm after the last encoder layer (the paper); False leaves the tokens
+            as the last layer gives them (the Perception Encoder's spatial and language towers).
+            Average pooling with fc_norm has none either way.
     """
     image_size: int = 224
     patch_size: int = 16
@@ -168,6 +175,10 @@ class ViTConfig:
     attention_norm: bool = False
     mlp_norm: bool = False
     mlp_align_to: int = 0
+    attn_pool_heads: Optional[int] = None
+    attn_pool_mlp_ratio: Optional[float] = None
+    attn_pool_prefix: bool = False
+    final_norm: bool = True
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
@@ -224,6 +235,7 @@ class ViTConfig:
         self._validate_dynamic_size()
         self._validate_tokens()
         self._validate_block_parts()
+        self._validate_attention_pool()
         self._validate_rope()
         self.token_grid()
         return self
@@ -253,6 +265,20 @@ class ViTConfig:
         if (self.mlp_norm or align) and self.mlp != "swiglu_split":
             raise ConfigError("model.mlp_norm and model.mlp_align_to shape the gated MLP with separate gate and "
                               "value Linears: they need model.mlp: swiglu_split")
+
+    def _validate_attention_pool(self):
+        heads = self.attn_pool_heads
+        if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0
+                                  or self.embed_dim % heads):
+            raise ConfigError(f"model.attn_pool_heads must be null (the encoder's) or a positive divisor of "
+                              f"embed_dim {self.embed_dim}, got {heads!r}")
+        if self.attn_pool_mlp_ratio is not None and not _positive_finite(self.attn_pool_mlp_ratio):
+            raise ConfigError(f"model.attn_pool_mlp_ratio must be null (the encoder's) or a number > 0, "
+                              f"got {self.attn_pool_mlp_ratio!r}")
+        if not isinstance(self.final_norm, bool):
+            raise ConfigError(f"model.final_norm must be true or false, got {self.final_norm!r}")
+        if not isinstance(self.attn_pool_prefix, bool):
+            raise ConfigError(f"model.attn_pool_prefix must be true or false, got {self.attn_pool_prefix!r}")
 
     def _validate_rope(self):
         if self.rope is not None:
@@ -393,7 +419,8 @@ class ViTConfig:
         if self.distilled:
             head *= 2
         if self.pool == "map":  # one query: q, k and v of every token, proj, the MLP
-            head += 2 * width * width + 2 * tokens * width * width + 2 * tokens * width + 2 * width * hidden
+            pool_hidden = int(width * (self.attn_pool_mlp_ratio or self.mlp_ratio))
+            head += 2 * width * width + 2 * tokens * width * width + 2 * tokens * width + 2 * width * pool_hidden
         return patch_embed + self.depth * per_layer + head
 
 

@@ -2,6 +2,7 @@
 the paper's hybrid ResNet + ViT models."""
 from ..errors import ConfigError, close_matches
 from .config import ViTConfig
+from .registry_rope import NOT_BUILT as ROPE_NOT_BUILT, register_rope_models
 
 # width D, depth, heads: paper Table 1 for Base/Large/Huge; Tiny and Small from DeiT, as in timm
 SIZES = {
@@ -171,6 +172,12 @@ for _name, (_width, _depth, _heads, _ratio, _classes, _resolutions, _options) in
                  **_options)
 
 
+# the RoPE generation (timm's Eva class): registry_rope.py
+register_rope_models(register)
+# timm names this ViT does not build, and why
+NOT_BUILT = dict(ROPE_NOT_BUILT)
+
+
 def list_models():
     """The registered model names, sorted."""
     return sorted(_REGISTRY)
@@ -178,6 +185,8 @@ def list_models():
 
 def get_model_config(name, **overrides):
     """The `ViTConfig` registered as `name` with `overrides` applied (not yet validated)."""
+    if name in NOT_BUILT:
+        raise ConfigError(f"{name!r} is a timm model with {NOT_BUILT[name]}")
     if name not in _REGISTRY:
         raise ConfigError(f"unknown model {name!r}{close_matches(name, _REGISTRY)}; "
                           f"paddle_vit.list_models() lists them all")

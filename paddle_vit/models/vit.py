@@ -58,11 +58,12 @@ class ViT(nn.Layer):
         self.embed_dim = config.embed_dim
         self.patch_embed = build_embedding(config)
         self.rope = build_rope(config)  # None: the paper's ViT, no rotary position embedding
-        self.encoder = Encoder(config, final_norm=not config.uses_fc_norm)
+        self.encoder = Encoder(config, final_norm=config.final_norm and not config.uses_fc_norm)
         if config.pool == "walkthrough":
             self.avgpool = nn.AdaptiveAvgPool1D(1)
         elif config.pool == "map":
-            self.attn_pool = AttentionPool(config.embed_dim, config.num_heads, config.mlp_ratio, config.gelu,
+            self.attn_pool = AttentionPool(config.embed_dim, config.attn_pool_heads or config.num_heads,
+                                           config.attn_pool_mlp_ratio or config.mlp_ratio, config.gelu,
                                            config.layer_norm_epsilon)
         self.fc_norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.uses_fc_norm
                         else nn.Identity())
@@ -117,7 +118,7 @@ class ViT(nn.Layer):
         elif pool == "mean":
             x = self.average_tokens(x[:, self.patch_embed.num_prefix_tokens:])  # the patch tokens only
         elif pool == "map":  # a learned query attends over the patch tokens (SigLIP), as timm's
-            x = self.attn_pool(x[:, self.patch_embed.num_prefix_tokens:])
+            x = self.attn_pool(x if self.config.attn_pool_prefix else x[:, self.patch_embed.num_prefix_tokens:])
         elif pool == "first_patch":
             x = x[:, self.patch_embed.num_prefix_tokens]  # PaddleClas's CLIP base/16 classifier
         else:

@@ -273,17 +273,81 @@ TIMM_EVAL = {
     "vit_wee_patch16_reg1_gap_256": (0.95, "half", "center"),
     "vit_xsmall_patch16_clip_224": (0.9, "openai", "center"),
 }
+# the RoPE generation (timm's Eva class): the same, an interpolation after the three where it is not
+# bicubic (lingbot's bilinear squash)
+TIMM_EVAL_ROPE = {
+    "eva02_base_patch14_224": (0.9, "openai", "center"),
+    "eva02_base_patch14_448": (1.0, "openai", "squash"),
+    "eva02_base_patch16_clip_224": (0.9, "openai", "center"),
+    "eva02_large_patch14_224": (0.9, "openai", "center"),
+    "eva02_large_patch14_448": (1.0, "openai", "squash"),
+    "eva02_large_patch14_clip_224": (0.9, "openai", "center"),
+    "eva02_large_patch14_clip_336": (1.0, "openai", "center"),
+    "eva02_small_patch14_224": (0.9, "openai", "center"),
+    "eva02_small_patch14_336": (1.0, "openai", "center"),
+    "eva02_tiny_patch14_224": (0.9, "openai", "center"),
+    "eva02_tiny_patch14_336": (1.0, "openai", "center"),
+    "eva_giant_patch14_224": (0.9, "openai", "center"),
+    "eva_giant_patch14_336": (1.0, "openai", "squash"),
+    "eva_giant_patch14_560": (1.0, "imagenet", "squash"),
+    "eva_giant_patch14_clip_224": (0.9, "openai", "center"),
+    "vit_7b_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_base_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_base_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+    "vit_base_patch16_lingbot": (1.0, "imagenet", "squash", "bilinear"),
+    "vit_base_patch16_rope_224": (0.9, "imagenet", "center"),
+    "vit_base_patch16_rope_ape_224": (0.9, "imagenet", "center"),
+    "vit_base_patch16_rope_mixed_224": (0.9, "imagenet", "center"),
+    "vit_base_patch16_rope_mixed_ape_224": (0.9, "imagenet", "center"),
+    "vit_base_patch16_rope_reg1_gap_256": (0.95, "half", "center"),
+    "vit_betwixt_patch16_rope_reg4_gap_256": (0.95, "openai", "center"),
+    "vit_giant_patch16_lingbot": (1.0, "imagenet", "squash", "bilinear"),
+    "vit_huge_plus_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_huge_plus_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+    "vit_large_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_large_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+    "vit_large_patch16_lingbot": (1.0, "imagenet", "squash", "bilinear"),
+    "vit_large_patch16_rope_224": (0.9, "imagenet", "center"),
+    "vit_large_patch16_rope_ape_224": (0.9, "imagenet", "center"),
+    "vit_large_patch16_rope_mixed_224": (0.9, "imagenet", "center"),
+    "vit_large_patch16_rope_mixed_ape_224": (0.9, "imagenet", "center"),
+    "vit_medium_patch16_rope_reg1_gap_256": (0.95, "half", "center"),
+    "vit_mediumd_patch16_rope_reg1_gap_256": (0.95, "half", "center"),
+    "vit_pe_core_base_patch16_224": (1.0, "half", "center"),
+    "vit_pe_core_gigantic_patch14_448": (1.0, "half", "center"),
+    "vit_pe_core_large_patch14_336": (1.0, "half", "center"),
+    "vit_pe_core_small_patch16_384": (1.0, "half", "center"),
+    "vit_pe_core_tiny_patch16_384": (1.0, "half", "center"),
+    "vit_pe_lang_gigantic_patch14_448": (1.0, "half", "center"),
+    "vit_pe_lang_large_patch14_448": (1.0, "half", "center"),
+    "vit_pe_spatial_base_patch16_512": (1.0, "half", "center"),
+    "vit_pe_spatial_gigantic_patch14_448": (1.0, "half", "center"),
+    "vit_pe_spatial_large_patch14_448": (1.0, "half", "center"),
+    "vit_pe_spatial_small_patch16_512": (1.0, "half", "center"),
+    "vit_pe_spatial_tiny_patch16_512": (1.0, "half", "center"),
+    "vit_small_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_small_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+    "vit_small_patch16_lingbot": (1.0, "imagenet", "squash", "bilinear"),
+    "vit_small_patch16_rope_224": (0.9, "imagenet", "center"),
+    "vit_small_patch16_rope_ape_224": (0.9, "imagenet", "center"),
+    "vit_small_patch16_rope_mixed_224": (0.9, "imagenet", "center"),
+    "vit_small_patch16_rope_mixed_ape_224": (0.9, "imagenet", "center"),
+    "vit_small_plus_patch16_dinov3": (1.0, "imagenet", "center"),
+    "vit_small_plus_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+    "vit_tiny_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
+}
 
 
 
 def timm_eval_config(name):
     """timm's default pretrained_cfg values of the eval transform of `name`, or None for names
     without one here (the paper's ViTs: their recipes and checkpoints say theirs)."""
-    if name not in TIMM_EVAL:
+    values = TIMM_EVAL.get(name) or TIMM_EVAL_ROPE.get(name)
+    if values is None:
         return None
-    crop_pct, means, crop_mode = TIMM_EVAL[name]
+    crop_pct, means, crop_mode, interpolation = (values + ("bicubic",))[:4]
     mean, std = MEANS_STDS[means]
-    return {"interpolation": "bicubic", "crop_pct": crop_pct, "crop_mode": crop_mode, "mean": list(mean),
+    return {"interpolation": interpolation, "crop_pct": crop_pct, "crop_mode": crop_mode, "mean": list(mean),
             "std": list(std)}
 
 

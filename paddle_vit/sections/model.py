@@ -85,6 +85,10 @@ class ModelConfig:
     attention_norm: Optional[bool] = None
     mlp_norm: Optional[bool] = None
     mlp_align_to: Optional[int] = None
+    attn_pool_heads: Optional[int] = None
+    attn_pool_mlp_ratio: Optional[float] = None
+    attn_pool_prefix: Optional[bool] = None
+    final_norm: Optional[bool] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

@@ -28,6 +28,7 @@ from typing import Optional
 
 from ..errors import WeightsError
 from ..models import ViTConfig, get_model_config, list_models
+from .eva_args import EVA_KEYS, eva_options
 from .family import Implied
 
 # timm names of the same network under another name (DeiT's non-distilled models are timm's
@@ -166,11 +167,13 @@ def timm_options(config):
                 options[key] = Implied(bool(value), where)
             elif value:
                 raise WeightsError(f"{where}: this ViT takes only the input size it was built for")
-        elif key in TIMM_IGNORED:
-            continue
+        elif key in TIMM_IGNORED or key in EVA_KEYS:
+            continue  # Eva's (the RoPE generation's): read below
         else:
             raise WeightsError(f"{path}: model_args.{key} is a timm argument this ViT does not build "
                                f"(it reads {', '.join(sorted(TIMM_ARGUMENTS))} and the defaults of the others)")
+    if EVA_KEYS & set(model_args):
+        options.update(eva_options(model_args, get_registered_config(config) or ViTConfig(), path))
     pool = _timm_pool(values, path)
     if model_args.get("pool_include_prefix") is True:
         if pool not in ("mean", "map"):

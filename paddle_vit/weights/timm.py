@@ -43,6 +43,14 @@ RENAMES = [
     (r"fc_norm\.(weight|bias)", r"fc_norm.\1"),
     OLD_PRE_LOGITS,
     (r"head\.(weight|bias)", r"head.\1"),
+    # the RoPE generation (timm's Eva class): q/v-only biases, three projections, a norm before the
+    # output projection, layer scale as gamma_1/gamma_2, the split SwiGLU, mixed RoPE's frequencies
+    (r"blocks\.(\d+)\.attn\.(q_bias|v_bias)", r"encoder.layers.\1.attn.qkv.\2"),
+    (r"blocks\.(\d+)\.attn\.(q_proj|k_proj|v_proj)\.(weight|bias)", r"encoder.layers.\1.attn.qkv.\2.\3"),
+    (r"blocks\.(\d+)\.attn\.norm\.(weight|bias)", r"encoder.layers.\1.attn.proj.norm.\2"),
+    (r"blocks\.(\d+)\.gamma_(1|2)", r"encoder.layers.\1.ls\2.gamma"),
+    (r"blocks\.(\d+)\.mlp\.(fc1_g|fc1_x|norm)\.(weight|bias)", r"encoder.layers.\1.mlp.\2.\3"),
+    (r"rope\.freqs", "rope.frequencies"),
 ]
 
 
