@@ -78,8 +78,15 @@ SIZES = {"small": dict(embed_dim=384, depth=12, num_heads=6), "base": dict(embed
          "large": dict(embed_dim=1024, depth=24, num_heads=16)}
 
 
-def register_rope_models(register):
-    """Register every built name with `register(name, **ViTConfig fields)` (models/registry.py)."""
+ROPE_NAMES = set()  # every name registered here: timm builds them with its Eva class
+
+
+def register_rope_models(register_name):
+    """Register every built name with `register_name(name, **ViTConfig fields)` (models/registry.py)."""
+    def register(name, **config):
+        ROPE_NAMES.add(name)
+        register_name(name, **config)
+
     for size, sizes in DINOV3_SIZES.items():
         biases = [("_qkvb", QKV_BIAS)] + ([("", NO_QKV_BIAS)] if size != "tiny" else [])
         if size == "7b":

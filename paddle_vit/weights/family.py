@@ -139,11 +139,20 @@ def options_from_tensors(converted):
         options["representation_size"] = Implied(
             int(tensors["pre_logits.fc.bias"].shape[0]),
             f"{converted.checkpoint_name('pre_logits.fc.bias')}: a pre-logits layer (Linear + tanh)")
-    elif "encoder.layers.0.attn.qkv.weight" in tensors:
+    elif "encoder.layers.0.attn.qkv.weight" in tensors or "encoder.layers.0.attn.qkv.q_proj.weight" in tensors:
         options["representation_size"] = Implied(None, "the checkpoint has no pre-logits layer")
-    if "encoder.layers.0.attn.qkv.weight" in tensors:
+    if "encoder.layers.0.attn.qkv.q_bias" in tensors:  # timm's Eva: biases for q and v only
+        options["qkv_bias"] = Implied(True, "the q/k/v projection has biases for q and v")
+        options["qkv"] = Implied("fused_qv_bias", "the q/k/v projection has biases for q and v only (q_bias, v_bias)")
+    elif "encoder.layers.0.attn.qkv.q_proj.weight" in tensors:  # timm's Eva: three projections
+        has_bias = "encoder.layers.0.attn.qkv.q_proj.bias" in tensors
+        options["qkv_bias"] = Implied(has_bias, "the q and v projections " + ("have" if has_bias else "have no")
+                                      + " bias")
+        options["qkv"] = Implied("separate", "q, k and v are projected apart (q_proj, k_proj, v_proj)")
+    elif "encoder.layers.0.attn.qkv.weight" in tensors:
         has_bias = "encoder.layers.0.attn.qkv.bias" in tensors
         options["qkv_bias"] = Implied(has_bias, "the q/k/v projection " + ("has" if has_bias else "has no") + " bias")
+        options["qkv"] = Implied("fused", "q, k and v come from one projection" + (" with a bias" if has_bias else ""))
     if "patch_embed.backbone.stem.conv.weight" in tensors:
         blocks = {}
         for name in tensors:

@@ -9,6 +9,7 @@ import numpy as np
 from ..data.config import DataConfig
 from ..errors import WeightsError
 from ..models import get_model_config, list_models
+from ..models.registry_rope import ROPE_NAMES
 from ..preprocess import Preprocess, preprocess_for_checkpoint
 from ..preprocess.timm import name_hint, to_pretrained_cfg
 from .reading import to_numpy
@@ -29,10 +30,18 @@ TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels"
 # second one
 TIMM_ACT_LAYERS = {"exact": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}
 TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough": "avg"}
-# fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them)
-FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon")
+# fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them here)
+FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon", "rope",
+                "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid",
+                "qkv", "attention_norm", "mlp_norm", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio",
+                "attn_pool_prefix", "final_norm")
+# timm's Eva (the RoPE generation) names some of the same arguments otherwise
+EVA_ARGS = {"reg_tokens": "num_reg_tokens", "pre_norm": "use_pre_transformer_norm", "fc_norm": "use_fc_norm"}
 # our names -> timm's: timm.py's RENAMES read backwards, the stem-only hybrid's ResNet only for it
 INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename not in (STEM_ONLY_BACKBONE, OLD_PRE_LOGITS))
+# timm's Eva writes layer scale as gamma_1 / gamma_2, where VisionTransformer writes ls1.gamma
+EVA_INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename not in (STEM_ONLY_BACKBONE, OLD_PRE_LOGITS)
+                                 and "ls1|ls2" not in rename[0])
 STEM_ONLY_INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename != OLD_PRE_LOGITS)
 
 
@@ -73,7 +82,7 @@ def _differences(config, registered):
             args[argument] = ours
     if config.gelu != registered.gelu:
         args["act_layer"] = TIMM_ACT_LAYERS[config.gelu]
-    if config.position_embedding != registered.position_embedding:
+    if config.absolute_position_embedding != registered.absolute_position_embedding:
         if config.position_embedding in ("learned", "none"):
             args["pos_embed"] = "learn" if config.position_embedding == "learned" else "none"
         else:
@@ -105,6 +114,14 @@ def _differences(config, registered):
     return args, refusals
 
 
+def _eva_args(args):
+    """VisionTransformer's argument names -> Eva's, for an architecture of the RoPE generation."""
+    renamed = {EVA_ARGS.get(key, key): value for key, value in args.items()}
+    if "pos_embed" in renamed:
+        renamed["use_abs_pos_emb"] = renamed.pop("pos_embed") == "learn"
+    return renamed
+
+
 def timm_architecture(config, name=None):
     """(timm's architecture name, model_args) for a `ViTConfig`: `name` when it is a registered
     timm name whose fixed parts (ResNet, MLP, distillation, epsilon) the model has, else the
@@ -114,14 +131,14 @@ def timm_architecture(config, name=None):
     if name in registered:
         args, refusals = _differences(config, registered[name])
         if not refusals:
-            return name, args
+            return name, _eva_args(args) if name in ROPE_NAMES else args
     best = None
     for candidate, architecture in registered.items():
         args, refusals = _differences(config, architecture)
         if not refusals and (best is None or len(args) < len(best[1])):
             best = (candidate, args)
     if best is not None:
-        return best
+        return best[0], _eva_args(best[1]) if best[0] in ROPE_NAMES else best[1]
     base = registered.get(name) or registered[_closest(config, registered)]
     _, refusals = _differences(config, base)
     raise WeightsError(f"timm cannot express this model: {'; '.join(refusals)}; publish a model timm builds "
@@ -171,11 +188,13 @@ def default_preprocess(model, name):
     return Preprocess.from_config(DataConfig(), model.config.image_size, origin="this project's recipe defaults")
 
 
-def timm_tensors(model_or_state, config):
-    """{timm name: numpy array in PyTorch's layout} of a model's state dict."""
+def timm_tensors(model_or_state, config, architecture=None):
+    """{timm name: numpy array in PyTorch's layout} of a model's state dict (in timm's Eva names
+    for an `architecture` of the RoPE generation)."""
     state = model_or_state.state_dict() if hasattr(model_or_state, "state_dict") else model_or_state
     stem_only = config.is_hybrid and not config.backbone_layers
-    inverses = STEM_ONLY_INVERSE_RENAMES if stem_only else INVERSE_RENAMES
+    inverses = (STEM_ONLY_INVERSE_RENAMES if stem_only else EVA_INVERSE_RENAMES if architecture in ROPE_NAMES
+                else INVERSE_RENAMES)
     tensors = {}
     for ours, value in state.items():
         theirs = rename_back(ours, inverses)
@@ -209,4 +228,4 @@ def timm_export(model, name=None, preprocess=None, class_names=None):
     if model_args:
         values["model_args"] = model_args
     values["pretrained_cfg"] = pretrained_cfg
-    return FolderExport(values, timm_tensors(model, config), architecture, note, exact)
+    return FolderExport(values, timm_tensors(model, config, architecture), architecture, note, exact)

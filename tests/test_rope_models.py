@@ -1,0 +1,103 @@
+"""The RoPE generation (timm's Eva class: DINOv3, EVA-02, the Perception Encoder, RoPE-ViT, timm's
+rope GAP models) computed as timm computes it: folders this project writes are read by timm's own
+code, strictly, and give timm's outputs (tests/fixtures/make/rope_publish_fixtures.py); read back
+here they give them too; what is not built is refused by name."""
+import json
+import os
+import sys
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_vit
+from paddle_vit import ConfigError, ViTConfig
+from paddle_vit.weights import save_pretrained
+
+from repo_paths import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+sys.path.insert(0, os.path.join(FIXTURES, "make"))
+from rope_publish_fixtures import CASES, FOLDER, build_case, case_input  # noqa: E402
+
+REFERENCE = np.load(os.path.join(FIXTURES, "rope_publish_reference.npz"))
+with open(os.path.join(FIXTURES, "rope_publish_reference.json")) as _stream:
+    RECORDED = json.load(_stream)
+FAST = {"vit_small_patch16_dinov3_qkvb", "eva02_tiny_patch14_224", "vit_pe_core_tiny_patch16_384"}
+CASE_PARAMS = [case if case in FAST else pytest.param(case, marks=pytest.mark.slow) for case in CASES]
+
+
+def test_every_case_was_read_by_timms_eva_class_with_its_rope():
+    assert set(RECORDED["cases"]) == set(CASES)
+    for case, described in RECORDED["cases"].items():
+        assert described["cls"] == "Eva", case
+    kinds = {described["rope"] for described in RECORDED["cases"].values()}
+    assert kinds == {"RotaryEmbeddingCat", "RotaryEmbeddingMixed", "RotaryEmbeddingDinoV3"}
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_the_model_computes_what_timm_computes_from_the_folder_it_writes(case, tmp_path):
+    model = build_case(case)
+    with paddle.no_grad():
+        ours = model(paddle.to_tensor(case_input(case))).numpy()
+    np.testing.assert_allclose(ours, REFERENCE[f"{case}/output"], rtol=0, atol=1e-4)
+    written = save_pretrained(model, str(tmp_path / case), name=case)
+    from safetensors.numpy import load_file
+    again, recorded = load_file(os.path.join(written, "model.safetensors")), load_file(
+        os.path.join(FOLDER, case, "model.safetensors"))
+    assert sorted(again) == sorted(recorded)
+    for name in recorded:
+        np.testing.assert_array_equal(again[name], recorded[name], err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_a_timm_folder_of_the_family_reads_back_and_gives_timms_outputs(case):
+    model = paddle_vit.create_model(pretrained=os.path.join(FOLDER, case)).eval()
+    assert model.config.rope_kind is not None or case.startswith("eva_giant")
+    with paddle.no_grad():
+        ours = model(paddle.to_tensor(case_input(case))).numpy()
+    np.testing.assert_allclose(ours, REFERENCE[f"{case}/output"], rtol=0, atol=1e-4)
+
+
+def test_timm_names_of_blocks_this_vit_does_not_build_are_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="post-norm"):
+        paddle_vit.create_model("eva02_enormous_patch14_clip_224")
+    with pytest.raises(ConfigError, match="grouped-query attention"):
+        paddle_vit.create_model("vit_base_patch16_sapiens2")
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (dict(embed_dim=24, num_heads=4, rope="axial"), "multiple of 4"),
+    (dict(rope="spiral"), "model.rope"),
+    (dict(rope="mixed", rope_rotate_half=True), "rope_rotate_half"),
+    (dict(rope="dinov3", rope_ref_grid=[4, 4]), "rope_ref_grid"),
+    (dict(rope="axial", rope_ref_grid=[4]), "rope_ref_grid"),
+    (dict(position_embedding="rope_mixed", rope="axial"), "position_embedding"),
+    (dict(rope_temperature=float("nan")), "rope_temperature"),
+    (dict(qkv="fused_qv_bias", qkv_bias=False), "qkv_bias"),
+    (dict(mlp_norm=True), "swiglu_split"),
+    (dict(attn_pool_heads=5, pool="map"), "attn_pool_heads"),
+])
+def test_a_rope_setting_that_cannot_be_built_is_one_error_naming_the_key(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        ViTConfig(**{**dict(image_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2), **overrides}).validate()
+
+
+def test_a_rope_model_takes_any_input_size_with_its_grid_recomputed():
+    model = paddle_vit.create_model("vit_small_patch16_dinov3", depth=1, embed_dim=32, num_heads=2).eval()
+    with paddle.no_grad():
+        for height, width in ((32, 48), (64, 16)):
+            features = model.forward_features(paddle.randn([1, 3, height, width]))
+            assert features.shape == [1, 5 + height // 16 * (width // 16), 32]
+
+
+def test_training_with_a_rotary_position_embedding_learns_its_mixed_frequencies():
+    model = paddle_vit.ViT(image_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=3,
+                           position_embedding="rope_mixed")
+    assert model.patch_embed.full_position_embedding() is None  # rotary alone: nothing added to the tokens
+    before = model.rope.frequencies.numpy().copy()
+    optimizer = paddle.optimizer.SGD(learning_rate=1.0, parameters=model.parameters())
+    loss = paddle.nn.functional.cross_entropy(model(paddle.randn([4, 3, 16, 16])), paddle.to_tensor([0, 1, 2, 0]))
+    loss.backward()
+    optimizer.step()
+    assert np.abs(model.rope.frequencies.numpy() - before).max() > 0
