@@ -101,3 +101,46 @@ def test_training_with_a_rotary_position_embedding_learns_its_mixed_frequencies(
     loss.backward()
     optimizer.step()
     assert np.abs(model.rope.frequencies.numpy() - before).max() > 0
+
+
+# ---- every name of timm's Eva module, against timm's own record ---------------------------------
+with open(os.path.join(FIXTURES, "timm_rope_registry.json")) as _stream:
+    TIMM_EVA = json.load(_stream)["models"]
+ROPE_CLASSES = {"RotaryEmbeddingCat": "axial", "RotaryEmbeddingMixed": "mixed", "RotaryEmbeddingDinoV3": "dinov3",
+                None: None}
+POOLS = {"avg": "mean", "token": "cls", "map": "map"}
+BUILT = sorted(name for name in TIMM_EVA if name not in paddle_vit.models.registry.NOT_BUILT)
+FAST_NAMES = {"vit_small_patch16_dinov3", "eva02_tiny_patch14_224", "vit_pe_core_tiny_patch16_384",
+              "vit_small_patch16_rope_mixed_ape_224"}
+
+
+def test_every_name_of_timms_eva_module_is_registered_or_refused_by_name():
+    assert len(TIMM_EVA) >= 60
+    missing = [name for name in BUILT if name not in paddle_vit.list_models()]
+    assert missing == []
+    assert len(BUILT) >= 59
+
+
+@pytest.mark.parametrize("name", [name if name in FAST_NAMES else pytest.param(name, marks=pytest.mark.slow)
+                                  for name in BUILT])
+def test_parameter_count_architecture_and_eval_transform_match_timms_record(name):
+    from paddle_vit.models import get_model_config
+    from paddle_vit.preprocess.timm import timm_eval_config
+    facts = TIMM_EVA[name]
+    with paddle.LazyGuard():
+        model = paddle_vit.ViT(get_model_config(name))
+    config = model.config
+    assert sum(int(np.prod(parameter.shape)) for parameter in model.parameters()) == facts["param_count"]
+    assert [config.image_size] * 2 == facts["img_size"] and [config.patch_size] * 2 == facts["patch_size"]
+    assert (config.embed_dim, config.depth, config.num_heads, config.num_classes) == (
+        facts["embed_dim"], facts["depth"], facts["num_heads"], facts["num_classes"])
+    assert config.layer_norm_epsilon == pytest.approx(facts["eps"], rel=1e-6)
+    assert config.num_prefix_tokens == facts["num_prefix_tokens"]
+    assert config.rope_kind == ROPE_CLASSES[facts["rope"]]
+    assert config.pool == POOLS[facts["global_pool"]] and config.dynamic_img_size == facts["dynamic_img_size"]
+    table = model.patch_embed.full_position_embedding()
+    assert (None if table is None else list(table.shape)) == facts["pos_embed"]
+    cfg, ours = facts["pretrained_cfg"], timm_eval_config(name)
+    assert (ours["interpolation"], ours["crop_pct"], ours["crop_mode"]) == (
+        cfg["interpolation"], cfg["crop_pct"], cfg["crop_mode"])
+    np.testing.assert_allclose(ours["mean"], cfg["mean"]) and np.testing.assert_allclose(ours["std"], cfg["std"])
