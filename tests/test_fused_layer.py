@@ -217,6 +217,9 @@ NON_DEFAULT = {
     "distilled": [dict(distilled=True)],
     "drop_remainder": [dict(image_size=36, drop_remainder=True)],
     "recompute": [dict(recompute=1)],
+    "norm": [dict(norm="rmsnorm")],
+    "final_norm": [dict(final_norm=False)],
+    "pool_include_prefix": [dict(pool="mean", pool_include_prefix=True)],
 }
 
 

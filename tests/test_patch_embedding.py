@@ -24,7 +24,8 @@ WALKTHROUGH_SIGNATURE = [("image_size", 224), ("patch_size", 16), ("in_channels"
 # head's, and `init` (ViT.init_weights initialises either class)
 NOT_THE_EMBEDDINGS = {"num_classes", "depth", "num_heads", "mlp_ratio", "qkv_bias", "qk_scale", "layer_norm_epsilon",
                       "gelu", "attention_dropout", "drop_path", "pool", "representation_size", "fused_attention",
-                      "init", "layer_scale", "mlp", "fc_norm", "recompute"}
+                      "init", "layer_scale", "mlp", "fc_norm", "recompute", "norm", "final_norm",
+                      "pool_include_prefix"}
 # fields that act only with another: each ignored (the walkthrough's class built) while that one is off
 ACTING_WITH = {"dynamic_img_pad": "dynamic_img_size", "pos_embed_resample": "dynamic_img_size",
                "backbone_width": "backbone_layers", "backbone_style": "backbone_layers"}

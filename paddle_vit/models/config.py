@@ -7,6 +7,7 @@ from typing import List, Optional
 
 from ..errors import ConfigError, check_choice, close_matches
 from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS
+from .norms import NORMS
 from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
 from .resnet import STAGE_CHANNELS, STYLES, backbone_channels, backbone_feature_size, backbone_macs
@@ -97,6 +98,14 @@ class ViTConfig:
             and computes that layer again in the backward pass (Paddle's recompute). The numbers
             are the same; memory falls and time rises. It changes how the model runs, not what
             it is: a run may be resumed with another value.
+        norm: "layernorm" (the paper) or "rmsnorm" (timm's norm_layer="rmsnorm": x * rsqrt(mean(x^2)
+            + eps) * weight, no mean subtracted, no bias; models/norms.py): every norm of the model
+            but the MAP head's (norm1, norm2, the final norm, norm_pre, fc_norm), with epsilon
+            layer_norm_epsilon.
+        final_norm: False leaves the norm after the last encoder layer out (timm's final_norm=False:
+            vit_intern300m_patch14_448); the tokens then leave the encoder as the last layer wrote them.
+        pool_include_prefix: pool "mean" or "map" over every token, the class and register tokens
+            included, not the patch tokens alone (timm's pool_include_prefix: test_vit3's MAP head).
     """
     image_size: int = 224
     patch_size: int = 16
@@ -134,6 +143,9 @@ class ViTConfig:
     distilled: bool = False
     drop_remainder: bool = False
     recompute: int = 0
+    norm: str = "layernorm"
+    final_norm: bool = True
+    pool_include_prefix: bool = False
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
@@ -192,7 +204,8 @@ class ViTConfig:
         return self
 
     def _validate_tokens(self):
-        for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder"):
+        for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder", "final_norm",
+                     "pool_include_prefix"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         if self.fc_norm is not None and not isinstance(self.fc_norm, bool):
@@ -205,6 +218,12 @@ class ViTConfig:
             raise ConfigError(f"model.layer_scale must be null (no layer scale) or a finite number, the initial "
                               f"factor (DeiT III 1e-6, DINOv2 1e-5), got {self.layer_scale!r}")
         check_choice("model.mlp", self.mlp, MLPS)
+        check_choice("model.norm", self.norm, NORMS)
+        if self.pool_include_prefix and self.pool not in ("mean", "map"):
+            raise ConfigError(f"model.pool_include_prefix pools every token by 'mean' or 'map'; model.pool "
+                              f"{self.pool!r} reads its own tokens: set pool_include_prefix: false")
+        if self.norm != "layernorm" and self.pool == "map":
+            raise ConfigError("model.norm 'rmsnorm' with pool 'map' is not built: the MAP head's norm is a LayerNorm")
         if self.pool == "cls" and not self.class_token:
             raise ConfigError("model.pool 'cls' reads the class token, which model.class_token: false leaves out: "
                               "pool by 'mean' or 'map'")

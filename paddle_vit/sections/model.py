@@ -75,6 +75,9 @@ class ModelConfig:
     distilled: Optional[bool] = None
     drop_remainder: Optional[bool] = None
     recompute: Optional[int] = setting(None, true_is=1)  # a recipe's `recompute: true` is every layer
+    norm: Optional[str] = None
+    final_norm: Optional[bool] = None
+    pool_include_prefix: Optional[bool] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..data.config import DataConfig
 from ..errors import WeightsError
-from ..models import get_model_config, list_models
+from ..models import get_model_config, search_order, search_tier
 from ..preprocess import Preprocess, preprocess_for_checkpoint
 from ..preprocess.timm import name_hint, to_pretrained_cfg
 from .reading import to_numpy
@@ -23,7 +23,8 @@ TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels"
              "embed_dim": "embed_dim", "depth": "depth", "num_heads": "num_heads", "mlp_ratio": "mlp_ratio",
              "qkv_bias": "qkv_bias", "class_token": "class_token", "register_tokens": "reg_tokens",
              "no_embed_class": "no_embed_class", "pre_norm": "pre_norm", "layer_scale": "init_values",
-             "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad"}
+             "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad", "norm": "norm_layer",
+             "final_norm": "final_norm", "pool_include_prefix": "pool_include_prefix"}
 # the class count is config.json's num_classes and pretrained_cfg's (which timm builds the head
 # with), not a model_args entry: transformers' TimmWrapper passes num_classes itself and fails on a
 # second one
@@ -52,7 +53,7 @@ class FolderExport:
 # ---- config.json ------------------------------------------------------------------------------
 
 def _registered():
-    return {name: get_model_config(name) for name in list_models() if name not in NOT_TIMM}
+    return {name: get_model_config(name) for name in search_order() if name not in NOT_TIMM}
 
 
 def _differences(config, registered):
@@ -86,7 +87,7 @@ def _differences(config, registered):
         theirs_pool = TIMM_GLOBAL_POOLS.get(registered.pool)
         if pool != theirs_pool or config.pool != registered.pool:
             args["global_pool"] = pool
-        if config.pool == "walkthrough":
+        if config.pool == "walkthrough" and not registered.pool_include_prefix:
             args["pool_include_prefix"] = True  # every token: timm's avg pools the patch tokens only
         timm_fc_norm = (pool == "avg") if registered.fc_norm is None else registered.fc_norm
         if config.uses_fc_norm != timm_fc_norm or "global_pool" in args and config.fc_norm is not None:
@@ -115,13 +116,14 @@ def timm_architecture(config, name=None):
         args, refusals = _differences(config, registered[name])
         if not refusals:
             return name, args
-    best = None
+    best = None  # the fewest model_args; a name of search_order's second tier only when it needs none
     for candidate, architecture in registered.items():
         args, refusals = _differences(config, architecture)
-        if not refusals and (best is None or len(args) < len(best[1])):
-            best = (candidate, args)
+        rank = (len(args) > 0, search_tier(candidate), len(args))
+        if not refusals and (best is None or rank < best[2]):
+            best = (candidate, args, rank)
     if best is not None:
-        return best
+        return best[:2]
     base = registered.get(name) or registered[_closest(config, registered)]
     _, refusals = _differences(config, base)
     raise WeightsError(f"timm cannot express this model: {'; '.join(refusals)}; publish a model timm builds "
