@@ -20,7 +20,7 @@ import logging
 
 from . import runtime
 from .errors import ConfigError, WeightsError
-from .models import ViT, ViTConfig, get_model_config, list_models
+from .models import ViT, ViTConfig, get_model_config, list_models, search_order, search_tier
 from .preprocess.checkpoint import for_evaluation, for_model
 from .preprocess.timm import name_hint
 from .variants import runs_on_cpu, use_cpu_fast_paths
@@ -133,8 +133,10 @@ def model_keys_for_recorded(recorded, name=None, where="the recorded model_confi
         config = dataclasses.asdict(get_model_config(candidate))
         return {field: value for field, value in recorded.items() if value != config[field]}
 
-    candidates = [name] if name in list_models() else list_models()
-    best = min(candidates, key=lambda candidate: len(differences(candidate)))
+    candidates = [name] if name in list_models() else search_order()
+    # an exact match first; else the nearest of the first tier (search_order), then of the rest
+    best = min(candidates, key=lambda candidate: (len(differences(candidate)) > 0, search_tier(candidate),
+                                                  len(differences(candidate))))
     return {"name": best, **differences(best)}
 
 

@@ -230,8 +230,9 @@ NON_DEFAULT = {
     "mlp_align_to": [dict(mlp="swiglu_split", mlp_align_to=8)],
     "attn_pool_heads": [dict(pool="map", attn_pool_heads=8)],
     "attn_pool_mlp_ratio": [dict(pool="map", attn_pool_mlp_ratio=2.0)],
-    "attn_pool_prefix": [dict(pool="map", attn_pool_prefix=True)],
+    "norm": [dict(norm="rmsnorm")],
     "final_norm": [dict(final_norm=False)],
+    "pool_include_prefix": [dict(pool="mean", pool_include_prefix=True)],
 }
 
 

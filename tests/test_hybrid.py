@@ -26,6 +26,7 @@ TIMM_PARAMETERS = {
     "vit_small_r26_s32_224": 36_431_912, "vit_small_r26_s32_384": 36_468_392,
     "vit_base_r50_s16_224": 98_659_112, "vit_base_r50_s16_384": 98_950_952,
     "vit_large_r50_s32_224": 328_994_856, "vit_large_r50_s32_384": 329_092_136,
+    "vit_base_r26_s32_224": 101_383_976,  # timm's vision_transformer_hybrid, recorded in timm_vit_registry.json
 }
 TOY = dict(embed_dim=32, depth=2, num_heads=4, image_size=32, patch_size=2)
 

@@ -25,7 +25,7 @@ WALKTHROUGH_SIGNATURE = [("image_size", 224), ("patch_size", 16), ("in_channels"
 NOT_THE_EMBEDDINGS = {"num_classes", "depth", "num_heads", "mlp_ratio", "qkv_bias", "qk_scale", "layer_norm_epsilon",
                       "gelu", "attention_dropout", "drop_path", "pool", "representation_size", "fused_attention",
                       "init", "layer_scale", "mlp", "fc_norm", "recompute", "qkv", "attention_norm", "mlp_norm",
-                      "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio", "attn_pool_prefix", "final_norm",
+                      "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm", "norm", "pool_include_prefix",
                       # RoPE acts inside attention (models/rope.py), not on the embedding
                       "rope", "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half",
                       "rope_ref_grid"}

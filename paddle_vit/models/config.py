@@ -8,6 +8,7 @@ from typing import List, Optional
 from ..errors import ConfigError, check_choice, close_matches
 from .block_parts import QKV_LAYOUTS, swiglu_hidden_dim
 from .encoder import GELUS, LAYER_NORM_EPSILON, MLPS
+from .norms import NORMS
 from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
 from .rope import GRID_INDEXINGS, ROPE_KINDS, check_rope_head_dim
@@ -123,11 +124,15 @@ class ViTConfig:
             (DINOv3 H+: 8); 0 leaves int(embed_dim * mlp_ratio).
         attn_pool_heads, attn_pool_mlp_ratio: pool "map"'s heads and MLP ratio; None: the
             encoder's (SigLIP); the Perception Encoder's pool has 8 heads whatever its width.
-        attn_pool_prefix: pool "map" attends over the prefix tokens too (the Perception
-            Encoder, timm's Eva); False reads the patch tokens alone (SigLIP, timm's default).
-        final_norm: a LayerNorm after the last encoder layer (the paper); False leaves the tokens
-            as the last layer gives them (the Perception Encoder's spatial and language towers).
-            Average pooling with fc_norm has none either way.
+        norm: "layernorm" (the paper) or "rmsnorm" (timm's norm_layer="rmsnorm": x * rsqrt(mean(x^2)
+            + eps) * weight, no mean subtracted, no bias; models/norms.py): every norm of the model
+            but the MAP head's (norm1, norm2, the final norm, norm_pre, fc_norm), with epsilon
+            layer_norm_epsilon.
+        final_norm: False leaves the norm after the last encoder layer out (timm's final_norm=False:
+            vit_intern300m_patch14_448; the Perception Encoder's spatial and language towers); the tokens then leave the encoder as the last layer wrote them.
+        pool_include_prefix: pool "mean" or "map" over every token, the class and register tokens
+            included, not the patch tokens alone (timm's pool_include_prefix: test_vit3's MAP head; the
+            Perception Encoder's attention pool, timm's Eva).
     """
     image_size: int = 224
     patch_size: int = 16
@@ -177,8 +182,9 @@ class ViTConfig:
     mlp_align_to: int = 0
     attn_pool_heads: Optional[int] = None
     attn_pool_mlp_ratio: Optional[float] = None
-    attn_pool_prefix: bool = False
+    norm: str = "layernorm"
     final_norm: bool = True
+    pool_include_prefix: bool = False
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
@@ -277,8 +283,6 @@ class ViTConfig:
                               f"got {self.attn_pool_mlp_ratio!r}")
         if not isinstance(self.final_norm, bool):
             raise ConfigError(f"model.final_norm must be true or false, got {self.final_norm!r}")
-        if not isinstance(self.attn_pool_prefix, bool):
-            raise ConfigError(f"model.attn_pool_prefix must be true or false, got {self.attn_pool_prefix!r}")
 
     def _validate_rope(self):
         if self.rope is not None:
@@ -311,7 +315,8 @@ class ViTConfig:
             raise ConfigError(f"model.rope_ref_grid rescales the axial RoPE's coordinates; RoPE {kind!r} has none")
 
     def _validate_tokens(self):
-        for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder"):
+        for name in ("class_token", "no_embed_class", "pre_norm", "distilled", "drop_remainder", "final_norm",
+                     "pool_include_prefix"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         if self.fc_norm is not None and not isinstance(self.fc_norm, bool):
@@ -324,6 +329,12 @@ class ViTConfig:
             raise ConfigError(f"model.layer_scale must be null (no layer scale) or a finite number, the initial "
                               f"factor (DeiT III 1e-6, DINOv2 1e-5), got {self.layer_scale!r}")
         check_choice("model.mlp", self.mlp, MLPS)
+        check_choice("model.norm", self.norm, NORMS)
+        if self.pool_include_prefix and self.pool not in ("mean", "map"):
+            raise ConfigError(f"model.pool_include_prefix pools every token by 'mean' or 'map'; model.pool "
+                              f"{self.pool!r} reads its own tokens: set pool_include_prefix: false")
+        if self.norm != "layernorm" and self.pool == "map":
+            raise ConfigError("model.norm 'rmsnorm' with pool 'map' is not built: the MAP head's norm is a LayerNorm")
         if self.pool == "cls" and not self.class_token:
             raise ConfigError("model.pool 'cls' reads the class token, which model.class_token: false leaves out: "
                               "pool by 'mean' or 'map'")

@@ -7,6 +7,7 @@ from paddle.distributed.fleet.utils import recompute
 from .attention import Attention
 from .block_parts import SwiGLU, build_attention_projection, build_qkv
 from .rope import rope_of_layer
+from .norms import norm_layer
 
 LAYER_NORM_EPSILON = 1e-6  # ViT's value; Paddle's LayerNorm default is 1e-5
 # "exact": GELU with the Gaussian CDF (timm, PyTorch, Paddle, Hugging Face "gelu"); "tanh": its tanh
@@ -122,7 +123,8 @@ class EncoderLayer(nn.Layer):
         config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio, mlp,
             gelu, layer_norm_epsilon, layer_scale, dropout, attention_dropout, fused_attention are read;
             qkv, attention_norm, mlp_norm and mlp_align_to choose the later ViTs' parts, block_parts.py).
-            Layer scale that is off (None, the paper) is an Identity, as in timm's Block.
+            Layer scale that is off (None, the paper) is an Identity, as in timm's Block; `norm`
+            chooses LayerNorm or RMSNorm for norm1 and norm2 (models/norms.py).
         drop_path: this layer's stochastic-depth rate (the Encoder spreads config.drop_path).
     """
 
@@ -130,7 +132,7 @@ class EncoderLayer(nn.Layer):
         super().__init__()
         self.config = config  # what the layer was built from: a variant computing it another way checks it
         embed_dim = config.embed_dim
-        self.norm1 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
+        self.norm1 = norm_layer(config.norm, embed_dim, config.layer_norm_epsilon)
         all_head_dim = embed_dim // config.num_heads * config.num_heads
         self.attn = Attention(embed_dim, config.num_heads, qkv_bias=config.qkv_bias, dropout=config.dropout,
                               attention_dropout=config.attention_dropout, fused=config.fused_attention,
@@ -138,7 +140,7 @@ class EncoderLayer(nn.Layer):
                               proj=build_attention_projection(config, all_head_dim))
         self.ls1 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()
         self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(embed_dim, epsilon=config.layer_norm_epsilon)
+        self.norm2 = norm_layer(config.norm, embed_dim, config.layer_norm_epsilon)
         if config.mlp == "swiglu":
             self.mlp = SwiGLUMlp(embed_dim, config.mlp_ratio, config.dropout)
         elif config.mlp == "swiglu_packed":
@@ -170,18 +172,19 @@ class Encoder(nn.Layer):
             layer; the rate rises linearly from 0 at the first. With `pre_norm` (CLIP's `ln_pre`)
             a LayerNorm runs before the first layer; otherwise `norm_pre` is an Identity.
         final_norm: False when the head normalises after pooling instead (timm's `fc_norm`
-            for average pooling), so that those checkpoints load one to one.
+            for average pooling), so that those checkpoints load one to one, or when the model
+            has no final norm at all (`config.final_norm` False). The norms are `config.norm`'s.
     """
 
     def __init__(self, config, final_norm=True):
         super().__init__()
         depth = config.depth
         drop_path_rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
-        self.norm_pre = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.pre_norm
+        self.norm_pre = (norm_layer(config.norm, config.embed_dim, config.layer_norm_epsilon) if config.pre_norm
                          else nn.Identity())
         self.layers = nn.LayerList([EncoderLayer(config, rate) for rate in drop_path_rates])
         self.recompute = config.recompute
-        self.norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if final_norm
+        self.norm = (norm_layer(config.norm, config.embed_dim, config.layer_norm_epsilon) if final_norm
                      else nn.Identity())
 
     def forward(self, x, return_attention=False, rope=None):

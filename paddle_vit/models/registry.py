@@ -171,11 +171,98 @@ for _name, (_width, _depth, _heads, _ratio, _classes, _resolutions, _options) in
                  num_classes=11821 if _name == "vit_medium_patch16_gap" and _resolution == 240 else _classes,
                  **_options)
 
+# ---- the rest of timm's plain-ViT names (its modules vision_transformer, deit, vision_transformer_hybrid),
+# with timm 1.0.31's defaults (tests/test_timm_names.py checks each against tests/fixtures/timm_vit_registry.json)
+# Searched after the names above (search_order): several are the architecture of one of them under
+# another name (DeiT's are the paper's ViTs), and a name brings its own preprocessing
+SEARCHED_FIRST = frozenset(_REGISTRY)
+# DeiT (Touvron et al. 2021) without distillation: ViT's sizes, DeiT's recipe
+for _size, _resolution in (("tiny", 224), ("small", 224), ("base", 224), ("base", 384)):
+    register(f"deit_{_size}_patch16_{_resolution}", patch_size=16, image_size=_resolution, **SIZES[_size])
+# name: (width, depth, heads, MLP ratio, patch, image size, classes, other options)
+PLAIN = {
+    "vit_base_patch8_224": (768, 12, 12, 4.0, 8, 224, 1000, {}),
+    "vit_small_patch8_224": (384, 12, 6, 4.0, 8, 224, 0, {}),  # DINO's, no head
+    "vit_large_patch14_224": (1024, 24, 16, 4.0, 14, 224, 1000, {}),
+    "vit_giant_patch14_224": (1408, 40, 16, 48 / 11, 14, 224, 1000, {}),
+    "vit_gigantic_patch14_224": (1664, 48, 16, 64 / 13, 14, 224, 1000, {}),
+    "vit_base_patch16_224_miil": (768, 12, 12, 4.0, 16, 224, 11221, dict(qkv_bias=False)),  # ImageNet-21K-P
+    "vit_base_patch16_plus_240": (896, 12, 14, 4.0, 16, 240, 1000, dict(layer_scale=1e-5)),
+    "vit_base_patch32_plus_256": (896, 12, 14, 4.0, 32, 256, 1000, dict(layer_scale=1e-5)),
+    # "Three things everyone should know about ViTs": the sequential baseline of its parallel 18x2
+    "vit_small_patch16_36x1_224": (384, 36, 6, 4.0, 16, 224, 1000, dict(layer_scale=1e-5)),
+    # FlexiViT (Beyer et al. 2023) at its default 240 px, the position embedding on the patches only
+    "flexivit_small": (384, 12, 6, 4.0, 16, 240, 1000, dict(no_embed_class=True)),
+    "flexivit_base": (768, 12, 12, 4.0, 16, 240, 1000, dict(no_embed_class=True)),
+    "flexivit_large": (1024, 24, 16, 4.0, 16, 240, 1000, dict(no_embed_class=True)),
+    # EVA's large ViT as timm's VisionTransformer: the mean of the patch tokens, normed after pooling
+    "eva_large_patch14_196": (1024, 24, 16, 4.0, 14, 196, 1000, dict(pool="mean")),
+    "eva_large_patch14_336": (1024, 24, 16, 4.0, 14, 336, 1000, dict(pool="mean")),
+    # TIPSv2: a register, the position embedding on the patches only, layer scale starting at 1, no head
+    "vit_base_patch14_reg1_tipsv2": (768, 12, 12, 4.0, 14, 448, 0, dict(
+        register_tokens=1, no_embed_class=True, layer_scale=1.0)),
+    "vit_large_patch14_reg1_tipsv2": (1024, 24, 16, 4.0, 14, 448, 0, dict(
+        register_tokens=1, no_embed_class=True, layer_scale=1.0)),
+    "vit_so400m_patch14_reg1_tipsv2": (1152, 27, 16, 4304 / 1152, 14, 448, 0, dict(
+        register_tokens=1, no_embed_class=True, layer_scale=1.0)),
+    "vit_giant_patch14_reg1_tipsv2": (1536, 40, 24, 2.66667 * 2, 14, 448, 0, dict(
+        register_tokens=1, no_embed_class=True, layer_scale=1.0, mlp="swiglu")),
+    # InternViT-300M (InternVL): layer scale 0.1, no final norm, no head, any input size
+    "vit_intern300m_patch14_448": (1024, 24, 16, 4.0, 14, 448, 0, dict(
+        layer_scale=0.1, final_norm=False, dynamic_img_size=True)),
+    "vit_so150m_patch16_reg4_map_256": (896, 18, 14, 2.572, 16, 256, 1000, dict(
+        class_token=False, register_tokens=4, pool="map")),
+    # timm's own test models, 160 px
+    "test_vit": (64, 6, 2, 3.0, 16, 160, 1000, dict(dynamic_img_size=True)),
+    "test_vit2": (64, 8, 2, 3.0, 16, 160, 1000, dict(
+        class_token=False, register_tokens=1, pool="mean", layer_scale=1e-5, dynamic_img_size=True)),
+    "test_vit3": (96, 9, 3, 2.0, 16, 160, 1000, dict(
+        class_token=False, register_tokens=1, pool="map", pool_include_prefix=True, layer_scale=1e-5)),
+    "test_vit4": (96, 9, 3, 3.0, 16, 160, 1000, dict(
+        class_token=False, register_tokens=1, pool="mean", layer_scale=1e-5, dynamic_img_size=True, norm="rmsnorm")),
+}
+for _name, (_width, _depth, _heads, _ratio, _patch, _resolution, _classes, _options) in PLAIN.items():
+    register(_name, embed_dim=_width, depth=_depth, num_heads=_heads, mlp_ratio=_ratio, patch_size=_patch,
+             image_size=_resolution, num_classes=_classes, **_options)
+# the base ViT on the paper's R26 (ResNet-v2, stride 32)
+register("vit_base_r26_s32_224", image_size=224, backbone_layers=[2, 2, 2, 2], patch_size=1, **SIZES["base"])
+
+# timm names of these modules this project does not build, each with why: create_model names the reason
+_PARALLEL = "parallel blocks (attention and MLP side by side in one residual step), not the encoder's sequential layer"
+_DIFFERENTIAL = "differential attention (two softmax maps subtracted, with a norm inside the attention)"
+_RADIO = ("C-RADIO: its position embedding is RADIO's 128x128 grid resampled at load time by its own rule "
+          "(timm's naflexvit_*_radio_* for the exact behaviour); not built here")
+_AIMV2 = ("AIMv2: an attention output projection without a bias (inside the attention), RMSNorm and an unpacked "
+          "SwiGLU MLP without biases")
+_BEIT3 = "BEiT-3: a LayerNorm inside the attention before its output projection"
+_RESNET_D = ("a hybrid on timm's ResNet-D (deep stem, BatchNorm, average-pool downsampling), not the paper's "
+             "ResNet-v2 this project builds")
+NOT_BUILT = {
+    **{f"aimv2_{size}_patch14_{resolution}": _AIMV2 for size in ("large", "huge", "1b", "3b")
+       for resolution in (224, 336, 448)},
+    **{name: _BEIT3 for name in ("beit3_base_patch16_224", "beit3_large_patch16_224", "beit3_giant_patch14_224",
+                                 "beit3_giant_patch14_336")},
+    **{name: _RADIO for name in ("vit_base_patch16_radio_v3", "vit_large_patch16_radio_v3",
+                                 "vit_huge_patch16_radio_v3", "vit_giant_patch16_radio_v3",
+                                 "vit_huge_patch16_radio_v4", "vit_so400m_patch16_radio_v4")},
+    "vit_small_patch16_18x2_224": _PARALLEL,
+    "vit_base_patch16_18x2_224": _PARALLEL,
+    **{f"vit_{size}_xp_224": _PARALLEL + ", with q/k norms (RMSNorm) inside the attention"
+       for size in ("base_patch16", "large_patch14", "huge_patch14")},
+    "vit_pwee_patch16_reg1_gap_256": _PARALLEL,
+    "vit_dpwee_patch16_reg1_gap_256": _PARALLEL + ", with " + _DIFFERENTIAL,
+    "vit_dwee_patch16_reg1_gap_256": _DIFFERENTIAL,
+    "vit_dlittle_patch16_reg1_gap_256": _DIFFERENTIAL,
+    "vit_base_patch16_rpn_224": "post-norm residual blocks (ResPostBlock: x + norm(attn(x))), not pre-norm",
+    "vit_base_mci_224": "MobileCLIP's convolutional stem (MCi) before the patches, not a ResNet or a patch Conv2D",
+    **{name: _RESNET_D for name in ("vit_small_resnet26d_224", "vit_small_resnet50d_s16_224",
+                                    "vit_base_resnet26d_224", "vit_base_resnet50d_224")},
+}
+
 
 # the RoPE generation (timm's Eva class): registry_rope.py
 register_rope_models(register)
-# timm names this ViT does not build, and why
-NOT_BUILT = dict(ROPE_NOT_BUILT)
+NOT_BUILT.update(ROPE_NOT_BUILT)
 
 
 def list_models():
@@ -183,10 +270,22 @@ def list_models():
     return sorted(_REGISTRY)
 
 
+def search_order():
+    """The registered names in the order a search for the registered model nearest a config tries
+    them: the paper's and today's families (SEARCHED_FIRST) sorted, then the rest of timm's names
+    sorted. A search takes a name of the second group only for a config that is exactly it."""
+    return sorted(SEARCHED_FIRST) + sorted(name for name in _REGISTRY if name not in SEARCHED_FIRST)
+
+
+def search_tier(name):
+    """0 for a name of SEARCHED_FIRST, 1 for the others (see search_order)."""
+    return 0 if name in SEARCHED_FIRST else 1
+
+
 def get_model_config(name, **overrides):
     """The `ViTConfig` registered as `name` with `overrides` applied (not yet validated)."""
     if name in NOT_BUILT:
-        raise ConfigError(f"{name!r} is a timm model with {NOT_BUILT[name]}")
+        raise ConfigError(f"model {name!r} is timm's, but this project does not build it: {NOT_BUILT[name]}")
     if name not in _REGISTRY:
         raise ConfigError(f"unknown model {name!r}{close_matches(name, _REGISTRY)}; "
                           f"paddle_vit.list_models() lists them all")

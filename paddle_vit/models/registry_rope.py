@@ -47,7 +47,7 @@ EVA02_SIZES = {
 # attention pool over every token (8 heads) and a projection to the text embedding as the head
 PE = dict(pre_norm=True, rope="axial", rope_grid_indexing="xy", rope_grid_offset=1.0,
           layer_norm_epsilon=META_EPSILON)
-PE_CORE = dict(pool="map", attn_pool_heads=8, attn_pool_mlp_ratio=4.0, attn_pool_prefix=True)
+PE_CORE = dict(pool="map", attn_pool_heads=8, attn_pool_mlp_ratio=4.0, pool_include_prefix=True)
 PE_FEATURES = dict(pool="mean", fc_norm=False, final_norm=False, num_classes=0)  # spatial, lang: the tokens
 PE_GIGANTIC = dict(patch_size=14, image_size=448, embed_dim=1536, depth=50, num_heads=16, mlp_ratio=5.833333333333333,
                    class_token=False, rope_grid_offset=0.0, rope_ref_grid=[32, 32])

@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from .config import ViTConfig
 from .encoder import Encoder
 from .features import forward_intermediates, prune_intermediate_layers
+from .norms import norm_layer
 from .patch_embed import PatchEmbedding
 from .block_parts import QVBiasLinear
 from .pooling import AttentionPool
@@ -65,7 +66,7 @@ class ViT(nn.Layer):
             self.attn_pool = AttentionPool(config.embed_dim, config.attn_pool_heads or config.num_heads,
                                            config.attn_pool_mlp_ratio or config.mlp_ratio, config.gelu,
                                            config.layer_norm_epsilon)
-        self.fc_norm = (nn.LayerNorm(config.embed_dim, epsilon=config.layer_norm_epsilon) if config.uses_fc_norm
+        self.fc_norm = (norm_layer(config.norm, config.embed_dim, config.layer_norm_epsilon) if config.uses_fc_norm
                         else nn.Identity())
         if config.representation_size:
             self.pre_logits = PreLogits(config.embed_dim, config.representation_size)
@@ -113,12 +114,14 @@ class ViT(nn.Layer):
         """[B, 1 + N, D] -> [B, D] as `config.pool` says, then `fc_norm` (an Identity unless
         `config.uses_fc_norm`)."""
         pool = self.config.pool
+        # the patch tokens, or with pool_include_prefix every token (timm's pool_include_prefix)
+        first = 0 if self.config.pool_include_prefix else self.patch_embed.num_prefix_tokens
         if pool == "cls":
             x = x[:, 0]  # the class token (paper Eq. 4)
         elif pool == "mean":
-            x = self.average_tokens(x[:, self.patch_embed.num_prefix_tokens:])  # the patch tokens only
+            x = self.average_tokens(x[:, first:])
         elif pool == "map":  # a learned query attends over the patch tokens (SigLIP), as timm's
-            x = self.attn_pool(x if self.config.attn_pool_prefix else x[:, self.patch_embed.num_prefix_tokens:])
+            x = self.attn_pool(x[:, first:])
         elif pool == "first_patch":
             x = x[:, self.patch_embed.num_prefix_tokens]  # PaddleClas's CLIP base/16 classifier
         else:

@@ -156,8 +156,8 @@ def _differences(preprocess, mode):
 
 
 # ---- timm's default pretrained_cfg of today's ViT names -----------------------------------------
-# Each registered name's default ``pretrained_cfg`` in timm 1.0.31 (bicubic for all of them; mean
-# and std by family). A checkpoint that carries no pipeline of its own (a bare timm or OpenCLIP file
+# Each registered name's default ``pretrained_cfg`` in timm 1.0.31: (crop_pct, mean and std by family,
+# crop_mode[, interpolation: bicubic unless said]). A checkpoint that carries no pipeline of its own (a bare timm or OpenCLIP file
 # loaded under one of these names) is evaluated with it; a timm Hub folder's config.json and a
 # Hugging Face preprocessor_config.json say their own. tests/test_modern_vits.py holds the table
 # to timm's record.
@@ -166,6 +166,7 @@ MEANS_STDS = {
     "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
     "openai": (OPENAI_MEAN, OPENAI_STD),  # CLIP's
     "half": (HALF, HALF),  # SigLIP's, timm's own gap ViTs'
+    "unit": ((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),  # pixels in [0, 1] as they are: MIIL's ImageNet-21K-P, TIPSv2
 }
 TIMM_EVAL = {
     "deit3_base_patch16_224": (0.9, "imagenet", "center"),
@@ -272,6 +273,36 @@ TIMM_EVAL = {
     "vit_so400m_patch16_siglip_gap_512": (0.9, "half", "center"),
     "vit_wee_patch16_reg1_gap_256": (0.95, "half", "center"),
     "vit_xsmall_patch16_clip_224": (0.9, "openai", "center"),
+    # the rest of timm's plain-ViT names (tests/test_timm_names.py holds them to timm's record)
+    "deit_base_patch16_224": (0.9, "imagenet", "center"),
+    "deit_base_patch16_384": (1.0, "imagenet", "center"),
+    "deit_small_patch16_224": (0.9, "imagenet", "center"),
+    "deit_tiny_patch16_224": (0.9, "imagenet", "center"),
+    "eva_large_patch14_196": (1.0, "openai", "center"),
+    "eva_large_patch14_336": (1.0, "openai", "squash"),
+    "flexivit_base": (0.95, "half", "center"),
+    "flexivit_large": (0.95, "half", "center"),
+    "flexivit_small": (0.95, "half", "center"),
+    "test_vit": (0.95, "half", "center"),
+    "test_vit2": (0.95, "half", "center"),
+    "test_vit3": (0.95, "half", "center"),
+    "test_vit4": (0.95, "half", "center"),
+    "vit_base_patch14_reg1_tipsv2": (1.0, "unit", "center"),
+    "vit_base_patch16_224_miil": (0.875, "unit", "center", "bilinear"),
+    "vit_base_patch16_plus_240": (0.95, "half", "center"),
+    "vit_base_patch32_plus_256": (0.95, "half", "center"),
+    "vit_base_patch8_224": (0.9, "half", "center"),
+    "vit_base_r26_s32_224": (0.9, "half", "center"),
+    "vit_giant_patch14_224": (0.9, "half", "center"),
+    "vit_giant_patch14_reg1_tipsv2": (1.0, "unit", "center"),
+    "vit_gigantic_patch14_224": (0.9, "half", "center"),
+    "vit_intern300m_patch14_448": (1.0, "imagenet", "center"),
+    "vit_large_patch14_224": (0.9, "half", "center"),
+    "vit_large_patch14_reg1_tipsv2": (1.0, "unit", "center"),
+    "vit_small_patch16_36x1_224": (0.9, "half", "center"),
+    "vit_small_patch8_224": (0.9, "imagenet", "center"),
+    "vit_so150m_patch16_reg4_map_256": (0.9, "half", "center"),
+    "vit_so400m_patch14_reg1_tipsv2": (1.0, "unit", "center"),
 }
 # the RoPE generation (timm's Eva class): the same, an interpolation after the three where it is not
 # bicubic (lingbot's bilinear squash)
@@ -336,7 +367,6 @@ TIMM_EVAL_ROPE = {
     "vit_small_plus_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
     "vit_tiny_patch16_dinov3_qkvb": (1.0, "imagenet", "center"),
 }
-
 
 
 def timm_eval_config(name):

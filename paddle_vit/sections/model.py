@@ -87,8 +87,9 @@ class ModelConfig:
     mlp_align_to: Optional[int] = None
     attn_pool_heads: Optional[int] = None
     attn_pool_mlp_ratio: Optional[float] = None
-    attn_pool_prefix: Optional[bool] = None
+    norm: Optional[str] = None
     final_norm: Optional[bool] = None
+    pool_include_prefix: Optional[bool] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

@@ -89,6 +89,7 @@ CONFIG_FIELDS = {
     "layer_norm_epsilon": FieldRole(COMPUTED),
     "gelu": FieldRole(COMPUTED, ("exact",)),
     "mlp": FieldRole(COMPUTED, ("standard",)),
+    "norm": FieldRole(COMPUTED, ("layernorm",)),
     "drop_path": FieldRole(COMPUTED),  # the coins drawn by the layer's DropPath, as the modules draw them
     "fused_attention": FieldRole(COMPUTED),  # Attention's two paths compute the same numbers
     "dropout": FieldRole(OFF, (0.0,)),
@@ -109,8 +110,8 @@ CONFIG_FIELDS = {
         "image_size", "patch_size", "in_channels", "num_classes", "pool", "representation_size",
         "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
         "dynamic_img_pad", "pos_embed_resample", "class_token", "register_tokens", "no_embed_class", "pre_norm",
-        "fc_norm", "distilled", "drop_remainder", "attn_pool_heads", "attn_pool_mlp_ratio", "attn_pool_prefix",
-        "final_norm")},  # the embedding, the head, the encoder's ends
+        "fc_norm", "distilled", "drop_remainder", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm",
+        "pool_include_prefix")},  # the embedding, the head, the encoder's ends
 }
 CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
 FIELD_NAMES = tuple(ViTConfig.field_names())

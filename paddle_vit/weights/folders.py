@@ -27,7 +27,7 @@ import dataclasses
 from typing import Optional
 
 from ..errors import WeightsError
-from ..models import ViTConfig, get_model_config, list_models
+from ..models import ViTConfig, get_model_config, list_models, search_order
 from .eva_args import EVA_KEYS, eva_options
 from .family import Implied
 
@@ -405,7 +405,7 @@ def _matching_name(options):
     wanted = {field: implied.value for field, implied in options.items()
               if field in ARCHITECTURE_FIELDS + TOKEN_FIELDS}
     matches = []
-    for name in list_models():
+    for name in search_order():
         config = get_model_config(name)
         same = all(_same_field(config, field, value) for field, value in wanted.items() if field != "gelu")
         if (config.backbone_layers is None and same and ("layer_scale" not in options or
@@ -427,7 +427,7 @@ def _same_field(config, field, value):
 def _base_name(options):
     """A registered plain ViT of the same patch size and image size to build on (every value
     the folder states is then set on it), else vit_base_patch16_224."""
-    for name in list_models():
+    for name in search_order():
         config = get_model_config(name)
         if (config.backbone_layers is None and name.startswith("vit_") and
                 all(_same(getattr(config, field), options[field].value)

@@ -33,6 +33,8 @@ HF_FIXED = {
     "representation_size": (None, "ViTForImageClassification has no pre-logits layer"),
     "backbone_layers": (None, "it has no ResNet"),
     "dynamic_img_size": (False, "it takes other sizes only with interpolate_pos_encoding=True"),
+    "norm": ("layernorm", "its norms are LayerNorms"),
+    "final_norm": (True, "it normalises the tokens after the last layer"),
 }
 def hf_refusals(config):
     """What transformers' ViTForImageClassification cannot compute of a `ViTConfig` (phrases)."""
@@ -173,6 +175,12 @@ def _common_refusals(config, why):
         refusals.append(f"qk_scale {config.qk_scale!r} ({why} scales q.k by head_dim^-0.5)")
     if config.uses_fc_norm:
         refusals.append(f"a LayerNorm after pooling (fc_norm): {why} normalises before pooling")
+    if config.norm != "layernorm":
+        refusals.append(f"norm {config.norm!r} ({why}'s norms are LayerNorms)")
+    if not config.final_norm:
+        refusals.append(f"final_norm False ({why} normalises the tokens after the last layer)")
+    if config.pool_include_prefix:
+        refusals.append(f"pool_include_prefix True ({why} pools the patch tokens alone)")
     return refusals
 
 

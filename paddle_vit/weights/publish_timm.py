@@ -8,7 +8,7 @@ import numpy as np
 
 from ..data.config import DataConfig
 from ..errors import WeightsError
-from ..models import get_model_config, list_models
+from ..models import get_model_config, search_order, search_tier
 from ..models.registry_rope import ROPE_NAMES
 from ..preprocess import Preprocess, preprocess_for_checkpoint
 from ..preprocess.timm import name_hint, to_pretrained_cfg
@@ -24,7 +24,8 @@ TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels"
              "embed_dim": "embed_dim", "depth": "depth", "num_heads": "num_heads", "mlp_ratio": "mlp_ratio",
              "qkv_bias": "qkv_bias", "class_token": "class_token", "register_tokens": "reg_tokens",
              "no_embed_class": "no_embed_class", "pre_norm": "pre_norm", "layer_scale": "init_values",
-             "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad"}
+             "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad", "norm": "norm_layer",
+             "final_norm": "final_norm", "pool_include_prefix": "pool_include_prefix"}
 # the class count is config.json's num_classes and pretrained_cfg's (which timm builds the head
 # with), not a model_args entry: transformers' TimmWrapper passes num_classes itself and fails on a
 # second one
@@ -33,10 +34,10 @@ TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough":
 # fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them here)
 FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon", "rope",
                 "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid",
-                "qkv", "attention_norm", "mlp_norm", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio",
-                "attn_pool_prefix", "final_norm")
+                "qkv", "attention_norm", "mlp_norm", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio")
 # timm's Eva (the RoPE generation) names some of the same arguments otherwise
-EVA_ARGS = {"reg_tokens": "num_reg_tokens", "pre_norm": "use_pre_transformer_norm", "fc_norm": "use_fc_norm"}
+EVA_ARGS = {"reg_tokens": "num_reg_tokens", "pre_norm": "use_pre_transformer_norm", "fc_norm": "use_fc_norm",
+            "final_norm": "use_post_transformer_norm"}
 # our names -> timm's: timm.py's RENAMES read backwards, the stem-only hybrid's ResNet only for it
 INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename not in (STEM_ONLY_BACKBONE, OLD_PRE_LOGITS))
 # timm's Eva writes layer scale as gamma_1 / gamma_2, where VisionTransformer writes ls1.gamma
@@ -61,7 +62,7 @@ class FolderExport:
 # ---- config.json ------------------------------------------------------------------------------
 
 def _registered():
-    return {name: get_model_config(name) for name in list_models() if name not in NOT_TIMM}
+    return {name: get_model_config(name) for name in search_order() if name not in NOT_TIMM}
 
 
 def _differences(config, registered):
@@ -95,7 +96,7 @@ def _differences(config, registered):
         theirs_pool = TIMM_GLOBAL_POOLS.get(registered.pool)
         if pool != theirs_pool or config.pool != registered.pool:
             args["global_pool"] = pool
-        if config.pool == "walkthrough":
+        if config.pool == "walkthrough" and not registered.pool_include_prefix:
             args["pool_include_prefix"] = True  # every token: timm's avg pools the patch tokens only
         timm_fc_norm = (pool == "avg") if registered.fc_norm is None else registered.fc_norm
         if config.uses_fc_norm != timm_fc_norm or "global_pool" in args and config.fc_norm is not None:
@@ -132,11 +133,12 @@ def timm_architecture(config, name=None):
         args, refusals = _differences(config, registered[name])
         if not refusals:
             return name, _eva_args(args) if name in ROPE_NAMES else args
-    best = None
+    best = None  # the fewest model_args; a name of search_order's second tier only when it needs none
     for candidate, architecture in registered.items():
         args, refusals = _differences(config, architecture)
-        if not refusals and (best is None or len(args) < len(best[1])):
-            best = (candidate, args)
+        rank = (len(args) > 0, search_tier(candidate), len(args))
+        if not refusals and (best is None or rank < best[2]):
+            best = (candidate, args, rank)
     if best is not None:
         return best[0], _eva_args(best[1]) if best[0] in ROPE_NAMES else best[1]
     base = registered.get(name) or registered[_closest(config, registered)]
