@@ -36,10 +36,24 @@ with open(os.path.join(FIXTURES, "layer_decay_reference.json")) as _stream:
     LAYER_DECAY = json.load(_stream)["models"]
 
 
+def our_overrides(timm_options):
+    """The create_model overrides of the timm keyword arguments a fixture was built with: the
+    sizes (`depth`, `embed_dim`, `num_heads`, `num_classes`) share their names, `global_pool`
+    'avg' is `pool="mean"`."""
+    overrides = dict(timm_options)
+    if overrides.pop("global_pool", None) == "avg":
+        overrides["pool"] = "mean"
+    return overrides
+
+
 @pytest.mark.parametrize("case", sorted(LAYER_DECAY))
 def test_layer_decay_scales_are_timms_for_every_parameter(case):
+    """Every parameter's scale is the lr_scale timm's param_groups_layer_decay gives it, for
+    VisionTransformer's group_matcher and Eva's (DINOv3's cls/reg tokens and patch embedding in the
+    stem, block i at i + 1, the final norm with the last block; mixed RoPE's frequencies unmatched
+    by Eva's matcher, so at the top with the head)."""
     reference = LAYER_DECAY[case]
-    options = {"pool": "mean"} if reference["options"].get("global_pool") == "avg" else {}
+    options = our_overrides(reference["options"])
     with paddle.LazyGuard():  # the architecture's names, without drawing its weights
         model = paddle_vit.create_model(reference["timm_name"], **options)
     assert model.config.depth == reference["depth"]

@@ -48,6 +48,9 @@ def layer_id(name, depth):
     scheme): the patch embedding (with a hybrid's ResNet), class, distillation and register
     tokens, position embedding and a pre-norm 0, encoder block i i + 1, the head and what only it
     reads (fc_norm, pre-logits, SigLIP's attention pool, the distillation head) depth + 1.
+    The RoPE generation (timm's `Eva` and its own group_matcher) is numbered the same way; mixed
+    RoPE's learned frequencies (`rope.freqs`) match none of Eva's patterns, which timm puts in the
+    top group, and so does the default here (depth + 1).
     The encoder's final norm shares the last block's layer, depth: timm's group_matcher puts
     `norm` in the group before it (MAE's code, where a final norm is kept, gives it depth + 1;
     the two differ in that norm's scale alone, by one factor of the decay)."""
