@@ -91,8 +91,11 @@ def with_checkpoint_preprocess(model):
     """`model` (built by `build_pretrained`) with ``model.preprocess``: the `Preprocess` its
     checkpoint's own pipeline computes at the model's image size (timm's pretrained_cfg, a
     Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), or None when the checkpoint
-    implies none (`paddle_vit.preprocess.checkpoint.for_model`)."""
-    model.preprocess = for_model(model.load_report.preprocessing, model.config.image_size)
+    implies none (`paddle_vit.preprocess.checkpoint.for_model`). A model that takes any input size
+    (dynamic_img_size: DINOv3, timm's folders that say so) is fed at the pipeline's own size, as
+    timm's resolve_data_config feeds it (a DINOv3 folder's 256 px whatever img_size it was built at)."""
+    size = None if model.config.dynamic_img_size else model.config.image_size
+    model.preprocess = for_model(model.load_report.preprocessing, size)
     return model
 
 

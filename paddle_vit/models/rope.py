@@ -221,7 +221,8 @@ def check_rope_head_dim(kind, embed_dim, num_heads, rotate_half):
     head_dim = embed_dim // num_heads
     if head_dim % 4:
         raise ConfigError(f"model.rope {kind!r} turns pairs of channels, a quarter of a head's per grid axis: "
-                          f"the head width embed_dim / num_heads = {head_dim} must be a multiple of 4")
+                          f"model.num_heads {num_heads} with model.embed_dim {embed_dim} makes heads {head_dim} wide, "
+                          f"which must be a multiple of 4")
     if kind == "mixed" and rotate_half:
         raise ConfigError("model.rope 'mixed' pairs neighbouring channels (RoPE-ViT, timm): "
                           "model.rope_rotate_half must be false")

@@ -28,6 +28,7 @@ from typing import Optional
 
 from ..errors import WeightsError
 from ..models import ViTConfig, get_model_config, list_models, search_order
+from ..models.registry import NOT_BUILT
 from .eva_args import EVA_KEYS, eva_options
 from .family import Implied
 
@@ -497,6 +498,13 @@ def resolve_name(name, overrides, folder, given_as, description):
         raise WeightsError(f"{description} does not say what model it is (no timm or Hugging Face config.json "
                            f"beside it): name the model")
     if folder.name is None and folder.config.kind == "timm":
+        architecture = str(folder.config.values.get("architecture"))
+        if architecture in NOT_BUILT:
+            raise WeightsError(f"{folder.config.path}: architecture {architecture} is timm's, but this project does "
+                               f"not build it: {NOT_BUILT[architecture]}")
+        if architecture.startswith("naflexvit"):
+            raise WeightsError(f"{folder.config.path}: architecture {architecture} is timm's NaFlex ViT (sequences of "
+                               f"patches of variable aspect ratio), which this project does not build")
         raise WeightsError(f"{folder.config.path} names {folder.says}, which is not a registered model "
                            f"(paddle_vit.list_models()); name the model of the same shape")
     return folder.base
