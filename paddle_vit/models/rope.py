@@ -22,6 +22,7 @@ The layout of a head's d channels into pairs is the checkpoint's: interleaved (2
 """
 import math
 
+import numpy as np
 import paddle
 import paddle.nn as nn
 
@@ -35,21 +36,23 @@ DEFAULT_TEMPERATURE = {"axial": 10000.0, "mixed": 10.0, "dinov3": 100.0}
 
 
 def rotate_pairs(x, rotate_half):
-    """The quarter-turn of each channel pair of `x` [..., d]: (a, b) -> (-b, a).
+    """The quarter-turn of each channel pair of `x` [B, ., ., d]: (a, b) -> (-b, a).
     Interleaved pairs (2i, 2i+1): [x0, x1, x2, x3] -> [-x1, x0, -x3, x2];
     rotate-half pairs (i, i + d/2): [x0, x1, x2, x3] -> [-x2, -x3, x0, x1]."""
     if rotate_half:
-        first, second = x.chunk(2, axis=-1)  # 2 x [..., d / 2]
+        first, second = x.chunk(2, axis=-1)  # 2 x [B, ., ., d / 2]
         return paddle.concat([-second, first], axis=-1)
-    even, odd = x[..., 0::2], x[..., 1::2]  # 2 x [..., d / 2]
-    return paddle.stack([-odd, even], axis=-1).reshape(x.shape)
+    even, odd = x.reshape([0, 0, 0, -1, 2]).unbind(axis=-1)  # 2 x [B, ., ., d / 2]
+    return paddle.stack([-odd, even], axis=-1).reshape([0, 0, 0, -1])  # [B, ., ., d]
 
 
 def pair_layout(angles, rotate_half):
-    """Per-pair values [..., d / 2] -> per-channel [..., d] in the pairs' layout."""
+    """Per-pair values [..., d / 2] -> per-channel [..., d] in the pairs' layout (numpy or Paddle)."""
+    if isinstance(angles, np.ndarray):
+        return np.concatenate([angles, angles], -1) if rotate_half else np.repeat(angles, 2, axis=-1)
     if rotate_half:
         return paddle.concat([angles, angles], axis=-1)  # [f0, f1, .., f0, f1, ..]
-    return paddle.repeat_interleave(angles, 2, axis=-1)  # [f0, f0, f1, f1, ..]
+    return paddle.stack([angles, angles], axis=-1).reshape(angles.shape[:-1] + [2 * angles.shape[-1]])  # [f0, f0, ..]
 
 
 class RotaryTable:
@@ -76,6 +79,8 @@ class RotaryTable:
 
     def rotate_one(self, x, heads_first):
         sin, cos = self.sin, self.cos  # [N, d] or [H, N, d]
+        if sin.dtype != x.dtype:  # bfloat16 / float16 activations: the table in their dtype
+            sin, cos = sin.astype(x.dtype), cos.astype(x.dtype)
         if not heads_first:  # [B, N, H, d]: the table's heads (if any) after its tokens
             sin, cos = (sin.transpose([1, 0, 2]), cos.transpose([1, 0, 2])) if sin.ndim == 3 else (
                 sin.unsqueeze(1), cos.unsqueeze(1))  # [N, H or 1, d]
@@ -99,26 +104,26 @@ def rope_of_layer(rope, index):
 
 
 def grid_coordinates(rows, cols, indexing, centred=False, offset=0.0, ref_grid=None):
-    """[rows * cols, 2] float32 coordinates of the patch grid, row-major, the channels (row, col)
-    for 'ij' and (col, row) for 'xy' (timm's grid_indexing).
+    """[rows * cols, 2] float32 coordinates (numpy) of the patch grid, row-major, the channels
+    (row, col) for 'ij' and (col, row) for 'xy' (timm's grid_indexing).
 
     centred: (index + 0.5 + offset) / size mapped to [-1, 1] (DINOv3); else index + offset,
     rescaled to `ref_grid` (rows, cols) when given (EVA-02's ref_feat_shape: a 16 x 16-trained
-    model at 32 x 32 sees coordinates 0, 0.5, 1, ...)."""
-    sizes = (rows, cols)
+    model at 32 x 32 sees coordinates 0, 0.5, 1, ...). In float32, in timm's order of operations.
+    A fixed function of the grid: computed in numpy, a constant of any traced graph."""
     axes = []
-    for axis, size in enumerate(sizes):
+    for axis, size in enumerate((rows, cols)):
         if centred:
-            values = (paddle.arange(size, dtype="float32") + 0.5 + offset) / size
+            values = (np.arange(0.5, size, dtype=np.float32) + np.float32(offset)) / np.float32(size)
         else:
-            values = paddle.arange(size, dtype="float32") + offset
+            values = np.arange(size, dtype=np.float32) + np.float32(offset)
             if ref_grid is not None:
-                values = values / size * ref_grid[axis]
+                values = values / np.float32(size) * np.float32(ref_grid[axis])
         axes.append(values)
-    row_coords, col_coords = paddle.meshgrid(axes[0], axes[1])  # 2 x [rows, cols]
+    row_coords, col_coords = np.meshgrid(axes[0], axes[1], indexing="ij")  # 2 x [rows, cols]
     channels = [row_coords, col_coords] if indexing == "ij" else [col_coords, row_coords]
-    grid = paddle.stack(channels, axis=-1).reshape([rows * cols, 2])  # [N, 2]
-    return 2.0 * grid - 1.0 if centred else grid
+    grid = np.stack(channels, axis=-1).reshape(rows * cols, 2)  # [N, 2]
+    return (np.float32(2.0) * grid - np.float32(1.0)) if centred else grid
 
 
 class AxialRope(nn.Layer):
@@ -133,18 +138,19 @@ class AxialRope(nn.Layer):
         self.grid_offset, self.grid_indexing, self.rotate_half = grid_offset, grid_indexing, rotate_half
         self.ref_grid = tuple(ref_grid) if ref_grid is not None else None
         bands = head_dim // 4
-        self.frequencies = 1.0 / (temperature ** (paddle.arange(bands, dtype="float32") / bands))  # [d / 4]
+        self.frequencies = (1.0 / np.float32(temperature) ** (np.arange(bands, dtype=np.float32) / bands)).astype(
+            np.float32)  # [d / 4]
         self.cached = {}
 
     def forward(self, rows, cols):
-        """The table of a rows x cols grid (computed once per grid: it holds no parameter)."""
+        """The table of a rows x cols grid (computed once per grid in numpy: it holds no parameter)."""
         if (rows, cols) not in self.cached:
             grid = grid_coordinates(rows, cols, self.grid_indexing, offset=self.grid_offset, ref_grid=self.ref_grid)
-            angles = (grid.unsqueeze(-1) * self.frequencies).reshape([rows * cols, -1])  # [N, 2, d / 4] -> [N, d / 2]
+            angles = (grid[:, :, None] * self.frequencies).reshape(rows * cols, -1)  # [N, 2, d / 4] -> [N, d / 2]
             angles = pair_layout(angles, self.rotate_half)  # [N, d]
-            self.cached[(rows, cols)] = (paddle.sin(angles), paddle.cos(angles))
+            self.cached[(rows, cols)] = (np.sin(angles), np.cos(angles))
         sin, cos = self.cached[(rows, cols)]
-        return RotaryTable(sin, cos, self.num_prefix_tokens, self.rotate_half)
+        return RotaryTable(paddle.to_tensor(sin), paddle.to_tensor(cos), self.num_prefix_tokens, self.rotate_half)
 
 
 class MixedRope(nn.Layer):
@@ -166,7 +172,10 @@ class MixedRope(nn.Layer):
             default_initializer=nn.initializer.Assign(paddle.stack([f_x, f_y])))  # [2, L, H, d / 2]
 
     def forward(self, rows, cols):
-        grid = grid_coordinates(rows, cols, self.grid_indexing)  # [N, 2]
+        return self.table(paddle.to_tensor(grid_coordinates(rows, cols, self.grid_indexing)))
+
+    def table(self, grid):
+        """The per-layer tables of the grid's coordinates `grid` [N, 2]."""
         t_x, t_y = grid[:, 0], grid[:, 1]  # [N] each
         angles = (t_x.unsqueeze(-1) * self.frequencies[0].unsqueeze(-2)
                   + t_y.unsqueeze(-1) * self.frequencies[1].unsqueeze(-2))  # [L, H, N, d / 2]
@@ -186,17 +195,18 @@ class DinoV3Rope(nn.Layer):
         self.num_prefix_tokens = num_prefix_tokens
         self.grid_offset, self.grid_indexing, self.rotate_half = grid_offset, grid_indexing, rotate_half
         bands = head_dim // 4
-        self.periods = temperature ** (2.0 * paddle.arange(bands, dtype="float32") / (head_dim // 2))  # [d / 4]
+        self.periods = (np.float32(temperature) ** (np.float32(2.0) * np.arange(bands, dtype=np.float32)
+                                                   / np.float32(head_dim // 2))).astype(np.float32)  # [d / 4]
         self.cached = {}
 
     def forward(self, rows, cols):
         if (rows, cols) not in self.cached:
             grid = grid_coordinates(rows, cols, self.grid_indexing, centred=True, offset=self.grid_offset)  # [N, 2]
-            angles = (2 * math.pi * grid.unsqueeze(-1) / self.periods).reshape([rows * cols, -1])  # [N, d / 2]
+            angles = (np.float32(2 * math.pi) * grid[:, :, None] / self.periods).reshape(rows * cols, -1)  # [N, d / 2]
             angles = pair_layout(angles, self.rotate_half)  # [N, d]
-            self.cached[(rows, cols)] = (paddle.sin(angles), paddle.cos(angles))
+            self.cached[(rows, cols)] = (np.sin(angles), np.cos(angles))
         sin, cos = self.cached[(rows, cols)]
-        return RotaryTable(sin, cos, self.num_prefix_tokens, self.rotate_half)
+        return RotaryTable(paddle.to_tensor(sin), paddle.to_tensor(cos), self.num_prefix_tokens, self.rotate_half)
 
 
 def build_rope(config):

@@ -26,6 +26,7 @@ import paddle.nn.functional as F
 
 from ..models.attention import Attention
 from ..models.resnet import StdConv2D
+from ..models.rope import AxialRope, DinoV3Rope, MixedRope, RotaryTable, pair_layout
 from ..models.token_embed import DynamicSize
 from ..models.vit import ViT
 from .cpu import runs_on_cpu
@@ -176,14 +177,85 @@ class TraceableViT(ViT):
             return super().average_tokens(x)
         return mean_over(x, [1]).squeeze(1)  # [B, N, D] -> [B, D]
 
+    def rope_for(self, x):
+        """A dynamic_img_size model's rotary table in a traced graph: the grid read with
+        `paddle.shape` when the graph runs (the built grid otherwise, as in eager code)."""
+        if paddle.in_dynamic_mode() or self.rope is None or not self.config.dynamic_img_size:
+            return super().rope_for(x)
+        shape, patch = paddle.shape(x), self.config.patch_size  # [4], int64
+        if self.config.dynamic_img_pad:
+            return self.rope((shape[2] + patch - 1) // patch, (shape[3] + patch - 1) // patch)
+        return self.rope(shape[2] // patch, shape[3] // patch)
+
     def pool_tokens(self, x):
         if paddle.in_dynamic_mode() or self.config.pool != "walkthrough":
             return super().pool_tokens(x)
         return self.fc_norm(mean_over(x.transpose([0, 2, 1]), [2]).flatten(1))  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
 
 
+def traced_grid(rows, cols, indexing, centred=False, offset=0.0, ref_grid=None):
+    """`models.rope.grid_coordinates` with the grid's sides known only when the graph runs (int64
+    scalar tensors): [rows * cols, 2] float32, in the same order of operations."""
+    axes = []
+    for axis, size in enumerate((rows, cols)):
+        values = paddle.arange(size).astype("float32")
+        if centred:
+            values = (values + 0.5 + offset) / size.astype("float32")
+        else:
+            values = values + offset
+            if ref_grid is not None:
+                values = values / size.astype("float32") * float(ref_grid[axis])
+        axes.append(values)
+    row_coords = paddle.tile(axes[0].unsqueeze(1), [1, cols])  # [rows, cols]
+    col_coords = paddle.tile(axes[1].unsqueeze(0), [rows, 1])  # [rows, cols]
+    channels = [row_coords, col_coords] if indexing == "ij" else [col_coords, row_coords]
+    grid = paddle.stack(channels, axis=-1).reshape([-1, 2])  # [N, 2]
+    return 2.0 * grid - 1.0 if centred else grid
+
+
+class TraceableAxialRope(AxialRope):
+    """`AxialRope` in a traced graph whose input size is read when it runs (dynamic_img_size): the
+    table computed in the graph from the grid's sides, the same numbers."""
+
+    variant_of = AxialRope
+
+    def forward(self, rows, cols):
+        if isinstance(rows, int):
+            return super().forward(rows, cols)
+        grid = traced_grid(rows, cols, self.grid_indexing, offset=self.grid_offset, ref_grid=self.ref_grid)
+        angles = (grid.unsqueeze(-1) * paddle.to_tensor(self.frequencies)).reshape([-1, 2 * len(self.frequencies)])
+        angles = pair_layout(angles, self.rotate_half)  # [N, d]
+        return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, self.rotate_half)
+
+
+class TraceableDinoV3Rope(DinoV3Rope):
+    """`DinoV3Rope` in a traced graph whose input size is read when it runs (see TraceableAxialRope)."""
+
+    variant_of = DinoV3Rope
+
+    def forward(self, rows, cols):
+        if isinstance(rows, int):
+            return super().forward(rows, cols)
+        grid = traced_grid(rows, cols, self.grid_indexing, centred=True, offset=self.grid_offset)
+        angles = (2 * math.pi * grid.unsqueeze(-1) / paddle.to_tensor(self.periods)).reshape(
+            [-1, 2 * len(self.periods)])  # [N, d / 2]
+        angles = pair_layout(angles, self.rotate_half)  # [N, d]
+        return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, self.rotate_half)
+
+
+class TraceableMixedRope(MixedRope):
+    """`MixedRope` in a traced graph whose input size is read when it runs (see TraceableAxialRope)."""
+
+    variant_of = MixedRope
+
+    def forward(self, rows, cols):
+        if isinstance(rows, int):
+            return super().forward(rows, cols)
+        return self.table(traced_grid(rows, cols, self.grid_indexing))
+
+
 TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,
-             TraceableDynamicSize)
+             TraceableDynamicSize, TraceableAxialRope, TraceableDinoV3Rope, TraceableMixedRope)
 
 # the graph an ONNX export traces: the same, with the attention's weights left whole
 ONNX_GRAPH = tuple(OnnxAttention if variant is TracedCpuAttention else variant for variant in TRACEABLE)
