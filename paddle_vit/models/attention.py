@@ -47,8 +47,9 @@ class Attention(nn.Layer):
         self.fused = fused
         self.attention_dropout_rate = attention_dropout
         # walkthrough bug fixed: its `bias_attr=False if qkv_bias is True else None` dropped the bias when asked for
-        self.qkv = qkv or nn.Linear(embed_dim, self.all_head_dim * 3, bias_attr=None if qkv_bias else False)
-        self.proj = proj or nn.Linear(self.all_head_dim, embed_dim)
+        self.qkv = qkv if qkv is not None else nn.Linear(embed_dim, self.all_head_dim * 3,
+                                                         bias_attr=None if qkv_bias else False)
+        self.proj = proj if proj is not None else nn.Linear(self.all_head_dim, embed_dim)
         self.dropout = nn.Dropout(dropout)
         self.attention_dropout = nn.Dropout(attention_dropout)
         self.softmax = nn.Softmax(axis=-1)
