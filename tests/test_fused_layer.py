@@ -226,13 +226,16 @@ NON_DEFAULT = {
     "rope_ref_grid": [dict(rope_ref_grid=[3, 5])],
     "qkv": [dict(qkv="fused_qv_bias"), dict(qkv="separate")],
     "attention_norm": [dict(attention_norm=True)],
-    "mlp_norm": [dict(mlp="swiglu_split", mlp_norm=True)],
+    "mlp_norm": [dict(mlp="swiglu_split", mlp_norm=True), dict(mlp_norm=True)],
     "mlp_align_to": [dict(mlp="swiglu_split", mlp_align_to=8)],
     "attn_pool_heads": [dict(pool="map", attn_pool_heads=8)],
     "attn_pool_mlp_ratio": [dict(pool="map", attn_pool_mlp_ratio=2.0)],
     "norm": [dict(norm="rmsnorm")],
     "final_norm": [dict(final_norm=False)],
     "pool_include_prefix": [dict(pool="mean", pool_include_prefix=True)],
+    "proj_bias": [dict(proj_bias=False)],
+    "mlp_bias": [dict(mlp="swiglu_split", mlp_bias=False)],
+    "patch_norm": [dict(patch_norm=True)],
 }
 
 

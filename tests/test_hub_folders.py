@@ -120,7 +120,9 @@ def test_a_name_of_another_resolution_fine_tunes_at_its_size():
 
 @pytest.mark.parametrize("changes, expected", [
     (dict(model_args={"qk_norm": True}), "model_args.qk_norm = True asks for q/k normalisation"),
-    (dict(model_args={"final_norm": False}), "model_args.final_norm = False asks for no final LayerNorm"),
+    (dict(model_args={"patch_drop_rate": 0.5}), "model_args.patch_drop_rate = 0.5 asks for patch dropout"),
+    (dict(model_args={"norm_layer": "batchnorm"}), "model_args.norm_layer = 'batchnorm': this ViT builds the norms "
+                                                   "layernorm, rmsnorm"),
     (dict(model_args={"act_layer": "relu"}), "model_args.act_layer = 'relu': this ViT computes GELU"),
     (dict(model_args={"img_size": [32, 48]}), "model_args.img_size [32, 48] is not square"),
     (dict(model_args={"block_fn": "ParallelScalingBlock"}), "model_args.block_fn is a timm argument this ViT "
@@ -136,6 +138,8 @@ def test_what_the_folder_asks_for_that_this_vit_does_not_build_is_refused_in_one
 @pytest.mark.parametrize("model_args, missing", [
     ({"reg_tokens": 4}, r"pos_embed has 17 rows, which is not 5 prefix token\(s\) \+ a square grid"),
     ({"init_values": 1e-5}, r"encoder\.layers\.0\.ls1\.gamma"), ({"pre_norm": True}, r"encoder\.norm_pre\.weight"),
+    ({"scale_attn_norm": True}, r"encoder\.layers\.0\.attn\.proj\.norm\.weight"),
+    ({"scale_mlp_norm": True}, r"encoder\.layers\.0\.mlp\.norm\.weight"),
 ])
 def test_todays_options_in_model_args_are_built_and_then_the_tensors_must_be_there(tmp_path, model_args, missing):
     """reg_tokens, init_values, pre_norm are read (no longer refused): the model is built with

@@ -26,6 +26,7 @@ NOT_THE_EMBEDDINGS = {"num_classes", "depth", "num_heads", "mlp_ratio", "qkv_bia
                       "gelu", "attention_dropout", "drop_path", "pool", "representation_size", "fused_attention",
                       "init", "layer_scale", "mlp", "fc_norm", "recompute", "qkv", "attention_norm", "mlp_norm",
                       "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm", "norm", "pool_include_prefix",
+                      "proj_bias", "mlp_bias",
                       # RoPE acts inside attention (models/rope.py), not on the embedding
                       "rope", "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half",
                       "rope_ref_grid"}
@@ -44,6 +45,7 @@ OPTION_CASES = {
     "drop_remainder": dict(drop_remainder=True, image_size=36),
     "dynamic_img_size": dict(dynamic_img_size=True),
     "backbone_layers": dict(backbone_layers=[1], patch_size=1),
+    "patch_norm": dict(patch_norm=True),
 }
 
 

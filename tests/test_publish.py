@@ -334,7 +334,7 @@ def test_a_training_run_checkpoint_goes_out_with_its_recipe_classes_and_best_top
 def test_a_map_head_beside_prefix_tokens_reads_the_patch_tokens_as_timms(tmp_path):
     """timm's MAP head reads the patch tokens only unless pool_include_prefix (timm 1.0.31's
     VisionTransformer.pool); so does this ViT's: such a model goes out without the flag and comes
-    back the same, and a folder asking for the prefix tokens in the pool is refused."""
+    back the same, and a folder asking for the prefix tokens in the pool is read as asking for them."""
     model = create_model("vit_base_patch16_siglip_224", **dict(TOY, class_token=True, register_tokens=2))
     folder = save_pretrained(model, tmp_path / "map", name="vit_base_patch16_siglip_224")
     config, _ = read_folder(folder)
@@ -345,8 +345,37 @@ def test_a_map_head_beside_prefix_tokens_reads_the_patch_tokens_as_timms(tmp_pat
     config["model_args"]["pool_include_prefix"] = True
     with open(os.path.join(folder, "config.json"), "w") as stream:
         json.dump(config, stream)
-    with pytest.raises(WeightsError, match="attention pool over the prefix tokens too"):
-        create_model(pretrained=folder)
+    prefix_too = create_model(pretrained=folder)
+    assert prefix_too.config.pool == "map" and prefix_too.config.pool_include_prefix
+    assert np.abs(logits(prefix_too, x) - logits(model, x)).max() > 1e-5  # the class token and registers weigh in
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("vit_base_patch16_224", dict(final_norm=False)),  # model_args.final_norm = False
+    ("vit_base_patch16_224", dict(norm="rmsnorm")),  # model_args.norm_layer = 'rmsnorm'
+    ("vit_base_patch16_siglip_224", dict(class_token=True, pool_include_prefix=True)),  # map over every token
+    ("vit_base_patch16_gap_224", dict(pool_include_prefix=True)),  # avg over every token, then fc_norm
+    ("vit_base_patch16_224", dict(attention_norm=True, mlp_norm=True)),  # BEiT-3's block under another name
+    ("aimv2_large_patch14_224", dict(patch_size=8)),
+    ("beit3_base_patch16_224", dict(patch_size=8)),
+    ("vit_base_patch16_radio_v3", dict(patch_size=8, num_classes=3)),
+])
+def test_what_the_timm_writer_writes_the_folder_reader_reads_back_to_the_same_outputs(tmp_path, name, overrides):
+    """save_pretrained's model_args (final_norm, norm_layer, pool_include_prefix, ...) and the AIMv2,
+    BEiT-3 and C-RADIO architectures: create_model(pretrained=FOLDER), no name, builds the same model."""
+    paddle.seed(3)
+    model = create_model(name, **{**TOY, **overrides}).eval()
+    with paddle.no_grad():
+        for parameter in model.parameters():  # off the initial values: unit norms and zero biases hide mistakes
+            parameter.set_value(parameter + paddle.randn(parameter.shape) * 0.1)
+    folder = save_pretrained(model, tmp_path / "out", name=name)
+    again = create_model(pretrained=folder).eval()
+    differing = {field: (getattr(model.config, field), getattr(again.config, field))
+                 for field in model.config.field_names()
+                 if getattr(model.config, field) != getattr(again.config, field) and field != "fused_attention"}
+    assert not differing
+    x = REFERENCE["plain_mean/input"]
+    assert np.abs(logits(again, x) - logits(model, x)).max() < 1e-6
 
 
 @pytest.mark.parametrize("weights, name, backbone_layers", [("timm_hybrid_stage", "vit_base_r50_s16_224", [1]),

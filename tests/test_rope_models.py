@@ -75,7 +75,8 @@ def test_timm_names_of_blocks_this_vit_does_not_build_are_refused_with_the_reaso
     (dict(position_embedding="rope_mixed", rope="axial"), "position_embedding"),
     (dict(rope_temperature=float("nan")), "rope_temperature"),
     (dict(qkv="fused_qv_bias", qkv_bias=False), "qkv_bias"),
-    (dict(mlp_norm=True), "swiglu_split"),
+    (dict(mlp_align_to=8), "swiglu_split"),
+    (dict(mlp="swiglu", mlp_norm=True), "mlp_norm"),
     (dict(attn_pool_heads=5, pool="map"), "attn_pool_heads"),
 ])
 def test_a_rope_setting_that_cannot_be_built_is_one_error_naming_the_key(overrides, fragment):

@@ -3,7 +3,9 @@ registered with timm's parameter count, sizes, tokens, classes and default prepr
 by name with the reason (paddle_vit.models.registry.NOT_BUILT), against what timm itself recorded
 (tests/fixtures/timm_vit_registry.json, tests/fixtures/make/timm_vit_registry_fixtures.py). The
 options added for them (RMSNorm, no final norm, pooling over the prefix tokens too) compute timm's
-numbers on small models of timm's own classes."""
+numbers on small models of timm's own classes, and so do the block parts the AIMv2, BEiT-3 and C-RADIO
+names need (a norm on the patch tokens, bias-free projections and SwiGLU, norms inside the attention and
+the MLP, registers without a final norm)."""
 import json
 import os
 import re
@@ -27,11 +29,13 @@ MODULES = ("vision_transformer", "deit", "vision_transformer_hybrid")
 NAMES = sorted(name for module in MODULES for name in RECORD["modules"][module])
 REGISTERED = [name for name in NAMES if name in list_models()]
 # one of each kind of addition in the fast loop; every name in the full suite
-FAST = {"deit_tiny_patch16_224", "test_vit3", "test_vit4", "vit_base_r26_s32_224", "vit_intern300m_patch14_448"}
+FAST = {"deit_tiny_patch16_224", "test_vit3", "test_vit4", "vit_base_r26_s32_224", "vit_intern300m_patch14_448",
+        "aimv2_large_patch14_224", "beit3_base_patch16_224", "vit_base_patch16_radio_v3"}
 POOLS = {"token": "cls", "avg": "mean", "map": "map"}
 NORMS = {"LayerNorm": "layernorm", "RmsNorm": "rmsnorm"}
 ACTIVATIONS = {("GELU", "none"): "exact", ("GELUTanh", None): "tanh", ("GELU", "tanh"): "tanh",
-               ("QuickGELU", None): "quick", ("SiLU", None): "swiglu"}
+               ("QuickGELU", None): "quick", ("SiLU", None): "silu"}
+MLPS = {"Mlp": "standard", "GluMlp": "swiglu", "SwiGLU": "swiglu_split"}
 # the paper's names registered with its 1000-class head (Table 1's counts, docs/design.md), where
 # timm's default tag is the headless ImageNet-21k one
 PAPER_HEADS = {"vit_base_r50_s16_224", "vit_large_patch32_224", "vit_huge_patch14_224"}
@@ -55,16 +59,18 @@ def test_coverage_of_timms_vit_modules_counts_registered_and_refused_names():
     elsewhere) counted when the record has them."""
     covered = [name for name in NAMES if name in list_models() or name in NOT_BUILT]
     assert len(covered) == len(NAMES) == 193
-    assert len(REGISTERED) == 156 and len([name for name in NAMES if name in NOT_BUILT]) == 37
+    assert len(REGISTERED) == 178 and len([name for name in NAMES if name in NOT_BUILT]) == 15
     eva = RECORD["modules"].get("eva", [])
     if eva:
         eva_covered = [name for name in eva if name in list_models() or name in NOT_BUILT]
         all_names = NAMES + eva
         assert len(all_names) == 258
         assert (len(covered) + len(eva_covered)) / len(all_names) >= 193 / 258
+        registered = [name for name in all_names if name in list_models()]
+        assert len(registered) == 237 and len(registered) / len(all_names) >= 0.9
 
 
-@pytest.mark.parametrize("name", ["vit_base_patch16_18x2_224", "aimv2_large_patch14_224", "vit_base_resnet50d_224"])
+@pytest.mark.parametrize("name", ["vit_base_patch16_18x2_224", "vit_base_patch16_rpn_224", "vit_base_resnet50d_224"])
 def test_a_refused_name_is_a_config_error_saying_why(name):
     with pytest.raises(ConfigError, match=re.escape(f"model {name!r} is timm's, but this project does not build it: "
                                                     f"{NOT_BUILT[name]}")):
@@ -89,13 +95,18 @@ def test_parameter_count_sizes_tokens_and_classes_match_timm(name):
     assert config.class_token == facts["has_class_token"] and config.register_tokens == facts["reg_tokens"]
     assert config.num_prefix_tokens == facts["num_prefix_tokens"] and config.no_embed_class == facts["no_embed_class"]
     assert list(model.patch_embed.position_embedding.shape) == facts["pos_embed"]
-    assert config.qkv_bias == facts["qkv_bias"] and facts["proj_bias"] and facts["qk_norm"] == "Identity"
+    assert config.qkv_bias == facts["qkv_bias"] and config.proj_bias == facts["proj_bias"]
+    assert facts["qk_norm"] == "Identity" and config.attention_norm == (facts["attn_out_norm"] != "Identity")
+    assert config.patch_norm == (facts["embed_norm"] is not None and facts["embed_norm"]["type"] != "Identity")
+    if config.patch_norm:
+        assert facts["embed_norm"] == facts["norm1"]  # the blocks' kind and epsilon
     assert config.norm == NORMS[facts["norm1"]["type"]] and config.layer_norm_epsilon == facts["norm1"]["eps"]
     assert config.final_norm == (facts["norm"]["type"] != "Identity" or facts["fc_norm"]["type"] != "Identity")
     assert config.uses_fc_norm == (facts["fc_norm"]["type"] != "Identity")
     assert config.pool == POOLS[facts["global_pool"]] and config.pool_include_prefix == facts["pool_include_prefix"]
     activation = ACTIVATIONS[(facts["act"]["type"], facts["act"].get("approximate"))]
-    assert (config.mlp if activation == "swiglu" else config.gelu) == activation and facts["mlp_bias"]
+    assert config.mlp == MLPS[facts["mlp_cls"]] and (config.mlp != "standard" or config.gelu == activation)
+    assert config.mlp_bias == facts["mlp_bias"] and config.mlp_norm == (facts["mlp_norm"] != "Identity")
     assert (config.layer_scale is not None) == facts["layer_scale"]
     if facts["layer_scale"]:
         assert config.layer_scale == pytest.approx(facts["layer_scale_init"])
@@ -144,10 +155,14 @@ def test_rmsnorm_computes_timms_rmsnorm():
     assert max_difference(out, REFERENCE["rmsnorm/output"]) < 1e-5
 
 
-@pytest.mark.parametrize("case", ["test_vit4", "vit_intern300m_patch14_448", "test_vit3"])
+@pytest.mark.parametrize("case", ["test_vit4", "vit_intern300m_patch14_448", "test_vit3", "aimv2_large_patch14_224",
+                                  "beit3_base_patch16_224", "vit_base_patch16_radio_v3"])
 def test_a_small_model_of_the_name_computes_timms_outputs(case):
     """test_vit4: RMSNorm in every block and after the mean; vit_intern300m_patch14_448: no final
-    norm; test_vit3: the MAP head over the register token and the patches (pool_include_prefix)."""
+    norm; test_vit3: the MAP head over the register token and the patches (pool_include_prefix);
+    aimv2: RMSNorm on the patch tokens too, no bias in q/k/v, the projection and the SwiGLU (epsilon
+    1e-5 read off the patch norm); beit3: LayerNorms inside the attention and the MLP (epsilon 1e-5
+    read off the MLP's norm); radio: a class token and 7 registers, no final norm, layer scale."""
     spec, args = CASES[case], CASES[case]["model_args"]
     model = create_model(spec["name"], pretrained=os.path.join(FIXTURES, spec["file"]), image_size=args["img_size"],
                          patch_size=args["patch_size"], embed_dim=args["embed_dim"], depth=args["depth"],
@@ -167,6 +182,10 @@ def test_a_small_model_of_the_name_computes_timms_outputs(case):
     (dict(final_norm="no"), "final_norm must be true or false"),
     (dict(pool_include_prefix=True), "pool_include_prefix pools every token by 'mean' or 'map'"),
     (dict(norm="rmsnorm", pool="map", class_token=False), "MAP head's norm is a LayerNorm"),
+    (dict(mlp_bias=False), "mlp_bias: false is built for model.mlp 'swiglu_split'"),
+    (dict(proj_bias="no"), "proj_bias must be true or false"),
+    (dict(patch_norm=1), "patch_norm must be true or false"),
+    (dict(mlp="swiglu_packed", mlp_norm=True), "mlp_norm is built for model.mlp 'standard'"),
 ])
 def test_bad_values_of_the_new_options_are_one_config_error_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):

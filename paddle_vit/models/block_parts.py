@@ -6,16 +6,23 @@ walkthrough's `Attention.forward` and `EncoderLayer.forward` run unchanged:
   ("fused"), one Linear with biases for q and v only (EVA-02, DINOv3 ``_qkvb``: timm's
   ``q_bias``/``v_bias``; "fused_qv_bias"), or three Linears, k without bias (EVA-02 CLIP:
   "separate"). Each returns [B, N, 3 H d] as the walkthrough's ``qkv`` does;
-- a LayerNorm over the heads' output before the projection (EVA-02 CLIP's ``scale_attn_inner``,
-  `NormedProjection`);
+- a norm over the heads' output before the projection (EVA-02 CLIP's ``scale_attn_inner``, BEiT-3's
+  ``inner_attn_ln``: `NormedProjection`), and an output projection without a bias (AIMv2);
 - a gated MLP with separate gate and value Linears (`SwiGLU`: EVA-02 base and large, DINOv3 H+
-  and 7B), with a LayerNorm over its hidden width (EVA-02's ``scale_mlp``) and a hidden width
-  rounded up (``swiglu_align_to``) where the checkpoint has them. (EVA-02 tiny and small pack the
-  two in one Linear: encoder.SwiGLUMlp, mlp "swiglu_packed".)
+  and 7B, AIMv2), with a norm over its hidden width (EVA-02's ``scale_mlp``), a hidden width
+  rounded up (``swiglu_align_to``) and no biases (AIMv2) where the checkpoint has them. (EVA-02 tiny
+  and small pack the two in one Linear: encoder.SwiGLUMlp, mlp "swiglu_packed");
+- the walkthrough's MLP with a norm over its hidden width after the GELU (BEiT-3's
+  ``ffn_layernorm``, timm's Mlp with a norm_layer: `NormedMlp`).
+
+The norms are the kind `ViTConfig.norm` names (norms.py), as timm builds them with its block's
+norm_layer.
 """
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
+
+from .norms import norm_layer
 
 QKV_LAYOUTS = ("fused", "fused_qv_bias", "separate")
 
@@ -60,23 +67,27 @@ def build_qkv(config, all_head_dim):
 
 
 class NormedProjection(nn.Linear):
-    """The output projection with a LayerNorm over the heads' concatenated output first (EVA-02
-    CLIP's scale_attn_inner, after NormFormer): [B, N, H d] -> [B, N, D]. A Linear (its weight
-    and bias where the walkthrough's are) that holds its norm."""
+    """The output projection with a norm over the heads' concatenated output (all H d channels)
+    first (EVA-02 CLIP's scale_attn_inner, after NormFormer; BEiT-3): [B, N, H d] -> [B, N, D]. A
+    Linear (its weight and bias where the walkthrough's are) that holds its norm."""
 
-    def __init__(self, all_head_dim, embed_dim, epsilon):
-        super().__init__(all_head_dim, embed_dim)
-        self.norm = nn.LayerNorm(all_head_dim, epsilon=epsilon)
+    def __init__(self, all_head_dim, embed_dim, epsilon, norm="layernorm", bias=True):
+        super().__init__(all_head_dim, embed_dim, bias_attr=None if bias else False)
+        self.norm = norm_layer(norm, all_head_dim, epsilon)
 
     def forward(self, x):
         return super().forward(self.norm(x))
 
 
 def build_attention_projection(config, all_head_dim):
-    """The output projection: with `config.attention_norm` a `NormedProjection`, else None (the
-    walkthrough's Linear, which Attention builds)."""
+    """The output projection: with `config.attention_norm` a `NormedProjection`, without
+    `config.proj_bias` a Linear without a bias (AIMv2), else None (the walkthrough's Linear, which
+    Attention builds)."""
     if config.attention_norm:
-        return NormedProjection(all_head_dim, config.embed_dim, config.layer_norm_epsilon)
+        return NormedProjection(all_head_dim, config.embed_dim, config.layer_norm_epsilon, config.norm,
+                                config.proj_bias)
+    if not config.proj_bias:
+        return nn.Linear(all_head_dim, config.embed_dim, bias_attr=False)
     return None
 
 
@@ -87,18 +98,21 @@ def swiglu_hidden_dim(embed_dim, mlp_ratio, align_to=0):
 
 
 class SwiGLU(nn.Layer):
-    """A gated MLP, [B, N, D] -> [B, N, D]: SiLU(x W_g) * (x W_x), an optional LayerNorm over the
+    """A gated MLP, [B, N, D] -> [B, N, D]: SiLU(x W_g) * (x W_x), an optional norm over the
     hidden width h (EVA-02's scale_mlp), then a Linear back. h = int(D * mlp_ratio), rounded up to
-    a multiple of `align_to` (DINOv3 H+: 8, 7B: 64), as timm's SwiGLU."""
+    a multiple of `align_to` (DINOv3 H+: 8, 7B: 64), as timm's SwiGLU; `bias` False: Linears
+    without biases (AIMv2)."""
 
-    def __init__(self, embed_dim, mlp_ratio, dropout=0.0, norm_epsilon=None, align_to=0):
+    def __init__(self, embed_dim, mlp_ratio, dropout=0.0, norm_epsilon=None, align_to=0, norm="layernorm",
+                 bias=True):
         super().__init__()
         hidden_dim = swiglu_hidden_dim(embed_dim, mlp_ratio, align_to)
-        self.fc1_g = nn.Linear(embed_dim, hidden_dim)
-        self.fc1_x = nn.Linear(embed_dim, hidden_dim)
+        bias_attr = None if bias else False
+        self.fc1_g = nn.Linear(embed_dim, hidden_dim, bias_attr=bias_attr)
+        self.fc1_x = nn.Linear(embed_dim, hidden_dim, bias_attr=bias_attr)
         self.act = nn.Silu()
-        self.norm = nn.LayerNorm(hidden_dim, epsilon=norm_epsilon) if norm_epsilon is not None else nn.Identity()
-        self.fc2 = nn.Linear(hidden_dim, embed_dim)
+        self.norm = norm_layer(norm, hidden_dim, norm_epsilon) if norm_epsilon is not None else nn.Identity()
+        self.fc2 = nn.Linear(hidden_dim, embed_dim, bias_attr=bias_attr)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -109,3 +123,26 @@ class SwiGLU(nn.Layer):
         return self.dropout(x)
 
 
+
+
+class NormedMlp(nn.Layer):
+    """The walkthrough's MLP with a norm over its hidden width after the GELU, [B, N, D] -> [B, N, D]:
+    fc1, GELU, norm, fc2 (BEiT-3's ffn_layernorm; timm's Mlp with a norm_layer). The walkthrough's
+    `Mlp` (encoder.py) stays as it is; this is built in its place when `ViTConfig.mlp_norm` asks."""
+
+    def __init__(self, embed_dim, mlp_ratio, dropout, activation, norm_epsilon, norm="layernorm"):
+        super().__init__()
+        hidden_dim = int(embed_dim * mlp_ratio)
+        self.fc1 = nn.Linear(embed_dim, hidden_dim)
+        self.act = activation
+        self.norm = norm_layer(norm, hidden_dim, norm_epsilon)
+        self.fc2 = nn.Linear(hidden_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = self.fc1(x)  # [B, N, D] -> [B, N, h]
+        x = self.act(x)
+        x = self.dropout(x)
+        x = self.norm(x)  # [B, N, h]
+        x = self.fc2(x)  # [B, N, h] -> [B, N, D]
+        return self.dropout(x)

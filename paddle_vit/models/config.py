@@ -118,8 +118,11 @@ class ViTConfig:
         qkv: the q/k/v projection (models/block_parts.py): "fused" (the walkthrough's one Linear),
             "fused_qv_bias" (one Linear, biases for q and v only: EVA-02, DINOv3 _qkvb) or
             "separate" (three Linears, k without bias: EVA-02 CLIP).
-        attention_norm: a LayerNorm over the heads' output before the projection (EVA-02 CLIP).
-        mlp_norm: with mlp "swiglu_split", a LayerNorm over its hidden width (EVA-02's scale_mlp).
+        attention_norm: a norm (`norm`'s kind) over the heads' output before the projection (EVA-02
+            CLIP's scale_attn_inner; BEiT-3, timm's scale_attn_norm).
+        mlp_norm: a norm (`norm`'s kind) over the MLP's hidden width before its last Linear: with mlp
+            "swiglu_split" EVA-02's scale_mlp, with "standard" after the GELU (BEiT-3, timm's
+            scale_mlp_norm).
         mlp_align_to: with mlp "swiglu_split", its hidden width rounded up to a multiple of this
             (DINOv3 H+: 8); 0 leaves int(embed_dim * mlp_ratio).
         attn_pool_heads, attn_pool_mlp_ratio: pool "map"'s heads and MLP ratio; None: the
@@ -133,6 +136,11 @@ class ViTConfig:
         pool_include_prefix: pool "mean" or "map" over every token, the class and register tokens
             included, not the patch tokens alone (timm's pool_include_prefix: test_vit3's MAP head; the
             Perception Encoder's attention pool, timm's Eva).
+        proj_bias: a bias in the attention's output projection (False: AIMv2, timm's proj_bias).
+        mlp_bias: biases in the MLP's Linears; False needs mlp "swiglu_split" (AIMv2's SwiGLU;
+            timm's Block gives its MLP the bias proj_bias says).
+        patch_norm: a norm (`norm`'s kind) on the patch tokens right after the patch Conv2D, before
+            the prefix tokens and the position embedding (AIMv2, timm's embed_norm_layer).
     """
     image_size: int = 224
     patch_size: int = 16
@@ -185,6 +193,9 @@ class ViTConfig:
     norm: str = "layernorm"
     final_norm: bool = True
     pool_include_prefix: bool = False
+    proj_bias: bool = True
+    mlp_bias: bool = True
+    patch_norm: bool = False
 
     RUN_ONLY_FIELDS = ("recompute",)  # how the model runs, not what it computes
 
@@ -261,16 +272,22 @@ class ViTConfig:
         if self.qkv == "fused_qv_bias" and not self.qkv_bias:
             raise ConfigError("model.qkv 'fused_qv_bias' has biases for q and v: it needs model.qkv_bias: true "
                               "(without biases the walkthrough's 'fused' computes the same)")
-        for name in ("attention_norm", "mlp_norm"):
+        for name in ("attention_norm", "mlp_norm", "proj_bias", "mlp_bias", "patch_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         align = self.mlp_align_to
         if not isinstance(align, int) or isinstance(align, bool) or align < 0:
             raise ConfigError(f"model.mlp_align_to must be an integer >= 0 (0: int(embed_dim * mlp_ratio)), "
                               f"got {align!r}")
-        if (self.mlp_norm or align) and self.mlp != "swiglu_split":
-            raise ConfigError("model.mlp_norm and model.mlp_align_to shape the gated MLP with separate gate and "
-                              "value Linears: they need model.mlp: swiglu_split")
+        if align and self.mlp != "swiglu_split":
+            raise ConfigError("model.mlp_align_to rounds the width of the gated MLP with separate gate and "
+                              "value Linears: it needs model.mlp: swiglu_split")
+        if self.mlp_norm and self.mlp not in ("standard", "swiglu_split"):
+            raise ConfigError(f"model.mlp_norm is built for model.mlp 'standard' (BEiT-3) and 'swiglu_split' "
+                              f"(EVA-02), not {self.mlp!r}")
+        if not self.mlp_bias and self.mlp != "swiglu_split":
+            raise ConfigError(f"model.mlp_bias: false is built for model.mlp 'swiglu_split' (AIMv2), not "
+                              f"{self.mlp!r}")
 
     def _validate_attention_pool(self):
         heads = self.attn_pool_heads

@@ -5,7 +5,7 @@ import paddle.nn.functional as F
 from paddle.distributed.fleet.utils import recompute
 
 from .attention import Attention
-from .block_parts import SwiGLU, build_attention_projection, build_qkv
+from .block_parts import NormedMlp, SwiGLU, build_attention_projection, build_qkv
 from .rope import rope_of_layer
 from .norms import norm_layer
 
@@ -122,7 +122,8 @@ class EncoderLayer(nn.Layer):
     Args:
         config: the model's `ViTConfig` (embed_dim, num_heads, qkv_bias, qk_scale, mlp_ratio, mlp,
             gelu, layer_norm_epsilon, layer_scale, dropout, attention_dropout, fused_attention are read;
-            qkv, attention_norm, mlp_norm and mlp_align_to choose the later ViTs' parts, block_parts.py).
+            qkv, attention_norm, proj_bias, mlp_norm, mlp_bias and mlp_align_to choose the later ViTs'
+            parts, block_parts.py).
             Layer scale that is off (None, the paper) is an Identity, as in timm's Block; `norm`
             chooses LayerNorm or RMSNorm for norm1 and norm2 (models/norms.py).
         drop_path: this layer's stochastic-depth rate (the Encoder spreads config.drop_path).
@@ -148,7 +149,10 @@ class EncoderLayer(nn.Layer):
         elif config.mlp == "swiglu_split":
             self.mlp = SwiGLU(embed_dim, config.mlp_ratio, config.dropout,
                               norm_epsilon=config.layer_norm_epsilon if config.mlp_norm else None,
-                              align_to=config.mlp_align_to)
+                              align_to=config.mlp_align_to, norm=config.norm, bias=config.mlp_bias)
+        elif config.mlp_norm:
+            self.mlp = NormedMlp(embed_dim, config.mlp_ratio, config.dropout, gelu_layer(config.gelu),
+                                 config.layer_norm_epsilon, config.norm)
         else:
             self.mlp = Mlp(embed_dim, config.mlp_ratio, config.dropout, gelu=config.gelu)
         self.ls2 = LayerScale(embed_dim, config.layer_scale) if config.layer_scale is not None else nn.Identity()

@@ -227,24 +227,47 @@ for _name, (_width, _depth, _heads, _ratio, _patch, _resolution, _classes, _opti
 # the base ViT on the paper's R26 (ResNet-v2, stride 32)
 register("vit_base_r26_s32_224", image_size=224, backbone_layers=[2, 2, 2, 2], patch_size=1, **SIZES["base"])
 
+# AIMv2 (Fini et al. 2025): RMSNorm everywhere (the patch tokens too, after the Conv2D), no class token,
+# q/k/v, output projection and SwiGLU MLP without biases, the mean of the patch tokens after the final norm
+AIMV2_SIZES = {"large": (1024, 8, 2.75), "huge": (1536, 12, 2.6667), "1b": (2048, 16, 2.75), "3b": (3072, 24, 2.6667)}
+for _size, (_width, _heads, _ratio) in AIMV2_SIZES.items():
+    for _resolution in (224, 336, 448):
+        register(f"aimv2_{_size}_patch14_{_resolution}", patch_size=14, image_size=_resolution, embed_dim=_width,
+                 depth=24, num_heads=_heads, mlp_ratio=_ratio, num_classes=0, class_token=False, pool="mean",
+                 fc_norm=False, qkv_bias=False, proj_bias=False, mlp="swiglu_split", mlp_bias=False, norm="rmsnorm",
+                 layer_norm_epsilon=1e-5, patch_norm=True)
+# BEiT-3 (Wang et al. 2023) as timm's VisionTransformer: a LayerNorm inside the attention before its
+# output projection and one inside the MLP after the GELU (Magneto's sub-LN), epsilon 1e-5, the mean of
+# the patch tokens normed after pooling
+for _name, _width, _depth, _heads, _ratio, _patch, _resolution in (
+        ("beit3_base_patch16_224", 768, 12, 12, 4.0, 16, 224),
+        ("beit3_large_patch16_224", 1024, 24, 16, 4.0, 16, 224),
+        ("beit3_giant_patch14_224", 1408, 40, 16, 4.3637, 14, 224),
+        ("beit3_giant_patch14_336", 1408, 40, 16, 4.3637, 14, 336)):
+    register(_name, patch_size=_patch, image_size=_resolution, embed_dim=_width, depth=_depth, num_heads=_heads,
+             mlp_ratio=_ratio, pool="mean", attention_norm=True, mlp_norm=True, layer_norm_epsilon=1e-5)
+# C-RADIO v3 and v4 (NVIDIA) as timm's VisionTransformer: the class token and 7 (v4: 9) more of
+# RADIO's per-teacher summary tokens as registers, the position embedding on the patches only, no final
+# norm, no head. timm resamples RADIO's own 128 x 128 position grid to the model's 32 x 32 when it
+# converts NVIDIA's checkpoint; its Hub weights hold the 32 x 32 one, which this model loads and computes
+# with as timm does at 512 px (RADIO's own crop at other sizes is timm's naflexvit_*_radio_*, not these)
+# name: (width, depth, heads, MLP ratio, registers, layer scale)
+RADIO = {"vit_base_patch16_radio_v3": (768, 12, 12, 4.0, 7, 1e-5),
+         "vit_large_patch16_radio_v3": (1024, 24, 16, 4.0, 7, 1e-5),
+         "vit_huge_patch16_radio_v3": (1280, 32, 16, 4.0, 7, None),
+         "vit_giant_patch16_radio_v3": (1536, 40, 24, 4.0, 7, None),
+         "vit_so400m_patch16_radio_v4": (1152, 27, 16, 4304 / 1152, 9, None),
+         "vit_huge_patch16_radio_v4": (1280, 32, 16, 4.0, 9, None)}
+for _name, (_width, _depth, _heads, _ratio, _registers, _scale) in RADIO.items():
+    register(_name, patch_size=16, image_size=512, embed_dim=_width, depth=_depth, num_heads=_heads, mlp_ratio=_ratio,
+             num_classes=0, register_tokens=_registers, no_embed_class=True, final_norm=False, layer_scale=_scale)
+
 # timm names of these modules this project does not build, each with why: create_model names the reason
 _PARALLEL = "parallel blocks (attention and MLP side by side in one residual step), not the encoder's sequential layer"
 _DIFFERENTIAL = "differential attention (two softmax maps subtracted, with a norm inside the attention)"
-_RADIO = ("C-RADIO: its position embedding is RADIO's 128x128 grid resampled at load time by its own rule "
-          "(timm's naflexvit_*_radio_* for the exact behaviour); not built here")
-_AIMV2 = ("AIMv2: an attention output projection without a bias (inside the attention), RMSNorm and an unpacked "
-          "SwiGLU MLP without biases")
-_BEIT3 = "BEiT-3: a LayerNorm inside the attention before its output projection"
 _RESNET_D = ("a hybrid on timm's ResNet-D (deep stem, BatchNorm, average-pool downsampling), not the paper's "
              "ResNet-v2 this project builds")
 NOT_BUILT = {
-    **{f"aimv2_{size}_patch14_{resolution}": _AIMV2 for size in ("large", "huge", "1b", "3b")
-       for resolution in (224, 336, 448)},
-    **{name: _BEIT3 for name in ("beit3_base_patch16_224", "beit3_large_patch16_224", "beit3_giant_patch14_224",
-                                 "beit3_giant_patch14_336")},
-    **{name: _RADIO for name in ("vit_base_patch16_radio_v3", "vit_large_patch16_radio_v3",
-                                 "vit_huge_patch16_radio_v3", "vit_giant_patch16_radio_v3",
-                                 "vit_huge_patch16_radio_v4", "vit_so400m_patch16_radio_v4")},
     "vit_small_patch16_18x2_224": _PARALLEL,
     "vit_base_patch16_18x2_224": _PARALLEL,
     **{f"vit_{size}_xp_224": _PARALLEL + ", with q/k norms (RMSNorm) inside the attention"

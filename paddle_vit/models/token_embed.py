@@ -9,6 +9,8 @@ built from the `ViTConfig`, as a part that does nothing when the option is off:
   grid in the forward pass; a traced graph's variant of it is in paddle_vit/variants/graph.py);
 - the patch Conv2D without a bias (CLIP), and an image size the patch does not divide
   (drop_remainder: SigLIP so400m/14 at 384);
+- a norm on the patch tokens straight after the Conv2D (`patch_norm`: AIMv2, timm's PatchEmbed
+  with a norm_layer), an Identity otherwise;
 - the prefix tokens before the patches, in timm's order: the class token (the paper's; SigLIP and
   timm's `*_gap_*` models have none), DeiT's distillation token, DINOv2's register tokens;
 - the position embedding, of a kind of the paper's Appendix D.4 (patch_embed.py), and the part
@@ -26,6 +28,7 @@ import paddle.nn as nn
 import paddle.nn.functional as F
 
 from ..errors import ConfigError
+from .norms import norm_layer
 from .patch_embed import sincos_2d_embedding
 from .resize import DEFAULT_RESIZE, resize_grid_embedding, sincos_2d_grid
 
@@ -35,7 +38,7 @@ from .resize import DEFAULT_RESIZE, resize_grid_embedding, sincos_2d_grid
 # backbone_width and backbone_style only with backbone_layers.
 WALKTHROUGH_EMBEDDING = dict(position_embedding="learned", class_token=True, distilled=False, register_tokens=0,
                              no_embed_class=False, pre_norm=False, drop_remainder=False, dynamic_img_size=False,
-                             backbone_layers=None)
+                             backbone_layers=None, patch_norm=False)
 
 
 def is_walkthrough_embedding(config):
@@ -165,7 +168,7 @@ class NoPositionEmbedding(nn.Layer):
 class TokenEmbedding(nn.Layer):
     """[B, C, H, W] image -> [B, T + N, D] tokens, the T prefix tokens first: `PatchEmbedding`'s
     steps with the options of later ViTs, read from `config` (a `ViTConfig`): position_embedding,
-    class_token, distilled, register_tokens, no_embed_class, pre_norm (no patch bias),
+    class_token, distilled, register_tokens, no_embed_class, pre_norm (no patch bias), patch_norm,
     drop_remainder, dynamic_img_size, dynamic_img_pad, pos_embed_resample.
 
     Attributes besides the parameters: grid_size (rows, cols at image_size), num_patches,
@@ -185,6 +188,8 @@ class TokenEmbedding(nn.Layer):
                                          kernel_size=config.patch_size,
                                          stride=config.patch_size,
                                          bias_attr=False if config.pre_norm else None)  # CLIP's, normed next: none
+        self.patch_norm = (norm_layer(config.norm, config.embed_dim, config.layer_norm_epsilon) if config.patch_norm
+                           else nn.Identity())
         self.dropout = nn.Dropout(config.dropout)
         self.class_token = self._prefix_parameter(1) if config.class_token else None
         self.distillation_token = self._prefix_parameter(1) if config.distilled else None
@@ -210,6 +215,7 @@ class TokenEmbedding(nn.Layer):
         position_embedding = self.input_size.position_embedding(self.full_position_embedding(), x)
         x = x.flatten(2)  # [B, D, N]
         x = x.transpose([0, 2, 1])  # [B, N, D]
+        x = self.patch_norm(x)  # AIMv2: each patch token normed; else as it is
         x = self.prepend_prefix_tokens(x)  # [B, T + N, D]: the class token first
         x = self.add_position_embedding(x, position_embedding)  # [B, T + N, D]
         # the walkthrough builds self.dropout but never calls it; the paper applies it here

@@ -303,6 +303,13 @@ TIMM_EVAL = {
     "vit_small_patch8_224": (0.9, "imagenet", "center"),
     "vit_so150m_patch16_reg4_map_256": (0.9, "half", "center"),
     "vit_so400m_patch14_reg1_tipsv2": (1.0, "unit", "center"),
+    # AIMv2, BEiT-3, C-RADIO
+    **{f"aimv2_{size}_patch14_{resolution}": (1.0, "openai", "center") for size in ("large", "huge", "1b", "3b")
+       for resolution in (224, 336, 448)},
+    **{name: (1.0, "imagenet", "center") for name in ("beit3_base_patch16_224", "beit3_large_patch16_224",
+                                                       "beit3_giant_patch14_224", "beit3_giant_patch14_336")},
+    **{f"vit_{size}_patch16_radio_{version}": (1.0, "openai", "center") for size, version in (
+        ("base", "v3"), ("large", "v3"), ("huge", "v3"), ("giant", "v3"), ("so400m", "v4"), ("huge", "v4"))},
 }
 # the RoPE generation (timm's Eva class): the same, an interpolation after the three where it is not
 # bicubic (lingbot's bilinear squash)

@@ -90,6 +90,9 @@ class ModelConfig:
     norm: Optional[str] = None
     final_norm: Optional[bool] = None
     pool_include_prefix: Optional[bool] = None
+    proj_bias: Optional[bool] = None
+    mlp_bias: Optional[bool] = None
+    patch_norm: Optional[bool] = None
 
     def vit_overrides(self):
         """The ViTConfig fields this section sets, as keyword arguments."""

@@ -101,6 +101,8 @@ CONFIG_FIELDS = {
     "attention_norm": FieldRole(OFF, (False,)),
     "mlp_norm": FieldRole(OFF, (False,)),
     "mlp_align_to": FieldRole(OFF, (0,)),
+    "proj_bias": FieldRole(OFF, (True,)),
+    "mlp_bias": FieldRole(OFF, (True,)),
     **{name: FieldRole(NOT_A_LAYER_FIELD) for name in (  # read only with a rope, which is off
         "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid")},
     "recompute": FieldRole(NOT_A_LAYER_FIELD),  # the Encoder runs the layer again in the backward pass
@@ -111,7 +113,7 @@ CONFIG_FIELDS = {
         "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
         "dynamic_img_pad", "pos_embed_resample", "class_token", "register_tokens", "no_embed_class", "pre_norm",
         "fc_norm", "distilled", "drop_remainder", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm",
-        "pool_include_prefix")},  # the embedding, the head, the encoder's ends
+        "pool_include_prefix", "patch_norm")},  # the embedding, the head, the encoder's ends
 }
 CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
 FIELD_NAMES = tuple(ViTConfig.field_names())

@@ -45,12 +45,7 @@ TIMM_ARGUMENTS = {"img_size": "image_size", "patch_size": "patch_size", "in_chan
                   "init_values": "layer_scale"}
 # timm arguments this ViT computes only at one value: {argument: (accepted values, what it would need)}
 TIMM_FIXED = {
-    "final_norm": ((True,), "no final LayerNorm"),
     "qk_norm": ((False,), "q/k normalisation"),
-    "scale_attn_norm": ((False,), "a norm inside the attention"),
-    "scale_mlp_norm": ((False,), "a norm inside the MLP"),
-    "proj_bias": ((True,), "projections without bias"),
-    "embed_norm_layer": ((None,), "a norm in the patch embedding"),
     "pos_drop_rate": ((0, 0.0), "a separate position-embedding dropout"),
     "patch_drop_rate": ((0, 0.0), "patch dropout"),
     "proj_drop_rate": ((0, 0.0), "a separate projection dropout"),
@@ -58,6 +53,10 @@ TIMM_FIXED = {
 # arguments that only change how timm initialises or places the model: the weights replace them
 TIMM_IGNORED = ("weight_init", "fix_init", "device", "dtype", "pretrained_strict")
 TIMM_POOLS = {"token": "cls", "avg": "mean", "map": "map"}
+# timm's norm_layer / embed_norm_layer names of the norms this ViT builds (models/norms.py)
+TIMM_NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+# timm flags that are ViTConfig fields of the same meaning, true or false: {argument: field}
+TIMM_FLAGS = {"final_norm": "final_norm", "scale_attn_norm": "attention_norm", "scale_mlp_norm": "mlp_norm"}
 TIMM_ACTIVATIONS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}
 # what a folder fixes about the architecture; the fields a contradiction is looked for in
 ARCHITECTURE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "in_channels",
@@ -142,7 +141,23 @@ def timm_options(config):
         elif key == "pool_include_prefix":
             if value not in (True, False):
                 raise WeightsError(f"{where}: pool_include_prefix must be true or false")
-            continue  # read below with global_pool: 'avg' over every token is the walkthrough's pool
+            continue  # read below with global_pool
+        elif key in TIMM_FLAGS:
+            if not isinstance(value, bool):
+                raise WeightsError(f"{where}: {key} must be true or false")
+            options[TIMM_FLAGS[key]] = Implied(value, where)
+        elif key == "proj_bias":  # timm's Block gives the MLP the bias the attention's projection has
+            if not isinstance(value, bool):
+                raise WeightsError(f"{where}: proj_bias must be true or false")
+            options["proj_bias"] = Implied(value, where)
+            options["mlp_bias"] = Implied(value, where + " (timm's Block: the MLP's biases too)")
+        elif key in ("norm_layer", "embed_norm_layer"):
+            if value is not None and value not in TIMM_NORMS:
+                raise WeightsError(f"{where}: this ViT builds the norms {', '.join(TIMM_NORMS)}")
+            if key == "norm_layer" and value is not None:
+                options["norm"] = Implied(TIMM_NORMS[value], where)
+            elif key == "embed_norm_layer":  # its kind must be the blocks' (models/norms.py): checked below
+                options["patch_norm"] = Implied(value is not None, where)
         elif key in ("global_pool", "num_classes"):
             continue  # the pool is read below with the top-level global_pool; the head says the classes
         elif key == "fc_norm":
@@ -175,17 +190,22 @@ def timm_options(config):
                                f"(it reads {', '.join(sorted(TIMM_ARGUMENTS))} and the defaults of the others)")
     if EVA_KEYS & set(model_args):
         options.update(eva_options(model_args, get_registered_config(config) or ViTConfig(), path))
+    embed_norm = model_args.get("embed_norm_layer")
+    if embed_norm is not None:
+        norm = options["norm"].value if "norm" in options else (get_registered_config(config) or ViTConfig()).norm
+        if TIMM_NORMS[embed_norm] != norm:
+            raise WeightsError(f"{path}: model_args.embed_norm_layer = {embed_norm!r} beside blocks normed by "
+                               f"{norm!r}: this ViT norms the patch tokens with the blocks' norm")
     pool = _timm_pool(values, path)
     if model_args.get("pool_include_prefix") is True:
         if pool not in ("mean", "map"):
             raise WeightsError(f"{path}: model_args.pool_include_prefix with global_pool "
                                f"{values.get('global_pool', model_args.get('global_pool'))!r}: this ViT pools every "
-                               f"token with 'avg' only (the walkthrough's pool)")
-        if pool == "map":
-            raise WeightsError(f"{path}: model_args.pool_include_prefix with global_pool 'map' asks for an attention "
-                               f"pool over the prefix tokens too, which this ViT does not build (it reads the patch "
-                               f"tokens, timm's default)")
-        pool = "walkthrough"  # the average of every token, the class token included (AdaptiveAvgPool1D)
+                               f"token with 'avg' or 'map' only")
+        if pool == "mean" and model_args.get("fc_norm") is False:
+            pool = "walkthrough"  # the mean of every token after the final norm: the walkthrough's AdaptiveAvgPool1D
+        else:
+            options["pool_include_prefix"] = Implied(True, f"{path}: model_args.pool_include_prefix = True")
     if pool is not None:
         options["pool"] = Implied(pool, f"{path}: global_pool = {values.get('global_pool', model_args.get('global_pool'))!r}")
     return options

@@ -25,7 +25,8 @@ TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels"
              "qkv_bias": "qkv_bias", "class_token": "class_token", "register_tokens": "reg_tokens",
              "no_embed_class": "no_embed_class", "pre_norm": "pre_norm", "layer_scale": "init_values",
              "dynamic_img_size": "dynamic_img_size", "dynamic_img_pad": "dynamic_img_pad", "norm": "norm_layer",
-             "final_norm": "final_norm", "pool_include_prefix": "pool_include_prefix"}
+             "final_norm": "final_norm", "pool_include_prefix": "pool_include_prefix",
+             "attention_norm": "scale_attn_norm", "mlp_norm": "scale_mlp_norm"}
 # the class count is config.json's num_classes and pretrained_cfg's (which timm builds the head
 # with), not a model_args entry: transformers' TimmWrapper passes num_classes itself and fails on a
 # second one
@@ -34,10 +35,12 @@ TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough":
 # fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them here)
 FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon", "rope",
                 "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid",
-                "qkv", "attention_norm", "mlp_norm", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio")
+                "qkv", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio",
+                "proj_bias", "mlp_bias", "patch_norm")
 # timm's Eva (the RoPE generation) names some of the same arguments otherwise
 EVA_ARGS = {"reg_tokens": "num_reg_tokens", "pre_norm": "use_pre_transformer_norm", "fc_norm": "use_fc_norm",
-            "final_norm": "use_post_transformer_norm"}
+            "final_norm": "use_post_transformer_norm", "scale_attn_norm": "scale_attn_inner",
+            "scale_mlp_norm": "scale_mlp"}
 # our names -> timm's: timm.py's RENAMES read backwards, the stem-only hybrid's ResNet only for it
 INVERSE_RENAMES = invert_all(rename for rename in RENAMES if rename not in (STEM_ONLY_BACKBONE, OLD_PRE_LOGITS))
 # timm's Eva writes layer scale as gamma_1 / gamma_2, where VisionTransformer writes ls1.gamma

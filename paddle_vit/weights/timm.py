@@ -3,7 +3,8 @@
 Names: ``cls_token``, ``pos_embed``, ``patch_embed.proj``, ``blocks.N.{norm1,attn.qkv,attn.proj,
 norm2,mlp.fc1,mlp.fc2}``, ``norm`` (or ``fc_norm`` for average pooling), ``head``; today's ViTs add
 ``reg_token``, ``dist_token`` and ``head_dist``, ``blocks.N.ls1.gamma`` (layer scale), ``norm_pre``
-(CLIP) and ``attn_pool.*`` (SigLIP's MAP head). Linear weights
+(CLIP), ``attn_pool.*`` (SigLIP's MAP head), ``patch_embed.norm`` (AIMv2), ``blocks.N.attn.norm``
+and ``blocks.N.mlp.norm`` (BEiT-3). Linear weights
 are PyTorch's [out, in]; PaddleClas and PLSC use the same names in Paddle's [in, out] layout
 (paddleclas.py), so the layout is decided once per checkpoint by `linear_layout`.
 
@@ -43,6 +44,9 @@ RENAMES = [
     (r"fc_norm\.(weight|bias)", r"fc_norm.\1"),
     OLD_PRE_LOGITS,
     (r"head\.(weight|bias)", r"head.\1"),
+    # AIMv2: the norm of the patch tokens (timm's PatchEmbed with a norm_layer); BEiT-3's norms inside
+    # the attention and the MLP are the Eva rules' attn.norm and mlp.norm below
+    (r"patch_embed\.norm\.(weight|bias)", r"patch_embed.patch_norm.\1"),
     # the RoPE generation (timm's Eva class): q/v-only biases, three projections, a norm before the
     # output projection, layer scale as gamma_1/gamma_2, the split SwiGLU, mixed RoPE's frequencies
     (r"blocks\.(\d+)\.attn\.(q_bias|v_bias)", r"encoder.layers.\1.attn.qkv.\2"),
@@ -143,6 +147,11 @@ class TimmFamily(CheckpointFamily):
             options["gelu"] = Implied(architecture.gelu, f"timm's {name} activation")
         elif "encoder.norm_pre.weight" in converted.tensors:  # a CLIP tower: its GELU only its name can say
             options["layer_norm_epsilon"] = Implied(1e-5, "timm's CLIP towers (norm_pre) use LayerNorm epsilon 1e-5")
+        elif "patch_embed.patch_norm.weight" in converted.tensors:
+            options["layer_norm_epsilon"] = Implied(1e-5, "timm's AIMv2 (a norm on the patch tokens) uses epsilon 1e-5")
+        elif {"encoder.layers.0.mlp.norm.weight", "encoder.layers.0.mlp.fc1.weight"} <= set(converted.tensors):
+            options["layer_norm_epsilon"] = Implied(1e-5, "timm's BEiT-3 (a LayerNorm inside the GELU MLP) uses "
+                                                          "epsilon 1e-5")
         else:
             options["layer_norm_epsilon"] = Implied(1e-6, "timm's ViT LayerNorm epsilon")
             options["gelu"] = Implied("exact", "timm's ViT uses nn.GELU (erf)")
