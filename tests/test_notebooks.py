@@ -18,7 +18,7 @@ from repo_paths import REPO, load_tool
 
 NOTEBOOKS = os.path.join(REPO, "notebooks")
 # each notebook and how many figures it draws
-FIGURES = {"01_walkthrough.ipynb": 8, "02_position_embeddings.ipynb": 6, "03_data_size_and_inductive_bias.ipynb": 2}
+FIGURES = {"01_walkthrough.ipynb": 8, "02_position_embeddings.ipynb": 7, "03_data_size_and_inductive_bias.ipynb": 2}
 NAMES = list(FIGURES)
 MAX_WIDTH = 900  # pixels, a figure as committed
 MAX_FIGURE_BYTES = 150_000
