@@ -222,3 +222,79 @@ def test_predict_json_prints_the_embedding_transformers_pools(photos, capsys):
         for name, line in zip(("china.jpg", "flower_wide.png"), captured.out.splitlines()):
             expected = REFERENCE[f"photo/{name}/{case}/pooler_output"][0]
             assert np.abs(np.array(json.loads(line)["embedding"]) - expected).max() < TOLERANCE, (case, name)
+
+
+# ---- writing: --to huggingface as a DINOv3ViTModel folder, read back by transformers -----------------
+
+PUBLISHED = os.path.join(FIXTURES, "hf_dinov3_publish")
+PUBLISH_REFERENCE = dict(np.load(os.path.join(FIXTURES, "hf_dinov3_publish_reference.npz")))
+with open(os.path.join(FIXTURES, "hf_dinov3_publish_reference.json")) as _stream:
+    PUBLISH_CASES = json.load(_stream)["cases"]
+
+
+def publish_case(case):
+    import sys
+    sys.path.insert(0, os.path.join(FIXTURES, "make"))
+    from hf_dinov3_publish_fixtures import build_case
+    return build_case(case)
+
+
+@pytest.mark.parametrize("case", sorted(PUBLISH_CASES))
+def test_writing_again_gives_the_committed_folder(case, tmp_path):
+    from paddle_vit.weights import save_pretrained
+    model, kwargs = publish_case(case)
+    written = save_pretrained(model, str(tmp_path / case), **kwargs)
+    for name in ("config.json", "preprocessor_config.json"):
+        with open(os.path.join(written, name)) as ours, open(os.path.join(PUBLISHED, case, name)) as committed:
+            assert json.load(ours) == json.load(committed), name
+    ours, committed = (load_file(os.path.join(path, "model.safetensors")) for path in (written, os.path.join(PUBLISHED,
+                                                                                                             case)))
+    assert sorted(ours) == sorted(committed)
+    assert all(np.array_equal(ours[name], committed[name]) for name in ours)
+
+
+@pytest.mark.parametrize("case", sorted(PUBLISH_CASES))
+def test_transformers_reads_our_folder_and_computes_our_outputs(case):
+    """transformers' DINOv3ViTModel.from_pretrained found no missing or unexpected key, and its
+    last_hidden_state / pooler_output at 64 x 64 and 56 x 72 are the written model's; its processor's
+    pixels are what the folder's preprocessing makes here."""
+    info = PUBLISH_CASES[case]["loading_info"]
+    assert not (info["missing_keys"] or info["unexpected_keys"] or info["mismatched_keys"])
+    assert PUBLISH_CASES[case]["processor_class"] == "DINOv3ViTImageProcessor"
+    model, _ = publish_case(case)
+    reread = create_model(pretrained=os.path.join(PUBLISHED, case)).eval()
+    assert reread.load_report.format == "huggingface-dinov3"
+    for size in ("64x64", "56x72"):
+        for computed in (model, reread):
+            hidden, pooled = outputs(computed, PUBLISH_REFERENCE[f"input/{size}"])
+            assert np.abs(hidden - PUBLISH_REFERENCE[f"{case}/{size}/last_hidden_state"]).max() < TOLERANCE
+            assert np.abs(pooled - PUBLISH_REFERENCE[f"{case}/{size}/pooler_output"]).max() < TOLERANCE
+    china = make_photos_once()["china.jpg"]
+    pixels = reread.preprocess.read(china)[None]
+    assert np.abs(pixels - PUBLISH_REFERENCE[f"{case}/china.jpg/pixel_values"]).max() < PIXEL_TOLERANCE
+
+
+_PHOTOS = {}
+
+
+def make_photos_once():
+    if not _PHOTOS:
+        import tempfile
+        _PHOTOS.update(make_photos(tempfile.mkdtemp(prefix="dinov3_photos_")))
+    return _PHOTOS
+
+
+@pytest.mark.parametrize("name, overrides, expected", [
+    ("eva02_tiny_patch14_224", dict(depth=1), "rope_kind 'axial'"),  # EVA-02: axial RoPE, SwiGLU packed, APE
+    ("vit_small_patch16_rope_mixed_224", dict(depth=1, num_classes=0), "rope_kind 'mixed'"),
+    ("vit_small_patch16_dinov3_qkvb", dict(depth=1), "pool 'mean' (its pooler_output is the class token)"),
+    ("vit_small_patch16_dinov3", dict(depth=1, pool="cls", mlp="swiglu_packed"), "mlp 'swiglu_packed'"),
+])
+def test_a_model_dinov3vitmodel_cannot_express_is_refused_naming_to_timm(name, overrides, expected, tmp_path):
+    from paddle_vit.weights import save_pretrained
+    with pytest.raises(WeightsError) as caught:
+        save_pretrained(create_model(name, **overrides), str(tmp_path / "out"), format="huggingface")
+    message = str(caught.value)
+    assert message.startswith("transformers' DINOv3ViTModel cannot compute this model")
+    assert expected in message and "--to timm" in message and "\n" not in message
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")

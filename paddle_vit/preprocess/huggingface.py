@@ -166,6 +166,8 @@ def to_processor_config(preprocess, processor_type=None):
     elif processor_type == "DeiTImageProcessor":
         values = dict(image_processor_type=processor_type, size={"height": resize, "width": resize},
                       do_center_crop=True, crop_size=square, **common)
+    elif processor_type == "DINOv3ViTImageProcessor":  # a square resize of the rescaled floats, no crop
+        values = dict(image_processor_type=processor_type, size=square, **common)
     else:  # SiglipImageProcessor: a square resize, no crop
         values = dict(image_processor_type=processor_type, size=square, do_convert_rgb=True, **common)
     return (values, *_processor_note(processor_type, preprocess))
@@ -182,8 +184,9 @@ def _check_resize(processor_type, preprocess):
         raise WeightsError(f"transformers' DeiTImageProcessor resizes both sides to a square then crops the "
                            f"centre; this model's preprocessing resizes {mode!r}: publish with --to timm, or give "
                            f"a square-resize preprocessing")
-    if processor_type == "SiglipImageProcessor" and (mode != "both_sides" or resize != size):
-        raise WeightsError(f"transformers' SiglipImageProcessor resizes both sides to the model's size without "
+    if processor_type in ("SiglipImageProcessor", "DINOv3ViTImageProcessor") and (mode != "both_sides" or
+                                                                               resize != size):
+        raise WeightsError(f"transformers' {processor_type} resizes both sides to the model's size without "
                            f"a crop; this model's preprocessing resizes {mode!r} to {resize} px and crops {size}: "
                            f"publish with --to timm, or give a square resize at crop_pct 1")
 
@@ -200,7 +203,12 @@ def _processor_common(preprocess):
 
 def _processor_note(processor_type, preprocess):
     """(note, exact): how near transformers' `processor_type` comes to the model's preprocessing."""
-    exact = preprocess.origin.startswith("Hugging Face image processor")
+    exact = (preprocess.origin.startswith("Hugging Face image processor")
+             and (preprocess.backend == "pil_float") == (processor_type in RESCALE_FIRST))
+    if not exact and processor_type in RESCALE_FIRST:
+        return (f"transformers' {processor_type} (torchvision) is the nearest to this model's preprocessing "
+                f"({preprocess.origin or 'its own'}): the same size, interpolation, mean and std; it rescales first "
+                f"and resizes the floats with antialias"), exact
     note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
             else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
                  f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "
