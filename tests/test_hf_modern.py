@@ -330,6 +330,9 @@ def test_each_family_claims_its_own_folders_and_nobody_elses():
               (name.startswith("jax_") and name.endswith(".npz") and "reference" not in name)]
     ours_on_disk = [folder(case) for case in EXPECTED] + [os.path.join(FIXTURES, "hf_vit_classifier"),
                                                           os.path.join(FIXTURES, "hf_vit_model")]
+    ours_on_disk += [os.path.join(FIXTURES, "hf_dinov3", case) for case in ("dinov3_vit", "dinov3_vit_gated")]
+    ours_on_disk += [os.path.join(FIXTURES, "hf_dinov3_publish", case) for case in os.listdir(
+        os.path.join(FIXTURES, "hf_dinov3_publish"))]
     published = os.path.join(FIXTURES, "publish")  # ViTForImageClassification folders written by --to huggingface
     ours_on_disk += [os.path.join(published, name) for name in sorted(os.listdir(published)) if name.startswith("hf_")]
     others = [path for path in others if os.path.dirname(path) not in ours_on_disk]  # OpenCLIP's files stay in

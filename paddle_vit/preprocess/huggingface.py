@@ -1,11 +1,18 @@
 """transformers' eval preprocessing: a ``preprocessor_config.json`` read into a `Preprocess` as its
 image processor computes it with the PIL backend (`from_processor_config`: ViT, DeiT, Bit, CLIP,
 Siglip), and a `Preprocess` written as the preprocessor_config.json of the image processor nearest
-to it (`to_processor_config`, for a published transformers folder)."""
+to it (`to_processor_config`, for a published transformers folder).
+
+DINOv3ViTImageProcessor exists with torchvision only, and orders its steps its own way: rescale
+first (uint8 x rescale_factor in float32), then torch's antialiased resize of the floats (a
+squash to size, no rounding back to uint8), then normalise. That is backend "pil_float" here:
+PIL's filter on each float32 channel, which is torch's antialiased bilinear within ~2e-6 (the
+uint8 resize of the other processors would be 1e-2 off; tests/fixtures/hf_dinov3_reference.json)."""
 import math
 
 from ..errors import ConfigError, WeightsError
-from .constants import HALF, HF_RESAMPLE, HF_RESAMPLE_NAMES, MAX_IMAGE_SIDE, OPENAI_MEAN, OPENAI_STD
+from .constants import (HALF, HF_RESAMPLE, HF_RESAMPLE_NAMES, IMAGENET_MEAN, IMAGENET_STD, MAX_IMAGE_SIDE, OPENAI_MEAN,
+                        OPENAI_STD)
 from .spec import Preprocess, channel_values, check_resize_bound
 
 _SQUARE_224 = {"height": 224, "width": 224}
@@ -23,7 +30,10 @@ HF_PROCESSORS = {
                                default_to_square=False),
     "SiglipImageProcessor": dict(size=_SQUARE_224, resample=3, image_mean=HALF, image_std=HALF,
                                  do_convert_rgb=True, default_to_square=False),
+    "DINOv3ViTImageProcessor": dict(size=_SQUARE_224, resample=2, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD),
 }
+# the processors that rescale before resizing the floats (torchvision only): backend "pil_float"
+RESCALE_FIRST = ("DINOv3ViTImageProcessor",)
 # default_to_square: whether a size given as one number n is n x n (else the shortest edge n)
 _COMMON = dict(do_resize=True, size=_SQUARE_224, resample=2, do_center_crop=False, crop_size=_SQUARE_224,
                do_rescale=True, rescale_factor=1 / 255, do_normalize=True, image_mean=HALF, image_std=HALF,
@@ -51,10 +61,10 @@ def _size_of(value, where, key, default_to_square=True):
                       f"({{'height': H, 'width': W}} or {{'shortest_edge': N}})")
 
 
-def _processor_defaults(config, where):
-    """The defaults of the image processor class a preprocessor_config.json names
-    (image_processor_type, or feature_extractor_type in older files); ViTImageProcessor's for
-    a file that names none."""
+def _processor_class(config, where):
+    """The image processor class a preprocessor_config.json names (image_processor_type, or
+    feature_extractor_type in older files, without a Fast or Pil suffix); ViTImageProcessor for a
+    file that names none."""
     key = "image_processor_type" if "image_processor_type" in config else "feature_extractor_type"
     kind = config.get(key, "ViTImageProcessor")
     name = kind.replace("FeatureExtractor", "ImageProcessor") if isinstance(kind, str) else kind
@@ -64,7 +74,12 @@ def _processor_defaults(config, where):
     if name not in HF_PROCESSORS:
         raise ConfigError(f"{where}: {key} {kind!r} is not an image processor this project reproduces; it reads "
                           f"{', '.join(HF_PROCESSORS)}")
-    return dict(_COMMON, **HF_PROCESSORS[name])
+    return name
+
+
+def _processor_defaults(config, where):
+    """The defaults of the image processor class a preprocessor_config.json names."""
+    return dict(_COMMON, **HF_PROCESSORS[_processor_class(config, where)])
 
 
 def from_processor_config(config, image_size, where):
@@ -114,11 +129,14 @@ def from_processor_config(config, image_size, where):
     factor = settings["rescale_factor"]
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
         raise ConfigError(f"{where}: rescale_factor {factor!r} must be a number > 0")
+    # DINOv3's: torch's uint8 tensor x python float, a float32 product, before the resize of the floats
+    rescale_first = _processor_class(config, where) in RESCALE_FIRST
     return Preprocess(int(final), mean=mean, std=std,
                       interpolation=HF_RESAMPLE_NAMES[resample], resize_mode=resize_mode,
                       resize_size=resize_size if resize_size is not None else int(final),
                       long_side="truncate", crop_offset="floor", crop_fill="zero",
-                      rescale="float64_multiply",
+                      backend="pil_float" if rescale_first else "pil",
+                      rescale="float32_multiply" if rescale_first else "float64_multiply",
                       rescale_factor=float(factor) if settings["do_rescale"] else 1.0,
                       rgb="alpha_on_white" if settings["do_convert_rgb"] else "convert", read_rgb="convert",
                       exif_transpose=True, origin=f"Hugging Face image processor of {where}")
@@ -148,6 +166,8 @@ def to_processor_config(preprocess, processor_type=None):
     elif processor_type == "DeiTImageProcessor":
         values = dict(image_processor_type=processor_type, size={"height": resize, "width": resize},
                       do_center_crop=True, crop_size=square, **common)
+    elif processor_type == "DINOv3ViTImageProcessor":  # a square resize of the rescaled floats, no crop
+        values = dict(image_processor_type=processor_type, size=square, **common)
     else:  # SiglipImageProcessor: a square resize, no crop
         values = dict(image_processor_type=processor_type, size=square, do_convert_rgb=True, **common)
     return (values, *_processor_note(processor_type, preprocess))
@@ -164,8 +184,9 @@ def _check_resize(processor_type, preprocess):
         raise WeightsError(f"transformers' DeiTImageProcessor resizes both sides to a square then crops the "
                            f"centre; this model's preprocessing resizes {mode!r}: publish with --to timm, or give "
                            f"a square-resize preprocessing")
-    if processor_type == "SiglipImageProcessor" and (mode != "both_sides" or resize != size):
-        raise WeightsError(f"transformers' SiglipImageProcessor resizes both sides to the model's size without "
+    if processor_type in ("SiglipImageProcessor", "DINOv3ViTImageProcessor") and (mode != "both_sides" or
+                                                                               resize != size):
+        raise WeightsError(f"transformers' {processor_type} resizes both sides to the model's size without "
                            f"a crop; this model's preprocessing resizes {mode!r} to {resize} px and crops {size}: "
                            f"publish with --to timm, or give a square resize at crop_pct 1")
 
@@ -182,7 +203,12 @@ def _processor_common(preprocess):
 
 def _processor_note(processor_type, preprocess):
     """(note, exact): how near transformers' `processor_type` comes to the model's preprocessing."""
-    exact = preprocess.origin.startswith("Hugging Face image processor")
+    exact = (preprocess.origin.startswith("Hugging Face image processor")
+             and (preprocess.backend == "pil_float") == (processor_type in RESCALE_FIRST))
+    if not exact and processor_type in RESCALE_FIRST:
+        return (f"transformers' {processor_type} (torchvision) is the nearest to this model's preprocessing "
+                f"({preprocess.origin or 'its own'}): the same size, interpolation, mean and std; it rescales first "
+                f"and resizes the floats with antialias"), exact
     note = (f"transformers' {processor_type} computes exactly this model's preprocessing" if exact
             else f"transformers' {processor_type} (PIL backend) is the nearest to this model's preprocessing "
                  f"({preprocess.origin or 'its own'}): the same sizes, interpolation, mean and std; it rescales in "

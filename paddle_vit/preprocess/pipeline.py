@@ -126,18 +126,37 @@ def crop_box(width, height, crop, offset):
     return one_axis(width), one_axis(height)
 
 
-def normalize(pixels, preprocess):
-    """float32 [3, H, W] of (pixel * rescale - mean) / std from [H, W, 3] `pixels` (uint8 or float)."""
+def rescale(pixels, preprocess):
+    """float32 [H, W, C] of pixel * rescale_factor, computed as the `preprocess.rescale` rule says."""
     pixels = np.asarray(pixels)
     if preprocess.rescale == "float64_multiply":  # transformers' rescale(): float64 product, cast
-        scaled = (pixels.astype(np.float64) * preprocess.rescale_factor).astype(np.float32)
-    elif preprocess.rescale == "float32_multiply":
-        scaled = pixels.astype(np.float32) * np.float32(preprocess.rescale_factor)
-    else:  # torch's x.float().div(255): one correctly rounded float32 division
-        scaled = pixels.astype(np.float32) / np.float32(1.0 / preprocess.rescale_factor)
+        return (pixels.astype(np.float64) * preprocess.rescale_factor).astype(np.float32)
+    if preprocess.rescale == "float32_multiply":
+        return pixels.astype(np.float32) * np.float32(preprocess.rescale_factor)
+    # torch's x.float().div(255): one correctly rounded float32 division
+    return pixels.astype(np.float32) / np.float32(1.0 / preprocess.rescale_factor)
+
+
+def standardize(scaled, preprocess):
+    """float32 [3, H, W] of (scaled - mean) / std from rescaled [H, W, 3] float32 pixels."""
     mean = np.asarray(preprocess.mean, dtype=np.float32)
     std = np.asarray(preprocess.std, dtype=np.float32)
     return np.ascontiguousarray(((scaled - mean) / std).transpose(2, 0, 1), dtype=np.float32)  # [3, H, W]
+
+
+def normalize(pixels, preprocess):
+    """float32 [3, H, W] of (pixel * rescale - mean) / std from [H, W, 3] `pixels` (uint8 or float)."""
+    return standardize(rescale(pixels, preprocess), preprocess)
+
+
+def resize_float(scaled, width, height, interpolation):
+    """float32 [height, width, C] of float32 [H, W, C]: PIL's filter on each channel as an 'F'
+    image. PIL's bilinear and bicubic widen the filter by the downscale factor, as torch's
+    interpolate(antialias=True) does: transformers' DINOv3 processor within ~2e-6."""
+    channels = [np.asarray(Image.fromarray(np.ascontiguousarray(scaled[..., channel]), mode="F")
+                           .resize((width, height), PIL_FILTERS[interpolation]))
+                for channel in range(scaled.shape[2])]
+    return np.stack(channels, axis=-1)  # [height, width, C]
 
 
 def _crop_array(pixels, preprocess):
@@ -177,6 +196,13 @@ class EvalTransform:
         rgb = to_rgb(image, p.rgb)
         new_width, new_height = resized_size(rgb.width, rgb.height, p)
         check_resized_pixels(rgb.width, rgb.height, new_width, new_height)
+        if p.backend == "pil_float":  # rescale first, resize the floats (transformers' DINOv3 processor)
+            scaled = rescale(np.asarray(rgb), p)  # [H, W, 3] float32
+            if (new_width, new_height) != rgb.size:
+                scaled = resize_float(scaled, new_width, new_height, p.interpolation)
+            if p.resize_mode != "none" or scaled.shape[:2] != (p.image_size, p.image_size):
+                scaled = _crop_array(scaled, p)
+            return standardize(scaled, p)
         if p.backend == "pil":
             if (new_width, new_height) != rgb.size:
                 rgb = rgb.resize((new_width, new_height), PIL_FILTERS[p.interpolation])

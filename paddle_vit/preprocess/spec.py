@@ -19,7 +19,7 @@ RESIZE_MODES = ("shorter_side", "both_sides", "longer_side", "none")
 LONG_SIDE_RULES = ("round", "truncate", "scale_round", "timm_ratio")
 CROP_OFFSETS = ("round", "floor")
 CROP_FILLS = ("zero", "mean")
-BACKENDS = ("pil", "cv2", "tf")
+BACKENDS = ("pil", "cv2", "tf", "pil_float")
 RESCALES = ("float32_divide", "float32_multiply", "float64_multiply")
 RGB_CONVERSIONS = ("composite_white", "convert", "alpha_on_white", "convert_shift16", "convert_after_resize")
 
@@ -43,7 +43,9 @@ class Preprocess:
     crop_fill: what pads an image smaller than the crop: "zero", or "mean" (timm's border mode:
         round(255 * mean) per channel).
     backend: the resize kernel: "pil", "cv2" (OpenCV INTER_LINEAR, uint8, fixed point), "tf"
-        (tf.image.resize bilinear, half-pixel centres, no antialias, float32 result).
+        (tf.image.resize bilinear, half-pixel centres, no antialias, float32 result), "pil_float"
+        (rescaled first, then PIL's filter on each channel as a float32 'F' image: transformers'
+        DINOv3ViTImageProcessor, which rescales before torch's antialiased resize of floats).
     rescale, rescale_factor: how a pixel becomes a float before the mean and std (`RESCALES`).
     rgb: how `transform` turns an image of any mode into RGB: "composite_white" (this
         project's: transparency on white, 16-bit scaled), "convert" (PIL's
@@ -207,7 +209,7 @@ class Preprocess:
             check_choice(f"preprocess.{key}", value, choices)
         if self.read_rgb is not None:
             check_choice("preprocess.read_rgb_conversion", self.read_rgb, RGB_CONVERSIONS)
-        if self.backend != "pil" and self.interpolation != "bilinear":
+        if self.backend in ("cv2", "tf") and self.interpolation != "bilinear":
             raise ConfigError(f"preprocess backend {self.backend!r} resizes bilinearly only, "
                               f"got interpolation {self.interpolation!r}")
         if not (math.isfinite(self.rescale_factor) and self.rescale_factor > 0):

@@ -55,7 +55,7 @@ HF_GENERIC_KEYS = frozenset((
     "bos_token_id", "pad_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
     "task_specific_params", "problem_type", "use_cache", "gradient_checkpointing"))
 # the keys of the config classes of the model types read (ViTConfig, ViTMAEConfig, DeiTConfig,
-# Dinov2Config, Dinov2WithRegistersConfig, CLIP(Vision)Config, Siglip(Vision)Config)
+# Dinov2Config, Dinov2WithRegistersConfig, DINOv3ViTConfig, CLIP(Vision)Config, Siglip(Vision)Config)
 HF_MODEL_KEYS = frozenset((
     "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
     "hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout", "dropout", "initializer_range",
@@ -65,7 +65,8 @@ HF_MODEL_KEYS = frozenset((
     "drop_path_rate", "layerscale_value", "mlp_ratio", "out_features", "out_indices", "reshape_hidden_states",
     "stage_names", "use_mask_token", "use_swiglu_ffn", "num_register_tokens", "projection_dim",
     "logit_scale_init_value", "text_config", "vision_config", "text_config_dict", "vision_config_dict",
-    "vision_use_head"))
+    "vision_use_head", "rope_theta", "query_bias", "key_bias", "value_bias", "proj_bias", "mlp_bias",
+    "use_gated_mlp", "pos_embed_shift", "pos_embed_jitter", "pos_embed_rescale"))
 # an image processor's keys (transformers' image_processing_*.py) and its file's metadata
 HF_PROCESSOR_KEYS = frozenset((
     "image_processor_type", "feature_extractor_type", "processor_class", "auto_map", "do_resize", "size",

@@ -10,7 +10,7 @@ Both publish the weights beside a ``config.json``, and the two are told apart by
 - Hugging Face transformers (``save_pretrained``): ``model_type`` and ``architectures`` (class
   names), ``hidden_size``, ``num_hidden_layers``, ... (an image-text model's under
   ``vision_config``); each model type read (`HF_MODEL_TYPES`: ViT, ViTMAE, DeiT, DINOv2 with and
-  without registers, CLIP's and SigLIP's image towers) fixes the options of today's ViTs its
+  without registers, DINOv3, CLIP's and SigLIP's image towers) fixes the options of today's ViTs its
   transformers class computes with (tokens, layer scale, MLP, pooling, epsilon, GELU).
 
 `describe_config` turns either into the `ViTConfig` fields it fixes and the registered name
@@ -31,6 +31,7 @@ from ..models import ViTConfig, get_model_config, list_models, search_order
 from ..models.registry import NOT_BUILT
 from .eva_args import EVA_KEYS, eva_options
 from .family import Implied
+from .hf_dinov3_config import DINOV3_DEFAULTS, dinov3_options
 
 # timm names of the same network under another name (DeiT's non-distilled models are timm's
 # VisionTransformer with ViT's sizes; only the training recipe differs)
@@ -249,6 +250,7 @@ HF_MODEL_TYPES = {
     "clip": "CLIPModel's image tower",
     "siglip_vision_model": "SiglipVisionModel",
     "siglip": "SiglipModel's image tower",
+    "dinov3_vit": "DINOv3ViTModel",
 }
 # an image-text model's config.json describes its image tower under vision_config
 HF_VISION_CONFIG = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
@@ -265,6 +267,7 @@ HF_CONFIG_DEFAULTS = {
     "clip_vision_model": ("CLIPVisionConfig", {"layer_norm_eps": 1e-5, "hidden_act": "quick_gelu"}),
     "siglip_vision_model": ("SiglipVisionConfig", {"layer_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh",
                                                    "vision_use_head": True}),
+    "dinov3_vit": ("DINOv3ViTConfig", DINOV3_DEFAULTS),
 }
 # transformers' hidden_act names of the GELUs this ViT computes
 HF_HIDDEN_ACTS = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh",
@@ -370,7 +373,10 @@ def hf_options(config):
         hidden, _ = _count(tower, "intermediate_size")
         options["mlp_ratio"] = Implied(_mlp_ratio(hidden, width),
                                        f"{tower.where('intermediate_size')} {hidden} / hidden_size")
-    options.update(hf_computation(tower))
+    if kind == "dinov3_vit":  # SiLU in its gated MLP, RoPE, biases by key: hf_dinov3_config.py
+        options.update(dinov3_options(tower))
+    else:
+        options.update(hf_computation(tower))
     because = f"{tower.path}: model_type {kind!r} ({HF_MODEL_TYPES[kind].split(',')[0]})"
     token_options = dict(class_token=True, register_tokens=0, no_embed_class=False, pre_norm=False, layer_scale=None,
                          mlp="standard", pool="cls", fc_norm=None, distilled=False, position_embedding="learned")

@@ -1,5 +1,5 @@
 """What the Hugging Face transformers families share (huggingface.py for ViT and ViTMAE,
-hf_deit.py, hf_dinov2.py, hf_dinov2_registers.py, hf_clip.py, hf_siglip.py): renaming a state
+hf_deit.py, hf_dinov2.py, hf_dinov2_registers.py, hf_dinov3.py, hf_clip.py, hf_siglip.py): renaming a state
 dict by rules, fusing tensors transformers keeps apart (q, k and v; a SwiGLU's gate and value),
 and reading the folder's config.json and preprocessor_config.json. The same rules read backwards
 (`tensors_by_rules`) write the transformers folders publish_hf.py publishes.
@@ -280,6 +280,8 @@ LAYER = r"encoder\.layer\.(?P<layer>\d+)\."
 DEIT_MARK = r"(deit\.)?embeddings\.distillation_token"
 DINOV2_MARK = r"(dinov2\.|dinov2_with_registers\.)?encoder\.layer\.\d+\.(norm1|norm2|layer_scale1|layer_scale2|mlp)\..+"
 REGISTERS_MARK = r"(dinov2\.|dinov2_with_registers\.)?embeddings\.register_tokens"
+# DINOv3ViTModel: layers at the top level (no encoder.) with q/k/v/o projections
+DINOV3_MARK = r"layer\.\d+\.(attention\.(q|k|v|o)_proj|layer_scale(1|2)\.lambda1|mlp\.(gate|up|down)_proj)\..+"
 CLIP_MARK = r"(vision_model\.)?(embeddings\.class_embedding|pre_layrnorm\.(weight|bias))"
 SIGLIP_MARK = (r"(vision_model\.)?(embeddings\.patch_embedding\.(weight|bias)|embeddings\.position_embedding\.weight|"
                r"encoder\.layers\.\d+\.(self_attn|layer_norm1|layer_norm2)\..+|head\.probe)")

@@ -17,7 +17,7 @@ plain bicubic even when upsampling, and is this project's ``bicubic_antialias`` 
 import numpy as np
 
 from .family import Implied
-from .hf_common import REGISTERS_MARK, any_name
+from .hf_common import DINOV3_MARK, REGISTERS_MARK, any_name
 from .hf_dinov2 import Dinov2Family
 
 CLASS_TOKEN, POSITIONS = "patch_embed.class_token", "patch_embed.position_embedding"
@@ -34,7 +34,7 @@ class Dinov2RegistersFamily(Dinov2Family):
     prefixes = ("dinov2_with_registers.", "dinov2.")
 
     def detect(self, checkpoint):
-        return any_name(checkpoint.arrays, REGISTERS_MARK)
+        return any_name(checkpoint.arrays, REGISTERS_MARK) and not any_name(checkpoint.arrays, DINOV3_MARK)
 
     def convert(self, checkpoint):
         """Dinov2Model's conversion, then the class token's position row folded into the class

@@ -23,7 +23,7 @@ at load time (another image_size) and, for a model built with ``dynamic_img_size
 forward pass (the implied ``pos_embed_resample``).
 """
 from ..errors import WeightsError
-from .hf_common import (DEIT_MARK, DINOV2_MARK, EMBEDDING_RULES, VIT_LAYER_RULES, Rule, TransformersFamily, any_name,
+from .hf_common import (DEIT_MARK, DINOV2_MARK, DINOV3_MARK, EMBEDDING_RULES, VIT_LAYER_RULES, Rule, TransformersFamily, any_name,
                         convert_by_rules, linear)
 
 _MARK = r"vit\.embeddings\..+|(vit\.)?(embeddings\.patch_embeddings\.|encoder\.layer\.\d+\.).+"
@@ -45,7 +45,8 @@ class HuggingFaceFamily(TransformersFamily):
 
     def detect(self, checkpoint):
         arrays = checkpoint.arrays
-        return any_name(arrays, _MARK) and not any_name(arrays, DEIT_MARK) and not any_name(arrays, DINOV2_MARK)
+        return (any_name(arrays, _MARK) and not any_name(arrays, DEIT_MARK) and not any_name(arrays, DINOV2_MARK)
+                and not any_name(arrays, DINOV3_MARK))
 
     def convert(self, checkpoint):
         prefix = "vit." if any(name.startswith("vit.embeddings.") for name in checkpoint.arrays) else ""

@@ -64,7 +64,7 @@ def save_pretrained(model, directory, format="timm", overwrite=False, *, name=No
     format: "timm" (a timm Hub folder) or "huggingface" (a folder for the model's transformers
         class: config.json, preprocessor_config.json, model.safetensors; ViTForImageClassification,
         Dinov2Model, Dinov2WithRegistersModel, CLIPVisionModel[WithProjection], SiglipVisionModel,
-        DeiTForImageClassificationWithTeacher; what the class or its image processor cannot
+        DeiTForImageClassificationWithTeacher, DINOv3ViTModel; what the class or its image processor cannot
         compute refused naming --to timm).
     name: the registered name the model was built as (else the registered timm name whose
         architecture it has); preprocess: the eval `Preprocess` to publish (default

@@ -1,6 +1,6 @@
 """The transformers half of publishing (`publish.py`): a model as the folder of its transformers
 class (ViTForImageClassification, Dinov2Model, Dinov2WithRegistersModel, CLIPVisionModel[With-
-Projection], SiglipVisionModel, DeiTForImageClassificationWithTeacher): config.json,
+Projection], SiglipVisionModel, DeiTForImageClassificationWithTeacher, DINOv3ViTModel): config.json,
 preprocessor_config.json of the class's image processor, the tensors in its names; what a class or
 its processor cannot compute refused naming --to timm."""
 import math
@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import WeightsError
 from ..preprocess.huggingface import to_processor_config
-from . import hf_clip, hf_deit, hf_dinov2, hf_siglip, huggingface
+from . import hf_clip, hf_deit, hf_dinov2, hf_dinov3, hf_siglip, huggingface
 from .family import POSITION_EMBEDDING
 from .hf_common import EMBEDDING_RULES, VIT_LAYER_RULES, tensors_by_rules
 from .publish_timm import FolderExport, default_preprocess
@@ -142,13 +142,17 @@ HF_CLASSES = {
     "clip": ("CLIPVisionModel", "clip_vision_model", "CLIPImageProcessor"),
     "clip_projection": ("CLIPVisionModelWithProjection", "clip_vision_model", "CLIPImageProcessor"),
     "siglip": ("SiglipVisionModel", "siglip_vision_model", "SiglipImageProcessor"),
+    "dinov3_vit": ("DINOv3ViTModel", "dinov3_vit", "DINOv3ViTImageProcessor"),
 }
 
 
 def hf_family(config):
     """Which transformers class a `ViTConfig` goes out as (a key of HF_CLASSES): the distilled
     DeiT, SigLIP (no class token, the MAP head), CLIP (a LayerNorm before the layers), DINOv2
-    (layer scale or the SwiGLU MLP; with registers its own class), else the plain ViT."""
+    (layer scale or the SwiGLU MLP; with registers its own class), DINOv3 (any RoPE: what DINOv3ViTModel
+    cannot compute is then refused), else the plain ViT."""
+    if config.rope_kind is not None:
+        return "dinov3_vit"
     if config.distilled:
         return "deit"
     if not config.class_token and config.pool == "map":
@@ -193,6 +197,8 @@ def family_refusals(model, family):
     """What transformers' class of `family` cannot compute of `model` (phrases)."""
     config = model.config
     cls = HF_CLASSES[family][0]
+    if family == "dinov3_vit":
+        return dinov3_refusals(model)
     refusals = _common_refusals(config, cls)
     if family == "deit":
         for field, value, why in (("class_token", True, "it has a class token"),
@@ -253,6 +259,75 @@ def family_refusals(model, family):
     return refusals
 
 
+# ViTConfig fields DINOv3ViTModel computes at one value only: (value, what it does)
+DINOV3_FIXED = (
+    ("rope_kind", "dinov3", "it computes DINOv3's RoPE (patch centres in [-1, 1]), not axial or mixed RoPE"),
+    ("rope_rotate_half", True, "its RoPE pairs channel i with i + d/2"),
+    ("rope_grid_indexing", "ij", "its RoPE coordinates are (row, column)"),
+    ("rope_grid_offset", 0.0, "its RoPE coordinates are the patch centres"),
+    ("rope_ref_grid", None, "its RoPE coordinates are not rescaled to a reference grid"),
+    ("absolute_position_embedding", "none", "it adds no position embedding to the tokens"),
+    ("class_token", True, "it has a class token"),
+    ("distilled", False, "it has no distillation token"),
+    ("pre_norm", False, "it has no LayerNorm before the layers"),
+    ("final_norm", True, "it normalises every token after the last layer"),
+    ("attention_norm", False, "its attention has no LayerNorm before the projection (EVA-02 CLIP's)"),
+    ("mlp_norm", False, "its MLP has no LayerNorm inside (EVA-02's)"),
+    ("pool", "cls", "its pooler_output is the class token"),
+    ("representation_size", None, "it has no pre-logits layer"),
+    ("backbone_layers", None, "it has no ResNet"),
+    ("num_classes", 0, "it has no head: its output is the embedding"),
+)
+
+
+def dinov3_refusals(model):
+    """What transformers' DINOv3ViTModel cannot compute of `model` (phrases)."""
+    config = model.config
+    refusals = [f"{field} {getattr(config, field)!r} ({why})" for field, value, why in DINOV3_FIXED
+                if getattr(config, field) != value]
+    if config.uses_fc_norm:
+        refusals.append("a LayerNorm after pooling (fc_norm): DINOv3ViTModel normalises before reading the class "
+                        "token")
+    if config.mlp == "standard" and config.gelu != "exact":
+        refusals.append(f"gelu {config.gelu!r} (the plain MLP is written with hidden_act 'gelu', the exact one)")
+    elif config.mlp not in ("standard", "swiglu_split"):
+        refusals.append(f"mlp {config.mlp!r} (DINOv3ViTModel's MLP is Linear, GELU, Linear or the gated "
+                        f"gate_proj / up_proj / down_proj)")
+    if config.qk_scale is not None and not math.isclose(config.qk_scale, (config.embed_dim // config.num_heads) ** -0.5,
+                                                        rel_tol=1e-6):
+        refusals.append(f"qk_scale {config.qk_scale!r} (DINOv3ViTModel scales q.k by head_dim^-0.5)")
+    if config.qkv == "fused" and config.qkv_bias:
+        bias = to_numpy(model.state_dict()["encoder.layers.0.attn.qkv.bias"])
+        if any(np.any(to_numpy(model.state_dict()[f"encoder.layers.{index}.attn.qkv.bias"])[len(bias) // 3:
+                                                                                             2 * len(bias) // 3])
+               for index in range(config.depth)):
+            refusals.append("a bias on k (the k third of qkv.bias is not zero; this project reads DINOv3 folders "
+                            "without key_bias)")
+    return refusals
+
+
+def _dinov3_state(model):
+    """Our state dict with q, k and v as three projections (`SeparateQKV`'s names), whatever the
+    model's qkv layout, and layer scale ones where the model has none: what hf_dinov3.py reads."""
+    config = model.config
+    state = {name: to_numpy(value) for name, value in model.state_dict().items()}
+    width = config.embed_dim
+    for index in range(config.depth):
+        at = f"encoder.layers.{index}.attn.qkv."
+        if config.qkv in ("fused", "fused_qv_bias"):
+            weight = state.pop(at.rstrip(".") + ".weight")  # [in, 3 out]
+            bias = state.pop(at.rstrip(".") + ".bias", None)
+            for part, column in zip("qkv", range(3)):
+                state[f"{at}{part}_proj.weight"] = weight[:, column * width:(column + 1) * width]
+            if config.qkv == "fused_qv_bias":
+                state[f"{at}q_proj.bias"], state[f"{at}v_proj.bias"] = state.pop(at + "q_bias"), state.pop(at + "v_bias")
+            elif bias is not None:  # the k third zero (dinov3_refusals)
+                state[f"{at}q_proj.bias"], state[f"{at}v_proj.bias"] = bias[:width], bias[2 * width:]
+        for branch in (1, 2):
+            state.setdefault(f"encoder.layers.{index}.ls{branch}.gamma", np.ones(width, "float32"))
+    return state
+
+
 def _head_is_projection(model):
     """Whether the head is a projection without bias (CLIP's visual_projection): a zero bias."""
     bias = model.state_dict().get("head.bias")
@@ -307,6 +382,15 @@ def _family_rules(family, config):
 def family_tensors(model, family):
     """{transformers name: numpy array in PyTorch's layout} of `model` for `family`'s class."""
     config = model.config
+    if family == "dinov3_vit":
+        mlp = hf_dinov3.GATED_MLP_RULES if config.mlp == "swiglu_split" else hf_dinov3.MLP_RULES
+        tensors = tensors_by_rules(_dinov3_state(model), hf_dinov3.BODY_RULES + mlp, "", (),
+                                   _unnamed("DINOv3ViTModel"))
+        if "embeddings.patch_embeddings.bias" not in tensors:
+            raise WeightsError("no patch projection bias: transformers' DINOv3ViTModel has one; publish with --to timm")
+        # masked image modelling's token: unused by the forward, zeros so nothing is missing
+        tensors["embeddings.mask_token"] = np.zeros((1, 1, config.embed_dim), "float32")
+        return tensors
     state = {name: to_numpy(value) for name, value in model.state_dict().items()}
     if family in ("clip", "clip_projection"):
         state.pop("patch_embed.patch_embedding.bias", None)  # zero (checked): CLIP's patch embedding has no bias
@@ -342,6 +426,8 @@ def family_config(model, family, class_names):
               "image_size": config.image_size, "patch_size": config.patch_size, "num_channels": config.in_channels,
               "initializer_range": 0.02}
     hidden = int(config.embed_dim * config.mlp_ratio)
+    if family == "dinov3_vit":
+        return dinov3_config(model)
     if family == "deit":
         values.update(intermediate_size=hidden, qkv_bias=config.qkv_bias, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0, encoder_stride=config.patch_size)
@@ -365,3 +451,21 @@ def family_config(model, family, class_names):
         values.update(intermediate_size=hidden, attention_dropout=0.0, vision_use_head=True)
     values["dtype"] = "float32"
     return values
+
+
+def dinov3_config(model):
+    """config.json of transformers' DINOv3ViTModel (the keys hf_dinov3_config.py reads back)."""
+    config = model.config
+    gated = config.mlp == "swiglu_split"
+    hidden = to_numpy(model.state_dict()["encoder.layers.0.mlp." + ("fc1_g" if gated else "fc1") + ".weight"]).shape[1]
+    has_bias = config.qkv in ("fused_qv_bias",) or config.qkv_bias
+    return {"architectures": ["DINOv3ViTModel"], "model_type": "dinov3_vit", "hidden_size": config.embed_dim,
+            "num_hidden_layers": config.depth, "num_attention_heads": config.num_heads, "intermediate_size": hidden,
+            "hidden_act": "silu" if gated else "gelu", "use_gated_mlp": gated, "layer_norm_eps": config.layer_norm_epsilon,
+            "rope_theta": float(config.rope_temperature if config.rope_temperature is not None else 100.0),
+            "image_size": config.image_size, "patch_size": config.patch_size, "num_channels": config.in_channels,
+            "num_register_tokens": config.register_tokens, "query_bias": has_bias, "key_bias": False,
+            "value_bias": has_bias, "proj_bias": True, "mlp_bias": True,
+            "layerscale_value": float(config.layer_scale if config.layer_scale is not None else 1.0),
+            "attention_dropout": 0.0, "drop_path_rate": 0.0, "initializer_range": 0.02, "apply_layernorm": True,
+            "dtype": "float32"}
