@@ -172,7 +172,8 @@ def model_card(export, model, source=None, run=None):
         lines += ["transformers (PyTorch):", "", "```python",
                   f"from transformers import AutoImageProcessor, {export.architecture}",
                   f'model = {export.architecture}.from_pretrained("THIS_FOLDER").eval()',
-                  'processor = AutoImageProcessor.from_pretrained("THIS_FOLDER", backend="pil")', "```", ""]
+                  'processor = AutoImageProcessor.from_pretrained("THIS_FOLDER"' + _processor_backend(export) + ")",
+                  "```", ""]
     lines += ["paddle-vit (PaddlePaddle):", "", "```python", "import paddle_vit",
               'model = paddle_vit.create_model(pretrained="THIS_FOLDER").eval()  # model.preprocess: the same eval '
               'transform', "```", "",
@@ -246,3 +247,10 @@ def _umask():
     umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+def _processor_backend(export):
+    """The backend argument of the card's AutoImageProcessor line: PIL where the processor has a
+    PIL implementation; DINOv3ViTImageProcessor has only torchvision's (torchvision installed)."""
+    processor = (export.processor or {}).get("image_processor_type", "")
+    return "" if processor.startswith("DINOv3") else ', backend="pil"'
