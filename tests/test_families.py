@@ -327,9 +327,10 @@ def test_each_fixture_is_detected_as_its_own_family():
                 "hf_modern/openclip_quickgelu.safetensors": "openclip",
                 "timm_modern/vit_small_patch14_reg4_dinov2/model.safetensors": "timm",
                 "hf_dinov3/dinov3_vit/model.safetensors": "huggingface-dinov3",
-                "hf_dinov3/dinov3_vit_gated/model.safetensors": "huggingface-dinov3"}
+                "hf_dinov3/dinov3_vit_gated/model.safetensors": "huggingface-dinov3",
+                "dinov3_original/dinov3_vits.safetensors": "dinov3"}
     assert {name: detect_family(read_checkpoint(arrays(name))).name for name in expected} == expected
-    assert [family.name for family in families()] == ["huggingface", "huggingface-clip", "huggingface-deit",
+    assert [family.name for family in families()] == ["dinov3", "huggingface", "huggingface-clip", "huggingface-deit",
                                                        "huggingface-dinov2", "huggingface-dinov2-registers",
                                                        "huggingface-dinov3", "huggingface-siglip", "jax", "openclip", "paddle-vit",
                                                        "paddleclas", "timm", "torchvision"]

@@ -2,7 +2,7 @@
 computes it.
 
 One module per family (timm.py, jax.py, huggingface.py, paddleclas.py for PaddleClas and PLSC,
-torchvision.py, native.py for this project's files), each with its detection rule, name map and the options
+torchvision.py, dinov3.py for Meta's own DINOv3 .pth files, native.py for this project's files), each with its detection rule, name map and the options
 it implies; resample.py for position embeddings; loader.py for fitting a checkpoint to a model
 and the report; source.py for a weights source resolved once (its config.json read and checked, its
 tensors read when first needed); reading.py and saving.py for files; publish.py writes timm Hub and transformers folders (`save_pretrained`)

@@ -1,7 +1,7 @@
 """What a checkpoint family is, and finding the one a checkpoint belongs to.
 
 A family is one code base's way of storing a ViT (timm, the original JAX code, Hugging Face
-transformers, PaddleClas/PLSC, torchvision, this project). Each lives in one module of this package that
+transformers, PaddleClas/PLSC, torchvision, Meta's DINOv3 code, this project). Each lives in one module of this package that
 defines ``FAMILY``, an instance of a `CheckpointFamily` subclass with:
 
 - ``detect(checkpoint)``: whether the whole checkpoint is of this family (one decision per

@@ -31,6 +31,7 @@ import paddle
 
 from ..errors import ConfigError, WeightsError
 from ..models import ViT, ViTConfig, get_model_config, list_models
+from ..models.rope import DEFAULT_TEMPERATURE
 from .family import HEAD, POSITION_EMBEDDING, PRE_LOGITS, Implied
 from .folders import model_image_size, resolve_name
 from .reading import names
@@ -41,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 # options the checkpoint implies that a model contradicting them computes differently
 COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale", "qkv_bias", "pool", "position_embedding",
-                    "backbone_style", "backbone_layers", "backbone_width")
+                    "backbone_style", "backbone_layers", "backbone_width", "rope", "rope_temperature",
+                    "rope_rotate_half")
 # of those, the architecture a model name fixes: checked, never taken from the checkpoint
 ARCHITECTURE_OPTIONS = ("backbone_layers", "backbone_width")
 
@@ -127,6 +129,16 @@ def implied_options(source):
     return resolve_weights(source).reading().implied
 
 
+def _computed_value(config, option):
+    """The value of `option` the model computes with: its RoPE kind (position_embedding "rope_axial"
+    implies one) and that kind's default temperature where the config leaves them None."""
+    if option == "rope":
+        return config.rope_kind
+    if option == "rope_temperature" and config.rope_temperature is None and config.rope_kind is not None:
+        return DEFAULT_TEMPERATURE[config.rope_kind]
+    return getattr(config, option)
+
+
 def _same(a, b):
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return list(a) == list(b)
@@ -150,11 +162,11 @@ def _check_options(model, reading, explicit, strict, report):
     config = model.config
     for option in COMPUTED_OPTIONS:
         implied = reading.implied.get(option)
-        if implied is None or _same(getattr(config, option), implied.value):
+        if implied is None or _same(_computed_value(config, option), implied.value):
             if implied is not None:
                 report.options[option] = (implied.value, implied.reason)
             continue
-        chosen = getattr(config, option)
+        chosen = _computed_value(config, option)
         if option in explicit:
             report.overridden[option] = (chosen, implied.value, implied.reason)
             continue
@@ -414,7 +426,7 @@ def load_pretrained(model, source, *, strict=True, resample=None, explicit=()):
         model: the model to fill in place.
         source: a `WeightsSource` (source.py), or a path (this project's ``.pdparams``/``.pdckpt``/``.safetensors``; timm
             ``.safetensors``/``.pth``/``.bin``; PaddleClas or PLSC ``.pdparams``; JAX ``.npz``;
-            torchvision's ViT state dicts (``.pth``, ``.safetensors``);
+            torchvision's ViT state dicts (``.pth``, ``.safetensors``); Meta's DINOv3 ``.pth`` state dicts;
             a Hugging Face save_pretrained folder or its ``model.safetensors``) or a dict of
             arrays in any of those namings; the family is detected once for the checkpoint.
         strict: raise on checkpoint tensors the model lacks, model tensors the checkpoint

@@ -60,7 +60,17 @@ RENAMES = [
 
 def has_timm_names(arrays):
     return any(name in ("cls_token", "pos_embed") or name.startswith(("blocks.", "patch_embed.proj."))
-               for name in arrays)
+               for name in arrays) and not has_meta_dinov3_names(arrays)
+
+
+# Meta's DINOv3 code shares timm's cls_token / blocks.N / patch_embed.proj names, with its own
+# register tokens, RoPE buffer and masked k bias, and no position embedding: dinov3.py reads those
+META_DINOV3_MARKS = ("storage_tokens", "rope_embed.periods")
+
+
+def has_meta_dinov3_names(arrays):
+    return "pos_embed" not in arrays and any(name in META_DINOV3_MARKS or name.endswith(".attn.qkv.bias_mask")
+                                             for name in arrays)
 
 
 # the Linear weights whose two sides always differ in a ViT, and which side is the token width D
