@@ -92,10 +92,12 @@ def with_checkpoint_preprocess(model):
     checkpoint's own pipeline computes at the model's image size (timm's pretrained_cfg, a
     Hugging Face preprocessor_config.json, PaddleClas's, vit_jax's), or None when the checkpoint
     implies none (`paddle_vit.preprocess.checkpoint.for_model`). A model that takes any input size
-    (dynamic_img_size: DINOv3, timm's folders that say so) is fed at the pipeline's own size, as
+    (dynamic_img_size: DINOv3, timm's folders that say so) is fed at the size its pipeline states, as
     timm's resolve_data_config feeds it (a DINOv3 folder's 256 px whatever img_size it was built at)."""
-    size = None if model.config.dynamic_img_size else model.config.image_size
-    model.preprocess = for_model(model.load_report.preprocessing, size)
+    hint = model.load_report.preprocessing
+    says_size = hint is not None and "input_size" in (hint.get("config") or {})  # a folder's own pipeline
+    size = None if model.config.dynamic_img_size and says_size else model.config.image_size
+    model.preprocess = for_model(hint, size)
     return model
 
 

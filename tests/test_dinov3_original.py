@@ -170,3 +170,20 @@ def test_meta_dinov3_pth_matches_its_safetensors_twin_when_torch_is_installed():
     pytest.importorskip("torch", reason="reading .pth needs PyTorch, which is optional")
     model = create("dinov3_vits", fixture("dinov3_vits", ".pth"))
     assert max(differences(model, "dinov3_vits").values()) < TOLERANCE
+
+
+def test_metas_file_goes_out_to_timm_for_a_model_of_any_size(tmp_path, capsys):
+    """convert_weights --to timm of Meta's file under a DINOv3 name made small: the timm folder's
+    pretrained_cfg takes the preprocessing's size (the name's default pipeline at the model's size),
+    not a refusal for a model that takes any size."""
+    from test_hub_folders import run_tool
+    out = tmp_path / "timm"
+    code, _, stderr = run_tool("convert_weights", [
+        "--weights", os.path.join(FIXTURES, "dinov3_original", "dinov3_vits.safetensors"),
+        "--model", "vit_small_patch16_dinov3_qkvb", "-o", "model.embed_dim=32", "-o", "model.num_heads=2",
+        "-o", "model.depth=2", "-o", "model.image_size=64", "--out", str(out), "--to", "timm"], capsys)
+    assert code == 0, stderr
+    with open(out / "config.json") as stream:
+        config = json.load(stream)
+    assert config["architecture"] == "vit_small_patch16_dinov3_qkvb" and config["global_pool"] == "token"
+    assert config["pretrained_cfg"]["input_size"] == [3, 64, 64]

@@ -159,13 +159,14 @@ def timm_pretrained_cfg(preprocess, config, num_classes):
     """(timm's pretrained_cfg, a note on how exact it is, whether it is exact) of a `Preprocess`:
     its eval keys as `paddle_vit.preprocess.timm.to_pretrained_cfg` writes them, the model's
     beside them."""
-    if preprocess.image_size != config.image_size:
+    if preprocess.image_size != config.image_size and not config.dynamic_img_size:
         raise WeightsError(f"the preprocessing makes {preprocess.image_size} px images, the model takes "
                            f"{config.image_size}")
     eval_keys, note, exact = to_pretrained_cfg(preprocess)
+    size = preprocess.image_size  # a model of any input size is fed at its pipeline's (timm's DINOv3: 256)
     cfg = {
         "custom_load": False,
-        "input_size": [config.in_channels, config.image_size, config.image_size],
+        "input_size": [config.in_channels, size, size],
         "fixed_input_size": not config.dynamic_img_size,
         **eval_keys,  # interpolation, crop_pct, crop_mode, mean, std
         "num_classes": num_classes,
