@@ -203,6 +203,7 @@ NON_DEFAULT = {
     "fused_attention": [dict(fused_attention=False)],
     "init": [dict(init="jax")],
     "backbone_layers": [dict(backbone_layers=[1], patch_size=1)],
+    "backbone": [dict(backbone_layers=[1], patch_size=1, backbone="resnet_d")],
     "backbone_width": [dict(backbone_layers=[1], patch_size=1, backbone_width=2)],
     "backbone_style": [dict(backbone_layers=[1], patch_size=1, backbone_style="jax")],
     "dynamic_img_size": [dict(dynamic_img_size=True)],

@@ -32,7 +32,8 @@ NOT_THE_EMBEDDINGS = {"num_classes", "depth", "num_heads", "mlp_ratio", "qkv_bia
                       "rope_ref_grid"}
 # fields that act only with another: each ignored (the walkthrough's class built) while that one is off
 ACTING_WITH = {"dynamic_img_pad": "dynamic_img_size", "pos_embed_resample": "dynamic_img_size",
-               "backbone_width": "backbone_layers", "backbone_style": "backbone_layers"}
+               "backbone": "backbone_layers", "backbone_width": "backbone_layers",
+               "backbone_style": "backbone_layers"}
 
 # each option of WALKTHROUGH_EMBEDDING at a value of a later ViT (with what it needs to be valid)
 OPTION_CASES = {
@@ -98,8 +99,8 @@ def test_each_option_of_later_vits_builds_the_token_embedding(option):
     assert model(paddle.randn([1, 3, model.config.image_size, model.config.image_size])).shape == [1, 5]
 
 
-@pytest.mark.parametrize("field, value", [("pos_embed_resample", "bicubic"), ("backbone_width", 2),
-                                          ("backbone_style", "jax")])
+@pytest.mark.parametrize("field, value", [("pos_embed_resample", "bicubic"), ("backbone", "resnet_d"),
+                                          ("backbone_width", 2), ("backbone_style", "jax")])
 def test_a_field_acting_only_with_an_option_that_is_off_keeps_the_walkthroughs_class(field, value):
     assert type(ViT(**TINY, **{field: value}).patch_embed) is PatchEmbedding
 

@@ -13,11 +13,13 @@ from .patch_embed import POSITION_EMBEDDINGS, grid_size
 from .resize import RESIZE_METHODS
 from .rope import GRID_INDEXINGS, ROPE_KINDS, check_rope_head_dim
 from .resnet import STAGE_CHANNELS, STYLES, backbone_channels, backbone_feature_size, backbone_macs
+from .resnet_d import resnet_d_macs
 
 POOLS = ("cls", "mean", "walkthrough", "map", "first_patch")
 # the position embeddings that are rotary alone (no vector added to the tokens), by their RoPE kind
 ROPE_POSITION_EMBEDDINGS = {"rope_axial": "axial", "rope_mixed": "mixed"}
 INITS = ("timm", "jax")
+BACKBONES = ("resnet_v2", "resnet_d")  # a hybrid's ResNet: the paper's (resnet.py), timm's ResNet-D (resnet_d.py)
 
 
 @dataclasses.dataclass
@@ -66,9 +68,12 @@ class ViTConfig:
             stage of its ResNet-v2 (resnet.py): [3, 4, 9] (R50, stride 16), [2, 2, 2, 2] (R26,
             stride 32), [3, 4, 6, 3] (the L/32 hybrid's R50), [] (the stem alone, stride 4).
             patch_size then cuts the feature map (1 in the paper's hybrids).
+        backbone: which ResNet: "resnet_v2", the paper's (resnet.py), or "resnet_d", timm's
+            ResNet-D of its vit_*_resnet26d / resnet50d hybrids (resnet_d.py: deep stem,
+            BatchNorm, average-pool shortcuts; backbone_width 1, backbone_style not read).
         backbone_width: the ResNet's width factor.
         backbone_style: "timm" or "jax": whose weight standardisation and GroupNorm epsilon
-            the ResNet computes with (they differ; a checkpoint implies its own).
+            the ResNet-v2 computes with (they differ; a checkpoint implies its own).
         dynamic_img_size: accept inputs of any H x W the patch divides (a hybrid: that its
             feature map's patch divides), the position embedding resampled to the input's grid in
             the forward pass, as timm's dynamic_img_size does (models/resize.py). False (the
@@ -163,6 +168,7 @@ class ViTConfig:
     fused_attention: bool = True
     init: str = "timm"
     backbone_layers: Optional[List[int]] = None
+    backbone: str = "resnet_v2"
     backbone_width: int = 1
     backbone_style: str = "timm"
     dynamic_img_size: bool = False
@@ -247,6 +253,7 @@ class ViTConfig:
             raise ConfigError(f"model.embed_dim {self.embed_dim} is not divisible by model.num_heads "
                               f"{self.num_heads}: choose num_heads among the divisors of {self.embed_dim}")
         check_choice("model.backbone_style", self.backbone_style, tuple(STYLES))
+        check_choice("model.backbone", self.backbone, BACKBONES)
         if self.is_hybrid:
             self._validate_backbone()
         self._validate_dynamic_size()
@@ -382,6 +389,9 @@ class ViTConfig:
                               f"{len(STAGE_CHANNELS)} positive unit counts such as [3, 4, 9], got {layers!r}")
         if not isinstance(self.backbone_width, int) or isinstance(self.backbone_width, bool) or self.backbone_width < 1:
             raise ConfigError(f"model.backbone_width must be a positive integer, got {self.backbone_width!r}")
+        if self.backbone == "resnet_d" and self.backbone_width != 1:
+            raise ConfigError(f"model.backbone_width {self.backbone_width} is built for backbone 'resnet_v2'; "
+                              f"timm's ResNet-D has width 1")
 
     def _validate_dynamic_size(self):
         for name in ("dynamic_img_size", "dynamic_img_pad"):
@@ -436,7 +446,9 @@ class ViTConfig:
         if self.mlp in ("swiglu_packed", "swiglu_split"):  # gate and value Linears, then one back
             mlp = 3 * width * swiglu_hidden_dim(width, self.mlp_ratio, self.mlp_align_to)
         patch_embed = self.num_patches * width * self.patch_channels * self.patch_size ** 2
-        if self.is_hybrid:
+        if self.is_hybrid and self.backbone == "resnet_d":
+            patch_embed += resnet_d_macs(self.backbone_layers, self.in_channels, self.image_size)
+        elif self.is_hybrid:
             patch_embed += backbone_macs(self.backbone_layers, self.backbone_width, self.in_channels, self.image_size)
         per_layer = (tokens * width * 3 * width  # qkv
                      + 2 * tokens * tokens * width  # q k^T and attention @ v

@@ -226,6 +226,17 @@ for _name, (_width, _depth, _heads, _ratio, _patch, _resolution, _classes, _opti
              image_size=_resolution, num_classes=_classes, **_options)
 # the base ViT on the paper's R26 (ResNet-v2, stride 32)
 register("vit_base_r26_s32_224", image_size=224, backbone_layers=[2, 2, 2, 2], patch_size=1, **SIZES["base"])
+# timm's own hybrids on its ResNet-D (resnet_d.py), untrained in timm: resnet26d / resnet50d up to stage 4
+# (stride 32) or 3 (s16); timm's "small" here is its early ViT-S: width 768, 8 layers of 8 heads, MLP ratio 3
+RESNET_D_HYBRIDS = {
+    "vit_small_resnet26d_224": dict(backbone_layers=[2, 2, 2, 2], embed_dim=768, depth=8, num_heads=8, mlp_ratio=3.0),
+    "vit_small_resnet50d_s16_224": dict(backbone_layers=[3, 4, 6], embed_dim=768, depth=8, num_heads=8,
+                                        mlp_ratio=3.0),
+    "vit_base_resnet26d_224": dict(backbone_layers=[2, 2, 2, 2], **SIZES["base"]),
+    "vit_base_resnet50d_224": dict(backbone_layers=[3, 4, 6, 3], **SIZES["base"]),
+}
+for _name, _hybrid in RESNET_D_HYBRIDS.items():
+    register(_name, image_size=224, patch_size=1, backbone="resnet_d", **_hybrid)
 
 # AIMv2 (Fini et al. 2025): RMSNorm everywhere (the patch tokens too, after the Conv2D), no class token,
 # q/k/v, output projection and SwiGLU MLP without biases, the mean of the patch tokens after the final norm
@@ -265,8 +276,6 @@ for _name, (_width, _depth, _heads, _ratio, _registers, _scale) in RADIO.items()
 # timm names of these modules this project does not build, each with why: create_model names the reason
 _PARALLEL = "parallel blocks (attention and MLP side by side in one residual step), not the encoder's sequential layer"
 _DIFFERENTIAL = "differential attention (two softmax maps subtracted, with a norm inside the attention)"
-_RESNET_D = ("a hybrid on timm's ResNet-D (deep stem, BatchNorm, average-pool downsampling), not the paper's "
-             "ResNet-v2 this project builds")
 NOT_BUILT = {
     "vit_small_patch16_18x2_224": _PARALLEL,
     "vit_base_patch16_18x2_224": _PARALLEL,
@@ -278,8 +287,6 @@ NOT_BUILT = {
     "vit_dlittle_patch16_reg1_gap_256": _DIFFERENTIAL,
     "vit_base_patch16_rpn_224": "post-norm residual blocks (ResPostBlock: x + norm(attn(x))), not pre-norm",
     "vit_base_mci_224": "MobileCLIP's convolutional stem (MCi) before the patches, not a ResNet or a patch Conv2D",
-    **{name: _RESNET_D for name in ("vit_small_resnet26d_224", "vit_small_resnet50d_s16_224",
-                                    "vit_base_resnet26d_224", "vit_base_resnet50d_224")},
 }
 
 

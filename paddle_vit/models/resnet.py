@@ -168,6 +168,10 @@ class ResNetV2(nn.Layer):
             x = stage(x)  # stride 1 for the first stage, 2 for the others
         return x  # [B, F, H/S, W/S]
 
+    def first_conv_weight(self):
+        """The weights of the convolution that sees pixels, standardised, [64 w, C, 7, 7]."""
+        return self.stem.conv.standardized_weight()
+
     def init_weights(self):
         """As timm initialises ResNetV2: He-normal (fan-out) convolutions, GroupNorm 1 / 0, and
         the last GroupNorm of every unit 0, so that each unit starts as its shortcut."""

@@ -35,7 +35,7 @@ from .resize import DEFAULT_RESIZE, resize_grid_embedding, sincos_2d_grid
 # The ViTConfig fields the embedding reads besides the walkthrough's five (image_size, patch_size,
 # in_channels, embed_dim, dropout), at the values with which it computes what the walkthrough's
 # PatchEmbedding computes. dynamic_img_pad and pos_embed_resample act only with dynamic_img_size,
-# backbone_width and backbone_style only with backbone_layers.
+# backbone, backbone_width and backbone_style only with backbone_layers.
 WALKTHROUGH_EMBEDDING = dict(position_embedding="learned", class_token=True, distilled=False, register_tokens=0,
                              no_embed_class=False, pre_norm=False, drop_remainder=False, dynamic_img_size=False,
                              backbone_layers=None, patch_norm=False)
@@ -296,8 +296,8 @@ class HybridEmbedding(TokenEmbedding):
 
     Args:
         config: the `ViTConfig` (its grid and the Conv2D's input channels are the feature map's).
-        backbone: the `ResNetV2` (its `out_channels` F and `stride` S; "SAME" padding, so a
-            side of n pixels gives ceil(n / S) features).
+        backbone: the `ResNetV2` or timm's `ResNetD` (resnet_d.py), with its `out_channels` F
+            and `stride` S (either pads so that a side of n pixels gives ceil(n / S) features).
     """
 
     def __init__(self, config, backbone):
@@ -316,4 +316,4 @@ class HybridEmbedding(TokenEmbedding):
         return self.backbone.stride * self.patch_size
 
     def pixel_filters(self):
-        return self.backbone.stem.conv.standardized_weight()  # [64 w, C, 7, 7]
+        return self.backbone.first_conv_weight()  # ResNet-v2: [64 w, C, 7, 7] standardised; ResNet-D: [32, C, 3, 3]

@@ -14,6 +14,7 @@ from .patch_embed import PatchEmbedding
 from .block_parts import QVBiasLinear
 from .pooling import AttentionPool
 from .resnet import ResNetV2, StdConv2D
+from .resnet_d import ResNetD
 from .rope import build_rope
 from .token_embed import HybridEmbedding, TokenEmbedding, is_walkthrough_embedding
 
@@ -21,6 +22,8 @@ from .token_embed import HybridEmbedding, TokenEmbedding, is_walkthrough_embeddi
 def build_embedding(config):
     """The patch embedding `config` asks for: the walkthrough's `PatchEmbedding` (the paper's ViTs),
     else `TokenEmbedding` with the options of later ViTs, `HybridEmbedding` after a ResNet."""
+    if config.is_hybrid and config.backbone == "resnet_d":  # timm's vit_*_resnet26d / resnet50d
+        return HybridEmbedding(config, ResNetD(config.backbone_layers, config.in_channels))
     if config.is_hybrid:
         backbone = ResNetV2(config.backbone_layers, config.backbone_width, config.in_channels, config.backbone_style)
         return HybridEmbedding(config, backbone)

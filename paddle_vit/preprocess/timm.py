@@ -293,6 +293,8 @@ TIMM_EVAL = {
     "vit_base_patch32_plus_256": (0.95, "half", "center"),
     "vit_base_patch8_224": (0.9, "half", "center"),
     "vit_base_r26_s32_224": (0.9, "half", "center"),
+    **{name: (0.9, "imagenet", "center") for name in ("vit_small_resnet26d_224", "vit_small_resnet50d_s16_224",
+                                                       "vit_base_resnet26d_224", "vit_base_resnet50d_224")},
     "vit_giant_patch14_224": (0.9, "half", "center"),
     "vit_giant_patch14_reg1_tipsv2": (1.0, "unit", "center"),
     "vit_gigantic_patch14_224": (0.9, "half", "center"),

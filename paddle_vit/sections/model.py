@@ -60,6 +60,7 @@ class ModelConfig:
     fused_attention: Optional[bool] = None
     init: Optional[str] = None
     backbone_layers: Optional[List[int]] = None
+    backbone: Optional[str] = None
     backbone_width: Optional[int] = None
     backbone_style: Optional[str] = None
     dynamic_img_size: Optional[bool] = None

@@ -110,7 +110,7 @@ CONFIG_FIELDS = {
     "init": FieldRole(NOT_A_LAYER_FIELD),  # the parameters' first values, which the op reads as they are
     **{name: FieldRole(NOT_A_LAYER_FIELD) for name in (
         "image_size", "patch_size", "in_channels", "num_classes", "pool", "representation_size",
-        "backbone_layers", "backbone_width", "backbone_style", "dynamic_img_size",
+        "backbone_layers", "backbone", "backbone_width", "backbone_style", "dynamic_img_size",
         "dynamic_img_pad", "pos_embed_resample", "class_token", "register_tokens", "no_embed_class", "pre_norm",
         "fc_norm", "distilled", "drop_remainder", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm",
         "pool_include_prefix", "patch_norm")},  # the embedding, the head, the encoder's ends

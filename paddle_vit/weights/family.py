@@ -97,6 +97,17 @@ class CheckpointFamily:
 
 _FAMILIES = []
 _BLOCK = re.compile(r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.")
+_RESNET_D_BLOCK = re.compile(r"patch_embed\.backbone\.layer(\d+)\.(\d+)\.")
+RESNET_D_STEM = "patch_embed.backbone.conv1.0.weight"  # timm's ResNet-D: the deep stem's first conv
+
+
+def _units_per_stage(tensors, pattern):
+    blocks = {}
+    for name in tensors:
+        match = pattern.match(name)
+        if match:
+            blocks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+    return [len(blocks[stage]) for stage in sorted(blocks)]
 
 
 def families():
@@ -154,16 +165,17 @@ def options_from_tensors(converted):
         options["qkv_bias"] = Implied(has_bias, "the q/k/v projection " + ("has" if has_bias else "has no") + " bias")
         options["qkv"] = Implied("fused", "q, k and v come from one projection" + (" with a bias" if has_bias else ""))
     if "patch_embed.backbone.stem.conv.weight" in tensors:
-        blocks = {}
-        for name in tensors:
-            match = _BLOCK.match(name)
-            if match:
-                blocks.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
-        layers = [len(blocks[stage]) for stage in sorted(blocks)]
+        layers = _units_per_stage(tensors, _BLOCK)
         where = converted.checkpoint_name("patch_embed.backbone.stem.conv.weight")
         options["backbone_layers"] = Implied(layers, f"{where}: a hybrid's ResNet with these units per stage")
+        options["backbone"] = Implied("resnet_v2", f"{where}: the paper's ResNet-v2 (a 7x7 stem, GroupNorm)")
         options["backbone_width"] = Implied(int(tensors["patch_embed.backbone.stem.conv.weight"].shape[0]) // 64,
                                             f"{where}: the ResNet's stem width / 64")
+    elif RESNET_D_STEM in tensors:
+        where = converted.checkpoint_name(RESNET_D_STEM)
+        options["backbone_layers"] = Implied(_units_per_stage(tensors, _RESNET_D_BLOCK),
+                                             f"{where}: a hybrid's ResNet with these units per stage")
+        options["backbone"] = Implied("resnet_d", f"{where}: timm's ResNet-D (a deep 3x3 stem, BatchNorm)")
     elif "patch_embed.patch_embedding.weight" in tensors:
         options["backbone_layers"] = Implied(None, "a plain ViT: the patches are cut from the image, no ResNet")
     if "fc_norm.weight" in tensors and "encoder.norm.weight" not in tensors:

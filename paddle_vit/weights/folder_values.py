@@ -318,7 +318,8 @@ def _check_position_embedding(path, key, image_size, converted, description):
     tensors = converted.tensors
     embedding = tensors.get("patch_embed.position_embedding")
     patches = tensors.get("patch_embed.patch_embedding.weight")
-    hybrid = "patch_embed.backbone.stem.conv.weight" in tensors  # the patches are cut from the ResNet's features
+    # the patches are cut from the ResNet's features (the paper's ResNet-v2, timm's ResNet-D)
+    hybrid = "patch_embed.backbone.stem.conv.weight" in tensors or "patch_embed.backbone.conv1.0.weight" in tensors
     if (image_size is None or embedding is None or patches is None or hybrid or embedding.ndim != 3
             or patches.ndim != 4):
         return

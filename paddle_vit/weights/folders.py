@@ -61,7 +61,7 @@ TIMM_FLAGS = {"final_norm": "final_norm", "scale_attn_norm": "attention_norm", "
 TIMM_ACTIVATIONS = {"gelu": "exact", "gelu_tanh": "tanh", "quick_gelu": "quick"}
 # what a folder fixes about the architecture; the fields a contradiction is looked for in
 ARCHITECTURE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio", "in_channels",
-                       "backbone_layers", "image_size")
+                       "backbone_layers", "backbone", "image_size")
 
 
 @dataclasses.dataclass

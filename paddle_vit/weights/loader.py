@@ -42,10 +42,10 @@ logger = logging.getLogger(__name__)
 
 # options the checkpoint implies that a model contradicting them computes differently
 COMPUTED_OPTIONS = ("layer_norm_epsilon", "gelu", "qk_scale", "qkv_bias", "pool", "position_embedding",
-                    "backbone_style", "backbone_layers", "backbone_width", "rope", "rope_temperature",
+                    "backbone_style", "backbone_layers", "backbone", "backbone_width", "rope", "rope_temperature",
                     "rope_rotate_half")
 # of those, the architecture a model name fixes: checked, never taken from the checkpoint
-ARCHITECTURE_OPTIONS = ("backbone_layers", "backbone_width")
+ARCHITECTURE_OPTIONS = ("backbone_layers", "backbone", "backbone_width")
 
 
 @dataclasses.dataclass

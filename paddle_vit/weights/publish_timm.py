@@ -33,7 +33,7 @@ TIMM_ARGS = {"image_size": "img_size", "patch_size": "patch_size", "in_channels"
 TIMM_ACT_LAYERS = {"exact": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}
 TIMM_GLOBAL_POOLS = {"cls": "token", "mean": "avg", "map": "map", "walkthrough": "avg"}
 # fields timm's architecture fixes (its entrypoint builds them; no JSON argument changes them here)
-FIXED_FIELDS = ("backbone_layers", "backbone_width", "mlp", "distilled", "layer_norm_epsilon", "rope",
+FIXED_FIELDS = ("backbone_layers", "backbone", "backbone_width", "mlp", "distilled", "layer_norm_epsilon", "rope",
                 "rope_temperature", "rope_grid_offset", "rope_grid_indexing", "rope_rotate_half", "rope_ref_grid",
                 "qkv", "mlp_align_to", "attn_pool_heads", "attn_pool_mlp_ratio",
                 "proj_bias", "mlp_bias", "patch_norm")
@@ -110,7 +110,7 @@ def _differences(config, registered):
     if config.representation_size:
         refusals.append(f"representation_size {config.representation_size} (timm 1.0's VisionTransformer has no "
                         f"pre-logits layer)")
-    if config.is_hybrid and config.backbone_style != "timm":
+    if config.is_hybrid and config.backbone == "resnet_v2" and config.backbone_style != "timm":
         refusals.append(f"backbone_style {config.backbone_style!r} (timm's ResNet-v2 standardises its weights "
                         f"as backbone_style 'timm')")
     if config.dynamic_img_size and config.pos_embed_resample not in (None, "bicubic_antialias"):
@@ -180,6 +180,8 @@ def timm_pretrained_cfg(preprocess, config, num_classes):
 def _first_conv(config):
     if not config.is_hybrid:
         return "patch_embed.proj"
+    if config.backbone == "resnet_d":
+        return "patch_embed.backbone.conv1.0"
     return "patch_embed.backbone.conv" if not config.backbone_layers else "patch_embed.backbone.stem.conv"
 
 

@@ -21,6 +21,11 @@ from .family import POSITION_EMBEDDING, CheckpointFamily, ConvertedCheckpoint, I
 from .folders import describe_config, get_registered_config, timm_class_names
 
 _BACKBONE = r"stem\.(?:conv|norm)|stages\.\d+\.blocks\.\d+\.(?:downsample\.conv|downsample\.norm|conv[123]|norm[123])"
+# timm's ResNet-D of its vit_*_resnet26d / resnet50d hybrids (models/resnet_d.py): our names are
+# timm's, the BatchNorm running statistics too (buffers); num_batches_tracked is not read (`convert`)
+_RESNET_D = r"conv1\.[0136]|conv1\.4|bn1|layer\d+\.\d+\.(?:conv[123]|bn[123]|downsample\.[12])"
+RESNET_D_BACKBONE = (rf"patch_embed\.backbone\.({_RESNET_D})\.(weight|bias|running_mean|running_var)",
+                     r"patch_embed.backbone.\1.\2")
 # a hybrid's ResNet-v2: our names are timm's, but for the tiny hybrid's stem-only backbone
 STEM_ONLY_BACKBONE = (r"patch_embed\.backbone\.(conv|norm)\.(weight|bias)", r"patch_embed.backbone.stem.\1.\2")
 # timm < 0.9 kept the in21k representation layer; timm 1.0 has none to publish to
@@ -30,6 +35,7 @@ RENAMES = [
     (r"cls_token", "patch_embed.class_token"),
     STEM_ONLY_BACKBONE,
     (rf"patch_embed\.backbone\.({_BACKBONE})\.(weight|bias)", r"patch_embed.backbone.\1.\2"),
+    RESNET_D_BACKBONE,
     (r"pos_embed", POSITION_EMBEDDING),
     (r"patch_embed\.proj\.(weight|bias)", r"patch_embed.patch_embedding.\1"),
     (r"blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|mlp\.fc1|mlp\.fc2)\.(weight|bias)", r"encoder.layers.\1.\2.\3"),
@@ -143,8 +149,14 @@ class TimmFamily(CheckpointFamily):
         return has_timm_names(arrays) and linear_layout(arrays, checkpoint.description) in ("torch", None)
 
     def convert(self, checkpoint):
-        """timm names -> ours; Linear weights transposed, the patch-embedding conv kept OIHW."""
-        return rename(checkpoint.arrays, transpose=True)
+        """timm names -> ours; Linear weights transposed, the patch-embedding conv kept OIHW. A
+        ResNet-D's BatchNorm counters (``num_batches_tracked``) are not read: eval mode computes
+        with the running statistics, which the counter does not change."""
+        counters = [name for name in checkpoint.arrays if name.endswith(".num_batches_tracked")]
+        converted = rename({name: array for name, array in checkpoint.arrays.items() if name not in counters},
+                           transpose=True)
+        converted.skipped.extend(counters)
+        return converted
 
     def implied_options(self, checkpoint, converted):
         options = {"qk_scale": Implied(None, "timm scales q.k by head_dim^-0.5")}
@@ -165,7 +177,7 @@ class TimmFamily(CheckpointFamily):
         else:
             options["layer_norm_epsilon"] = Implied(1e-6, "timm's ViT LayerNorm epsilon")
             options["gelu"] = Implied("exact", "timm's ViT uses nn.GELU (erf)")
-        if "patch_embed.backbone.stem.conv.weight" in converted.tensors:
+        if "patch_embed.backbone.stem.conv.weight" in converted.tensors:  # a ResNet-D has no standardisation
             options["backbone_style"] = Implied("timm", "timm's StdConv2dSame (eps 1e-8 in the square root) and "
                                                         "GroupNorm (eps 1e-5)")
         if config is not None:  # a timm Hub folder: its architecture, model_args and global_pool
