@@ -16,9 +16,12 @@ setup(
     description="The Vision Transformer (An Image is Worth 16x16 Words) in PaddlePaddle",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["paddle_vit", "paddle_vit.*"]),
+    # configs/ goes into the installed package as paddle_vit/configs, so that a notebook opened
+    # without the checkout finds its recipe (paddle_vit.config.recipe_path)
+    packages=find_packages(include=["paddle_vit", "paddle_vit.*"]) + ["paddle_vit.configs"],
+    package_dir={"paddle_vit.configs": "configs"},
     # the C++ sources of the CPU kernels built on the user's machine at first use (variants/compiled.py)
-    package_data={"paddle_vit.variants": ["kernels/*.cc", "kernels/*.h"]},
+    package_data={"paddle_vit.variants": ["kernels/*.cc", "kernels/*.h"], "paddle_vit.configs": ["*.yaml"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy",

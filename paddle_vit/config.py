@@ -26,7 +26,11 @@ from .sections.optimizer import OptimizerConfig, ScheduleConfig
 from .sections.train import DistillationConfig, TrainConfig
 
 __all__ = ["Config", "DataConfig", "DistillationConfig", "EvalConfig", "ModelConfig", "OptimizerConfig",
-           "ScheduleConfig", "TrainConfig", "keys_set", "load_config", "validate"]
+           "ScheduleConfig", "TrainConfig", "keys_set", "load_config", "recipe_path", "validate"]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# configs/ as an installed package holds it (setup.py maps it to paddle_vit/configs), then as a checkout does
+RECIPE_FOLDERS = (os.path.join(_PACKAGE, "configs"), os.path.join(os.path.dirname(_PACKAGE), "configs"))
 
 
 SECTIONS = {
@@ -121,6 +125,21 @@ def load_config(path=None, overrides=(), data=None):
 # the keys that name files or folders; "~" in them is the home folder, as a shell would read it
 PATH_KEYS = (("model", "pretrained"), ("data", "root"), ("data", "train_list"), ("data", "val_list"),
              ("data", "class_names"), ("train", "output_dir"), ("train", "resume"))
+
+
+def recipe_path(name):
+    """The path of the recipe configs/<name>.yaml that ships with the package: in an installed
+    package (a wheel, `pip install .`) it is paddle_vit/configs/, in a checkout configs/ beside
+    paddle_vit/. So a notebook or script finds it wherever it runs. Raises ConfigError naming
+    the recipes there are."""
+    for folder in RECIPE_FOLDERS:
+        path = os.path.join(folder, f"{name}.yaml")
+        if os.path.isfile(path):
+            return path
+    shipped = sorted({os.path.splitext(entry)[0] for folder in RECIPE_FOLDERS if os.path.isdir(folder)
+                      for entry in os.listdir(folder) if entry.endswith(".yaml")})
+    raise ConfigError(f"no recipe {name!r} ships with paddle_vit{close_matches(name, shipped)}; "
+                      f"recipes are {', '.join(shipped) or 'none (configs/ is missing)'}")
 
 
 def _expand_user_paths(config):

@@ -239,3 +239,10 @@ def test_a_list_default_is_a_new_list_for_every_section():
     first.mean[0] = 0.0
     assert second.mean == [0.5, 0.5, 0.5] and DataConfig().mean == [0.5, 0.5, 0.5]
     assert EvalConfig().fewshot_shots is not EvalConfig().fewshot_shots
+
+
+def test_recipe_path_finds_a_shipped_recipe_and_names_the_recipes_on_a_typo():
+    from paddle_vit.config import recipe_path
+    assert load_config(recipe_path("vit_walkthrough_digits_28")).model.embed_dim == 64
+    with pytest.raises(ConfigError, match=r"no recipe 'vit_walkthrough_digits28' .*did you mean: vit_walkthrough_digits_28"):
+        recipe_path("vit_walkthrough_digits28")

@@ -9,6 +9,9 @@ file is never written.
 import base64
 import io
 import os
+import shutil
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -63,10 +66,54 @@ def test_notebook_is_committed_executed_in_order_with_its_figures(name):
     assert len(pngs(notebook)) == FIGURES[name]
     # the run's timings are not committed (they change on every run)
     assert not any(key in cell.metadata for cell in cells for key in execute_notebooks.VOLATILE_CELL_METADATA)
-    # the first cell reads the suite's smaller setting and finds the repository without an install
+    # the first cell reads the suite's smaller setting and finds paddle_vit in a checkout or an install
     first = cells[0].source
-    assert 'os.environ.get("PADDLE_VIT_NOTEBOOK_QUICK") == "1"' in first and "sys.path.insert(0, REPO)" in first
+    assert 'os.environ.get("PADDLE_VIT_NOTEBOOK_QUICK") == "1"' in first and "PADDLE_VIT_SOURCE" in first
     assert "paddle_vit.runtime.configure()" in first
+    # nothing is read from the checkout's folders: a notebook opened alone has none
+    assert not any("REPO" in cell.source for cell in cells)
+
+
+def first_cell_setup(name):
+    """The first cell's part that finds or installs paddle_vit (up to its `invalidate_caches`)."""
+    first = code_cells(read(name))[0].source
+    return first[:first.index("importlib.invalidate_caches()")]
+
+
+def test_the_notebooks_find_paddle_vit_with_the_same_first_cell():
+    assert len({first_cell_setup(name) for name in NAMES}) == 1
+    assert len(first_cell_setup(NAMES[0]).splitlines()) <= 16  # short enough to read before running
+
+
+def run_first_cell_without_paddle_vit(name, folder, source=None):
+    """The first cell of notebook `name` in an IPython shell (as a kernel runs it) in `folder`,
+    paddle_vit made unimportable; returns what it prints."""
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PADDLE_VIT_SOURCE")}
+    if source is not None:
+        environment["PADDLE_VIT_SOURCE"] = source
+    code = ("import sys\n"
+            "sys.modules['paddle_vit'] = None  # an install or a checkout on the path is not found\n"
+            "from IPython.core.interactiveshell import InteractiveShell\n"
+            f"InteractiveShell.instance().run_cell({code_cells(read(name))[0].source!r})\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
+                            cwd=folder, timeout=120)
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_first_cell_without_paddle_vit_or_a_source_stops_in_one_line_with_the_command(name, tmp_path):
+    output = run_first_cell_without_paddle_vit(name, tmp_path)
+    assert output.splitlines() == ["SetupError: paddle_vit is not installed: run `pip install "
+                                   "PATH_OR_GIT_URL_OF_PADDLE_VIT`, then this cell again"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_first_cell_stops_in_one_line_when_pip_cannot_install_the_source(name, tmp_path):
+    missing = str(tmp_path / "no_such_clone")  # pip fails on it at once, registry or not
+    output = run_first_cell_without_paddle_vit(name, tmp_path, source=missing)
+    assert output.splitlines() == [f"SetupError: paddle_vit is not installed and pip could not install {missing}: "
+                                   f"run `pip install {missing}`, then this cell again"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -124,3 +171,38 @@ def test_notebook_runs_top_to_bottom_in_its_quick_setting(name, tmp_path):
     assert all(cell.execution_count is not None for cell in code_cells(notebook))
     assert_ran_clean(notebook)
     assert len(pngs(notebook)) == FIGURES[name]  # the figures were drawn
+
+
+def install_outside_the_checkout(folder):
+    """paddle_vit built from a copy of the checkout (non-editable) and installed with pip into
+    `folder`/site, without its dependencies (this interpreter has them); returns that folder."""
+    source, site = folder / "source", folder / "site"
+    source.mkdir()
+    for entry in ("setup.py", "README.md"):
+        shutil.copy(os.path.join(REPO, entry), source / entry)
+    for entry in ("paddle_vit", "configs"):
+        shutil.copytree(os.path.join(REPO, entry), source / entry, ignore=shutil.ignore_patterns("__pycache__"))
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site),
+                             str(source)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-1500:]
+    return site
+
+
+@pytest.mark.slow
+@pytest.mark.notebooks
+def test_notebook_opened_alone_runs_on_the_installed_package_not_the_checkout(tmp_path, monkeypatch):
+    # 01 is the quickest in its quick setting; it reads its recipe through recipe_path
+    site = install_outside_the_checkout(tmp_path)
+    student = tmp_path / "student"
+    student.mkdir()
+    notebook = read(NAMES[0])
+    notebook.cells.append(nbformat.v4.new_code_cell("print(paddle_vit.__file__, recipe_path('vit_walkthrough_digits_28'))"))
+    nbformat.write(notebook, str(student / NAMES[0]))
+    monkeypatch.setenv("PYTHONPATH", str(site))  # the kernel's; the checkout is neither on it nor its folder
+    monkeypatch.delenv("PADDLE_VIT_SOURCE", raising=False)
+    executed = execute_notebooks.execute(str(student / NAMES[0]), quick=True, timeout=600)
+    assert_ran_clean(executed)
+    assert len(pngs(executed)) == FIGURES[NAMES[0]]
+    where = code_cells(executed)[-1].outputs[0].text.split()
+    assert where == [str(site / "paddle_vit" / "__init__.py"),
+                     str(site / "paddle_vit" / "configs" / "vit_walkthrough_digits_28.yaml")]
