@@ -118,7 +118,7 @@ def rope_of_layer(rope, index):
     return None if rope is None else rope.layer(index)
 
 
-def grid_coordinates(rows, cols, indexing, centred=False, offset=0.0, ref_grid=None):
+def grid_coordinates(rows, cols, indexing="ij", centred=False, offset=0.0, ref_grid=None):
     """[rows * cols, 2] float32 coordinates (numpy) of the patch grid, row-major, the channels
     (row, col) for 'ij' and (col, row) for 'xy' (timm's grid_indexing).
 
@@ -141,31 +141,53 @@ def grid_coordinates(rows, cols, indexing, centred=False, offset=0.0, ref_grid=N
     return (np.float32(2.0) * grid - np.float32(1.0)) if centred else grid
 
 
-class AxialRope(nn.Layer):
+def operand(array, grid):
+    """`array` (numpy) where `grid` is numpy, else as a tensor: the tables' arithmetic reads the
+    same for both (a traced graph computes them from tensors, variants/graph.py)."""
+    return array if isinstance(grid, np.ndarray) else paddle.to_tensor(array)
+
+
+class FixedRope(nn.Layer):
+    """A rotary embedding with no parameter: its table a fixed function of the grid, computed
+    once per grid in numpy, in float32 and timm's order of operations (so a traced graph holds
+    it as a constant). A kind gives `angles` of the grid's coordinates; `grid_options` are how
+    `grid_coordinates` lays the grid out for it."""
+
+    def __init__(self, num_prefix_tokens, rotate_half, grid_options):
+        super().__init__()
+        self.num_prefix_tokens, self.rotate_half, self.grid_options = num_prefix_tokens, rotate_half, grid_options
+        self.cached = {}
+
+    def forward(self, rows, cols):
+        """The table of a rows x cols grid."""
+        if (rows, cols) not in self.cached:
+            angles = self.angles(grid_coordinates(rows, cols, **self.grid_options))  # [N, d]
+            self.cached[(rows, cols)] = (np.sin(angles), np.cos(angles))
+        sin, cos = self.cached[(rows, cols)]
+        return RotaryTable(paddle.to_tensor(sin), paddle.to_tensor(cos), self.num_prefix_tokens, self.rotate_half)
+
+    def table_of(self, angles):
+        """The table of `angles` [N, d] given as a tensor."""
+        return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, self.rotate_half)
+
+
+class AxialRope(FixedRope):
     """Axial RoPE: the first half of the pairs turn with the grid's first coordinate channel,
     the second half with the other, at frequencies temperature^(-i / n), i < n = d / 4
     (timm's RotaryEmbeddingCat with in_pixels=False)."""
 
     def __init__(self, head_dim, num_prefix_tokens, temperature=10000.0, grid_offset=0.0, grid_indexing="ij",
                  rotate_half=False, ref_grid=None):
-        super().__init__()
-        self.num_prefix_tokens = num_prefix_tokens
-        self.grid_offset, self.grid_indexing, self.rotate_half = grid_offset, grid_indexing, rotate_half
-        self.ref_grid = tuple(ref_grid) if ref_grid is not None else None
+        super().__init__(num_prefix_tokens, rotate_half, dict(
+            indexing=grid_indexing, offset=grid_offset, ref_grid=tuple(ref_grid) if ref_grid is not None else None))
         bands = head_dim // 4
         self.frequencies = (1.0 / np.float32(temperature) ** (np.arange(bands, dtype=np.float32) / bands)).astype(
             np.float32)  # [d / 4]
-        self.cached = {}
 
-    def forward(self, rows, cols):
-        """The table of a rows x cols grid (computed once per grid in numpy: it holds no parameter)."""
-        if (rows, cols) not in self.cached:
-            grid = grid_coordinates(rows, cols, self.grid_indexing, offset=self.grid_offset, ref_grid=self.ref_grid)
-            angles = (grid[:, :, None] * self.frequencies).reshape(rows * cols, -1)  # [N, 2, d / 4] -> [N, d / 2]
-            angles = pair_layout(angles, self.rotate_half)  # [N, d]
-            self.cached[(rows, cols)] = (np.sin(angles), np.cos(angles))
-        sin, cos = self.cached[(rows, cols)]
-        return RotaryTable(paddle.to_tensor(sin), paddle.to_tensor(cos), self.num_prefix_tokens, self.rotate_half)
+    def angles(self, grid):
+        """[N, 2] coordinates -> [N, d] angles: coordinate x frequency, the two channels' side by side."""
+        angles = (grid[:, :, None] * operand(self.frequencies, grid)).reshape([-1, 2 * len(self.frequencies)])
+        return pair_layout(angles, self.rotate_half)  # [N, 2, d / 4] -> [N, d / 2] -> [N, d]
 
 
 class MixedRope(nn.Layer):
@@ -177,7 +199,7 @@ class MixedRope(nn.Layer):
     def __init__(self, head_dim, depth, num_heads, num_prefix_tokens, temperature=10.0, grid_indexing="xy"):
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
-        self.grid_indexing = grid_indexing
+        self.grid_options = dict(indexing=grid_indexing)
         magnitudes = 1.0 / (temperature ** (paddle.arange(0, head_dim, 4, dtype="float32") / head_dim))  # [d / 4]
         angles = paddle.rand([depth, num_heads, 1]) * 2 * math.pi  # [L, H, 1]
         f_x = paddle.concat([magnitudes * paddle.cos(angles), magnitudes * paddle.cos(angles + math.pi / 2)], -1)
@@ -187,41 +209,39 @@ class MixedRope(nn.Layer):
             default_initializer=nn.initializer.Assign(paddle.stack([f_x, f_y])))  # [2, L, H, d / 2]
 
     def forward(self, rows, cols):
-        return self.table(paddle.to_tensor(grid_coordinates(rows, cols, self.grid_indexing)))
+        grid = paddle.to_tensor(grid_coordinates(rows, cols, **self.grid_options))  # [N, 2]
+        return self.table_of(self.angles(grid))
 
-    def table(self, grid):
-        """The per-layer tables of the grid's coordinates `grid` [N, 2]."""
+    def angles(self, grid):
+        """[N, 2] coordinates (a tensor) -> [L, H, N, d] angles, from the learned frequencies."""
         t_x, t_y = grid[:, 0], grid[:, 1]  # [N] each
         angles = (t_x.unsqueeze(-1) * self.frequencies[0].unsqueeze(-2)
                   + t_y.unsqueeze(-1) * self.frequencies[1].unsqueeze(-2))  # [L, H, N, d / 2]
-        angles = pair_layout(angles, rotate_half=False)  # [L, H, N, d]
+        return pair_layout(angles, rotate_half=False)  # [L, H, N, d]
+
+    def table_of(self, angles):
         return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, rotate_half=False,
                            per_layer=True)
 
 
-class DinoV3Rope(nn.Layer):
+class DinoV3Rope(FixedRope):
     """DINOv3's RoPE: patch centres normalised to [-1, 1] per axis, periods base^(2 i / (d / 2)),
     i < d / 4, angles 2 pi x / period; its rescale and jitter of the coordinates are training
     augmentation of DINOv3's own pre-training, not part of the model."""
 
     def __init__(self, head_dim, num_prefix_tokens, temperature=100.0, grid_offset=0.0, grid_indexing="ij",
                  rotate_half=True):
-        super().__init__()
-        self.num_prefix_tokens = num_prefix_tokens
-        self.grid_offset, self.grid_indexing, self.rotate_half = grid_offset, grid_indexing, rotate_half
+        super().__init__(num_prefix_tokens, rotate_half, dict(indexing=grid_indexing, centred=True,
+                                                              offset=grid_offset))
         bands = head_dim // 4
         self.periods = (np.float32(temperature) ** (np.float32(2.0) * np.arange(bands, dtype=np.float32)
                                                    / np.float32(head_dim // 2))).astype(np.float32)  # [d / 4]
-        self.cached = {}
 
-    def forward(self, rows, cols):
-        if (rows, cols) not in self.cached:
-            grid = grid_coordinates(rows, cols, self.grid_indexing, centred=True, offset=self.grid_offset)  # [N, 2]
-            angles = (np.float32(2 * math.pi) * grid[:, :, None] / self.periods).reshape(rows * cols, -1)  # [N, d / 2]
-            angles = pair_layout(angles, self.rotate_half)  # [N, d]
-            self.cached[(rows, cols)] = (np.sin(angles), np.cos(angles))
-        sin, cos = self.cached[(rows, cols)]
-        return RotaryTable(paddle.to_tensor(sin), paddle.to_tensor(cos), self.num_prefix_tokens, self.rotate_half)
+    def angles(self, grid):
+        """[N, 2] coordinates -> [N, d] angles 2 pi x / period, the two channels' side by side."""
+        two_pi = operand(np.array([2 * math.pi], np.float32), grid)
+        angles = (two_pi * grid[:, :, None] / operand(self.periods, grid)).reshape([-1, 2 * len(self.periods)])
+        return pair_layout(angles, self.rotate_half)  # [N, d]
 
 
 def build_rope(config):

@@ -26,7 +26,7 @@ import paddle.nn.functional as F
 
 from ..models.attention import Attention
 from ..models.resnet import StdConv2D
-from ..models.rope import AxialRope, DinoV3Rope, MixedRope, RotaryTable, pair_layout
+from ..models.rope import AxialRope, DinoV3Rope, MixedRope
 from ..models.token_embed import DynamicSize
 from ..models.vit import ViT
 from .cpu import runs_on_cpu
@@ -193,7 +193,7 @@ class TraceableViT(ViT):
         return self.fc_norm(mean_over(x.transpose([0, 2, 1]), [2]).flatten(1))  # [B, 1 + N, D] -> [B, D, 1] -> [B, D]
 
 
-def traced_grid(rows, cols, indexing, centred=False, offset=0.0, ref_grid=None):
+def traced_grid(rows, cols, indexing="ij", centred=False, offset=0.0, ref_grid=None):
     """`models.rope.grid_coordinates` with the grid's sides known only when the graph runs (int64
     scalar tensors): [rows * cols, 2] float32, in the same order of operations."""
     axes = []
@@ -213,45 +213,27 @@ def traced_grid(rows, cols, indexing, centred=False, offset=0.0, ref_grid=None):
     return 2.0 * grid - 1.0 if centred else grid
 
 
-class TraceableAxialRope(AxialRope):
-    """`AxialRope` in a traced graph whose input size is read when it runs (dynamic_img_size): the
-    table computed in the graph from the grid's sides, the same numbers."""
+class TracedGridTable:
+    """A rotary embedding in a traced graph whose input size is read when it runs
+    (dynamic_img_size): the grid laid out in the graph from its sides, then the kind's own angles
+    and table; the same numbers. At a size known while tracing, the module's table as it is."""
 
+    def forward(self, rows, cols):
+        if isinstance(rows, int):
+            return self.variant_of.forward(self, rows, cols)  # (a traced method has no super())
+        return self.table_of(self.angles(traced_grid(rows, cols, **self.grid_options)))
+
+
+class TraceableAxialRope(TracedGridTable, AxialRope):
     variant_of = AxialRope
 
-    def forward(self, rows, cols):
-        if isinstance(rows, int):
-            return super().forward(rows, cols)
-        grid = traced_grid(rows, cols, self.grid_indexing, offset=self.grid_offset, ref_grid=self.ref_grid)
-        angles = (grid.unsqueeze(-1) * paddle.to_tensor(self.frequencies)).reshape([-1, 2 * len(self.frequencies)])
-        angles = pair_layout(angles, self.rotate_half)  # [N, d]
-        return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, self.rotate_half)
 
-
-class TraceableDinoV3Rope(DinoV3Rope):
-    """`DinoV3Rope` in a traced graph whose input size is read when it runs (see TraceableAxialRope)."""
-
+class TraceableDinoV3Rope(TracedGridTable, DinoV3Rope):
     variant_of = DinoV3Rope
 
-    def forward(self, rows, cols):
-        if isinstance(rows, int):
-            return super().forward(rows, cols)
-        grid = traced_grid(rows, cols, self.grid_indexing, centred=True, offset=self.grid_offset)
-        angles = (2 * math.pi * grid.unsqueeze(-1) / paddle.to_tensor(self.periods)).reshape(
-            [-1, 2 * len(self.periods)])  # [N, d / 2]
-        angles = pair_layout(angles, self.rotate_half)  # [N, d]
-        return RotaryTable(paddle.sin(angles), paddle.cos(angles), self.num_prefix_tokens, self.rotate_half)
 
-
-class TraceableMixedRope(MixedRope):
-    """`MixedRope` in a traced graph whose input size is read when it runs (see TraceableAxialRope)."""
-
+class TraceableMixedRope(TracedGridTable, MixedRope):
     variant_of = MixedRope
-
-    def forward(self, rows, cols):
-        if isinstance(rows, int):
-            return super().forward(rows, cols)
-        return self.table(traced_grid(rows, cols, self.grid_indexing))
 
 
 TRACEABLE = (TracedCpuAttention, WrittenOutTanhGELU, WrittenOutGroupNorm, TraceableStdConv2D, TraceableViT,
