@@ -137,12 +137,9 @@ def test_only_the_dinov3_family_claims_its_files():
 # ---- what a config.json says that this ViT does not compute, named in one line -------------------
 
 def edited(tmp_path, case, **changes):
-    target = tmp_path / case
-    shutil.copytree(folder(case), target)
-    config = json.loads((target / "config.json").read_text())
-    config.update(changes)
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
+    """A copy of the fixture folder `case` whose config.json has `changes`."""
+    from test_failures_folders import edited as edited_copy
+    return edited_copy(tmp_path, folder(case), changes)
 
 
 @pytest.mark.parametrize("case, changes, expected", [

@@ -255,12 +255,9 @@ def test_a_hub_config_names_the_registered_model_of_its_family(config, name):
 # ---- what a folder says wrong is named in one line ------------------------------------------------
 
 def edited(tmp_path, case, **changes):
-    target = tmp_path / case
-    shutil.copytree(folder(case), target)
-    config = json.loads((target / "config.json").read_text())
-    config.update(changes)
-    (target / "config.json").write_text(json.dumps(config))
-    return str(target)
+    """A copy of the fixture folder `case` whose config.json has `changes`."""
+    from test_failures_folders import edited as edited_copy
+    return edited_copy(tmp_path, folder(case), changes)
 
 
 @pytest.mark.parametrize("case, changes, expected", [

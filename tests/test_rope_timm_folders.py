@@ -126,26 +126,19 @@ def test_photos_through_the_folders_pretrained_cfg_give_timms_outputs(architectu
 
 
 @pytest.mark.parametrize("change, fragments", [
-    (dict(model_args={"rope_type": "mrope"}), ["config.json: model_args.rope_type = 'mrope'", "RoPE types"]),
-    (dict(architecture="naflexvit_base_patch16_gap"), ["config.json: architecture naflexvit_base_patch16_gap",
-                                                       "NaFlex"]),
-    (dict(architecture="vit_base_patch16_sapiens2"), ["grouped-query attention"]),
-    (dict(model_args={"num_heads": 16}), ["config.json: model_args.", "heads 2 wide", "multiple of 4"]),
+    ({"model_args.rope_type": "mrope"}, ["config.json: model_args.rope_type = 'mrope'", "RoPE types"]),
+    ({"architecture": "naflexvit_base_patch16_gap"}, ["config.json: architecture naflexvit_base_patch16_gap",
+                                                      "NaFlex"]),
+    ({"architecture": "vit_base_patch16_sapiens2"}, ["grouped-query attention"]),
+    ({"model_args.num_heads": 16}, ["config.json: model_args.", "heads 2 wide", "multiple of 4"]),
 ])
 def test_a_folder_asking_for_what_is_not_built_is_one_error_line_naming_the_file_and_key(change, fragments, tmp_path,
                                                                                           capsys):
     """tools/predict.py on a DINOv3 folder whose config.json asks for a RoPE type with no class
     here, a NaFlex or Sapiens2 architecture, or heads too narrow for RoPE's pairs: exit 2, one line."""
+    from test_failures_folders import edited
     from test_hub_folders import run_tool
-    import shutil
-    folder = str(tmp_path / "folder")
-    shutil.copytree(os.path.join(FIXTURES, CASES["vit_small_patch16_dinov3"]["folder"]), folder)
-    with open(os.path.join(folder, "config.json")) as stream:
-        config = json.load(stream)
-    config["model_args"].update(change.pop("model_args", {}))
-    config.update(change)
-    with open(os.path.join(folder, "config.json"), "w") as stream:
-        json.dump(config, stream)
+    folder = edited(tmp_path, os.path.join(FIXTURES, CASES["vit_small_patch16_dinov3"]["folder"]), change)
     photo = next(iter(make_photos(str(tmp_path)).values()))
     code, _, stderr = run_tool("predict", ["--weights", folder, photo], capsys)
     lines = [line for line in stderr.splitlines() if line.strip()]
