@@ -31,6 +31,7 @@ import paddle.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from . import fileio
+from .figure_text import current as figure_text, use_language  # noqa: F401 (use_language: viz's API)
 from .data import build_transforms
 from .data.imagefolder import decode_image
 from .errors import ConfigError, DataError, check_choice
@@ -277,12 +278,13 @@ def attention_figure(model, images, mean, std, titles=None):
     num_images, num_heads = len(images), heads.shape[1]
     size = images.shape[-2:]
     columns = 2 + num_heads
+    words = figure_text()
     figure = new_figure(1.6 * columns, 1.75 * num_images + 0.3)
     axes = figure.subplots(num_images, columns, squeeze=False)
     for row in range(num_images):
         pixels = denormalise(images[row], mean, std)
-        panels = [(pixels, "input"), (overlay(pixels, upsample(rollout[row], size)), "rollout")]
-        panels += [(overlay(pixels, upsample(heads[row, head], size)), f"head {head + 1}")
+        panels = [(pixels, words("input")), (overlay(pixels, upsample(rollout[row], size)), words("rollout"))]
+        panels += [(overlay(pixels, upsample(heads[row, head], size)), words("head {head}", head=head + 1))
                    for head in range(num_heads)]
         for column, (picture, label) in enumerate(panels):
             axis = axes[row, column]
@@ -291,13 +293,14 @@ def attention_figure(model, images, mean, std, titles=None):
             axis.set_yticks([])
             if row == 0:
                 axis.set_title(label, fontsize=9)
-        caption = titles[row] if titles else f"image {row + 1}"
+        caption = titles[row] if titles else words("image {number}", number=row + 1)
         if probabilities.shape[1]:
             best = int(probabilities[row].argmax())
-            caption += f"\npredicted {best} ({probabilities[row, best]:.2f})"
+            caption += "\n" + words("predicted {label} ({probability})", label=best,
+                                     probability=f"{probabilities[row, best]:.2f}")
         axes[row, 0].set_ylabel(caption, fontsize=8)
-    figure.suptitle(f"attention rollout ({rollout_query_for(model)} tokens) and the last layer's "
-                    f"class-token attention per head", fontsize=10)
+    figure.suptitle(words("attention rollout ({query} tokens) and the last layer's class-token attention per head",
+                          query=words(rollout_query_for(model))), fontsize=10)
     figure.tight_layout()
     return figure, {"rollout": rollout, "class_attention": heads, "probabilities": probabilities}
 
@@ -314,8 +317,9 @@ def confusion_matrix_figure(confusion, class_names):
     image = axes.imshow(confusion, cmap="Blues")
     axes.set_xticks(range(len(class_names)), class_names, rotation=90)
     axes.set_yticks(range(len(class_names)), class_names)
-    axes.set_xlabel("predicted")
-    axes.set_ylabel("true")
+    words = figure_text()
+    axes.set_xlabel(words("predicted"))
+    axes.set_ylabel(words("true"))
     if len(class_names) <= 20:
         for (row, column), count in np.ndenumerate(confusion):
             axes.text(column, row, str(count), ha="center", va="center", fontsize=7,
@@ -391,11 +395,12 @@ def position_similarity_figure(model, title=None, vmin=-1.0):
     axis.tick_params(length=0, labelsize=7 if max(rows, cols) > 10 else 9)
     for spine in axis.spines.values():
         spine.set_visible(False)
-    axis.set_xlabel("input patch column")
-    axis.set_ylabel("input patch row")
-    figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label="cosine similarity")
-    axis.set_title(title or f"position embedding similarity ({model.patch_embed.position_embedding_kind})",
-                   fontsize=10)
+    words = figure_text()
+    axis.set_xlabel(words("input patch column"))
+    axis.set_ylabel(words("input patch row"))
+    figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label=words("cosine similarity"))
+    axis.set_title(title or words("position embedding similarity ({kind})",
+                                  kind=model.patch_embed.position_embedding_kind), fontsize=10)
     return figure, {"similarity": similarity}
 
 
@@ -459,10 +464,12 @@ def embedding_filters_figure(model, num_components=NUM_FILTER_COMPONENTS, grey=F
     axis = figure.subplots()
     axis.imshow(picture, interpolation="nearest")
     axis.set_axis_off()
-    which = "the hybrid's ResNet stem filters" if model.config.is_hybrid else "patch-embedding filters"
-    axis.set_title(title or f"{which}: first {count} principal components\n"
-                            f"({100 * ratio.sum():.0f}% of the variance of the {weight.shape[0]} "
-                            f"filters of {channels}x{patch}x{patch})", fontsize=9)
+    words = figure_text()
+    which = words("the hybrid's ResNet stem filters" if model.config.is_hybrid else "patch-embedding filters")
+    axis.set_title(title or words("{which}: first {count} principal components", which=which, count=count) + "\n" +
+                   words("({percent}% of the variance of the {filters} filters of {shape})",
+                         percent=f"{100 * ratio.sum():.0f}", filters=weight.shape[0],
+                         shape=f"{channels}x{patch}x{patch}"), fontsize=9)
     return figure, {"components": components, "explained_variance_ratio": ratio}
 
 
@@ -513,22 +520,24 @@ def attention_distance_figure(model, images, title=None):
     patch_size = model.patch_embed.token_pixels  # a hybrid's token covers S x P pixels
     distance = mean_attention_distance(attentions, _grid_of(model), patch_size)
     depth, num_heads = distance.shape
+    words = figure_text()
     figure = new_figure(4.2, 3.4)
     axis = figure.subplots()
     layers = np.arange(1, depth + 1)
     for head in range(num_heads):
-        axis.scatter(layers, distance[:, head], s=18, label=f"head {head + 1}")
+        axis.scatter(layers, distance[:, head], s=18, label=words("head {head}", head=head + 1))
     distances = patch_distances(_grid_of(model), patch_size)
-    axis.axhline(distances.mean(), color="grey", linestyle="--", linewidth=1, label="uniform attention")
+    axis.axhline(distances.mean(), color="grey", linestyle="--", linewidth=1, label=words("uniform attention"))
     height, width = model.patch_embed.image_size
     axis.set_ylim(0, distances.max() * 1.05)
     axis.set_xticks(layers)
-    axis.set_xlabel("network depth (layer)")
-    axis.set_ylabel("mean attention distance (pixels)")
+    axis.set_xlabel(words("network depth (layer)"))
+    axis.set_ylabel(words("mean attention distance (pixels)"))
     if num_heads <= 8:
         axis.legend(fontsize=7, loc="upper left", ncol=2)
-    images_named = f"{len(images)} image" + ("s" if len(images) != 1 else "")
-    axis.set_title(title or f"{images_named} of {height}x{width}, patches of {patch_size}", fontsize=9)
+    images_named = words("1 image") if len(images) == 1 else words("{count} images", count=len(images))
+    axis.set_title(title or words("{images} of {height}x{width}, patches of {patch}", images=images_named,
+                                  height=height, width=width, patch=patch_size), fontsize=9)
     figure.tight_layout()
     return figure, {"distance": distance}
 

@@ -22,7 +22,7 @@ from ..data.datasets import build_datasets
 from ..data.loader import build_dataloader
 from ..errors import WeightsError
 from ..models.vit import ViT
-from ..viz import new_figure
+from ..viz import figure_text, new_figure
 
 # the composition of a learned_2d embedding, which dynamic_img_size does not resample
 LEARNED_2D_TABLES = ("patch_embed.row_embedding", "patch_embed.column_embedding",
@@ -98,6 +98,7 @@ def accuracy_at_sizes(models, data_config, sizes, pad=False, batch_size=512):
 def resolution_figure(accuracy, train_size=None, title=None):
     """Validation top-1 against the test resolution, one line per model (`accuracy` as
     `accuracy_at_sizes` returns it); the training size dashed. Returns the figure."""
+    words = figure_text()
     figure = new_figure(6.0, 3.6)
     axis = figure.subplots()
     for name, by_size in accuracy.items():
@@ -105,13 +106,13 @@ def resolution_figure(accuracy, train_size=None, title=None):
         axis.plot(sizes, [by_size[size] for size in sizes], marker="o", label=name)
     sizes = sorted({size for by_size in accuracy.values() for size in by_size})
     if train_size is not None:
-        axis.axvline(train_size, color="black", linestyle=":", linewidth=1, label=f"trained at {train_size} px")
-    axis.axhline(0.1, color="grey", linestyle="--", linewidth=1, label="chance")
+        axis.axvline(train_size, color="black", linestyle=":", linewidth=1, label=words("trained at {size} px", size=train_size))
+    axis.axhline(0.1, color="grey", linestyle="--", linewidth=1, label=words("chance"))
     axis.set_xticks(sizes, [str(size) for size in sizes])
-    axis.set_xlabel("test resolution (pixels)")
-    axis.set_ylabel("val top-1")
+    axis.set_xlabel(words("test resolution (pixels)"))
+    axis.set_ylabel(words("val top-1"))
     axis.set_ylim(0, 1)
     axis.legend(fontsize=8)
-    axis.set_title(title or "accuracy at other resolutions, no fine-tuning", fontsize=9)
+    axis.set_title(title or words("accuracy at other resolutions, no fine-tuning"), fontsize=9)
     figure.tight_layout()
     return figure
