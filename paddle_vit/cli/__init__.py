@@ -27,6 +27,7 @@ COMMANDS = {
     "visualize": ("visualize", "draw attention maps, position-embedding similarity, filters, attention distance"),
     "convert": ("convert_weights", "convert a timm, Hugging Face, JAX, PaddleClas or torchvision checkpoint"),
     "data-size-experiment": ("data_size_experiment", "the paper's data-size experiment in miniature"),
+    "deit-budget-experiment": ("deit_budget_experiment", "DeiT's distillation with DeiT's training budget, on the digits"),
     "scaling-estimate": ("scaling_estimate", "expected multi-GPU throughput, memory and traffic"),
 }
 # the long-running commands restart once with a better malloc (runtime.py: a malloc is chosen at start)

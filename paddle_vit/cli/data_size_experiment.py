@@ -21,8 +21,9 @@ import paddle
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
 from ..engine.logging_utils import setup_logging
-from ..errors import ConfigError, DataError
-from ..experiments.data_size import BATCH_SIZE, data_size_figure, result_rows, run_data_size_experiment, training_images
+from ..errors import DataError
+from ..experiments.data_size import (BATCH_SIZE, check_fractions_keep_a_batch, data_size_figure, result_rows,
+                                     run_data_size_experiment)
 from ..fileio import atomic_write, output_folder
 
 
@@ -37,12 +38,7 @@ def experiment(argv):
     parser.add_argument("--workers", type=integer(1), help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
-    kept, smallest = training_images(args.fractions)  # a run needs a whole batch: said now, not after the others
-    few = {fraction: images for fraction, images in kept.items() if images < BATCH_SIZE}
-    if few:
-        fraction, images = next(iter(few.items()))
-        raise ConfigError(f"--fractions {fraction:g} keeps {images} training images, fewer than one batch of "
-                          f"{BATCH_SIZE}; the smallest fraction that keeps a batch is {smallest:g}")
+    check_fractions_keep_a_batch(args.fractions, BATCH_SIZE)  # said now, not after the other runs
     # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
     with output_folder(args.out, "--out"):
         run_and_report(args)

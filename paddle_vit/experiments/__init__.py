@@ -1,6 +1,7 @@
 """The experiments that measure the models rather than make them: data_size.py, the paper's
 data-size experiment in miniature (Section 4.3: ViT, hybrid, ResNet and DeiT's distilled ViT on
-growing fractions of the digits), resolution.py, trained models evaluated at input sizes other
+growing fractions of the digits), deit_budget.py, DeiT's distillation given DeiT's training budget
+(augmentation, hundreds of epochs; no teacher, hard and soft), resolution.py, trained models evaluated at input sizes other
 than the training one (RoPE-ViT's Figure 3: each kind of position embedding resampled or
 recomputed for the new grid), and scaling.py, training at scale on paper (compute, memory and
 all-reduce traffic per GPU, arithmetic on a `ViTConfig`).
@@ -19,6 +20,9 @@ _LAZY = {name: "data_size" for name in (
     "run_data_size_experiment", "run_folder", "teacher_checkpoint", "seed_spread", "figure_shots",
     "data_size_figure", "result_rows")}
 _LAZY.update({name: "resolution" for name in ("at_any_size", "accuracy_at_sizes", "resolution_figure")})
+_LAZY.update({name: "deit_budget" for name in (
+    "MODES", "HEADS", "run_deit_budget_experiment", "deit_budget_figure", "head_predictions", "summarise",
+    "table_rows")})
 
 __all__ = list(_LAZY)
 

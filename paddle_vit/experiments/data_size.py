@@ -27,13 +27,9 @@ and a distillation token read by a head each (pool "cls", DeiT's design):
 - "ViT two tokens": the same model without a teacher, both heads learning the labels through
   their mean, to tell the teacher's effect from the change of read-out.
 """
-import json
 import logging
 import math
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 
@@ -48,7 +44,8 @@ from ..data.datasets import AugmentedDataset, digits_sources, stratified_subset
 from ..data.loader import build_dataloader
 from ..errors import ConfigError, TrainingError
 from ..fewshot import extract_features, fewshot_accuracy
-from ..viz import new_figure
+from ..viz import figure_text, new_figure
+from .children import answer, read_request, run_child
 
 FAMILIES = {
     "ViT": dict(name="vit_tiny_patch16_224", patch_size=4, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2,
@@ -109,6 +106,17 @@ def training_images(fractions, batch_size=BATCH_SIZE):
     while kept(smallest) < batch_size:
         smallest += 0.001
     return {fraction: kept(fraction) for fraction in fractions}, round(smallest, 3)
+
+
+def check_fractions_keep_a_batch(fractions, batch_size=BATCH_SIZE):
+    """Refuse (ConfigError naming --fractions) a fraction of the digits whose training images are
+    fewer than one batch of `batch_size`: a run of it could not take a step."""
+    kept, smallest = training_images(fractions, batch_size)
+    few = {fraction: images for fraction, images in kept.items() if images < batch_size}
+    if few:
+        fraction, images = next(iter(few.items()))
+        raise ConfigError(f"--fractions {fraction:g} keeps {images} training images, fewer than one batch of "
+                          f"{batch_size}; the smallest fraction that keeps a batch is {smallest:g}")
 
 
 def train_one(family, fraction, seed, output_dir, steps, batch_size, threads=None, shots=FEWSHOT_SHOTS,
@@ -237,32 +245,14 @@ def seed_spread(values):
 
 
 def _run_in_worker(share, work_dir, steps, batch_size, shots, record, errors):
-    """Run `share` in a child Python (``python -m paddle_vit.experiments.data_size``), one JSON line back
-    per run to `record`; the child's last stderr line to `errors` if it fails. A child process,
-    not multiprocessing: multiprocessing's resource tracker outlives a notebook's kernel and holds
-    up its shutdown (which then ends in a SIGTERM)."""
+    """Run `share` in a child Python (``python -m paddle_vit.experiments.data_size``), each run's
+    outcome back to `record`; the child's last stderr line to `errors` if it fails."""
     request = {"runs": [list(run) for run in share], "work_dir": work_dir, "steps": steps, "batch_size": batch_size,
                "shots": list(shots)}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-                       GLOG_minloglevel="2", OMP_NUM_THREADS="1")
-    with tempfile.TemporaryFile("w+") as stderr:  # a file, not a pipe: a full pipe would block the child
-        child = subprocess.Popen([sys.executable, "-m", "paddle_vit.experiments.data_size"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=stderr, text=True, env=environment)
-        child.stdin.write(json.dumps(request))
-        child.stdin.close()
-        for line in child.stdout:
-            if line.startswith(_RESULT):
-                answer = json.loads(line[len(_RESULT):])
-                record(tuple(answer["run"]), tuple(answer["outcome"]))
-        child.wait()
-        stderr.seek(0)
-        messages = stderr.read()
-    if child.returncode != 0:
-        errors.append(messages.strip().splitlines()[-1] if messages.strip() else f"exit code {child.returncode}")
-
-
-_RESULT = "DATA_SIZE_RUN "
+    error = run_child("paddle_vit.experiments.data_size", request,
+                      lambda reply: record(tuple(reply["run"]), tuple(reply["outcome"])))
+    if error is not None:
+        errors.append(error)
 
 
 def _worker_main():
@@ -270,12 +260,12 @@ def _worker_main():
 
     runtime.configure()  # a process of its own: the settings the tools make
     setup_logging(logging.WARNING, to="stderr")
-    request = json.load(sys.stdin)
+    request = read_request()
     for family, fraction, seed in request["runs"]:
         output_dir = run_folder(request["work_dir"], family, fraction, seed)
         outcome = train_one(family, fraction, seed, output_dir, request["steps"], request["batch_size"], threads=1,
                             shots=request["shots"], teacher=teacher_checkpoint(request["work_dir"], family, fraction, seed))
-        print(_RESULT + json.dumps({"run": [family, fraction, seed], "outcome": list(outcome)}), flush=True)
+        answer({"run": [family, fraction, seed], "outcome": list(outcome)})
 
 
 def figure_shots(results):
@@ -288,28 +278,31 @@ def data_size_figure(results, title=None):
     left, the trained model's validation top-1; right, the k-shot linear accuracy of its frozen
     representation (`figure_shots`). Mean and standard deviation over the seeds for each family.
     Returns the figure."""
+    words = figure_text()
     figure = new_figure(9.0, 3.6)
     left, right = figure.subplots(1, 2, sharey=True)
     sizes = np.asarray(results["train_images"])
     shots = figure_shots(results)
     for family in results["accuracy"]:
-        label = f"{family} ({results['parameters'][family] / 1000:.0f}k parameters)"
+        label = words("{family} ({thousands}k parameters)", family=family,
+                      thousands=f"{results['parameters'][family] / 1000:.0f}")
         for axis, rows in ((left, results["accuracy"][family]), (right, results["fewshot"][family][str(shots)])):
             values = np.asarray(rows)  # [fractions, seeds]
             axis.errorbar(sizes, values.mean(axis=1), yerr=values.std(axis=1), marker="o", capsize=3, label=label)
-    for axis, what in ((left, "trained on the subset: validation top-1"),
-                       (right, f"frozen representation: linear {shots}-shot top-1")):
+    for axis, what in ((left, words("trained on the subset: validation top-1")),
+                       (right, words("frozen representation: linear {shots}-shot top-1", shots=shots))):
         axis.set_xscale("log")
         axis.set_xticks(sizes, [str(size) for size in sizes])
         axis.minorticks_off()
-        axis.set_xlabel("training images (digits, stratified subsets)")
+        axis.set_xlabel(words("training images (digits, stratified subsets)"))
         axis.axhline(0.1, color="grey", linestyle="--", linewidth=1)  # chance: 10 classes
         axis.set_title(what, fontsize=9)
-    left.set_ylabel("accuracy on the 359 validation digits")
+    left.set_ylabel(words("accuracy on the {count} validation digits", count=359))
     right.legend(fontsize=8, loc="lower right")
-    figure.suptitle(title or f"{len(results['seeds'])} seeds per point (mean, std); {results['steps']} steps of "
-                             f"{results['batch_size']} for every run; {shots} shots per class drawn from the run's "
-                             f"own subset, {len(results['fewshot_draw_seeds'])} draws", fontsize=9)
+    figure.suptitle(title or words("{seeds} seeds per point (mean, std); {steps} steps of {batch} for every run; "
+                                   "{shots} shots per class drawn from the run's own subset, {draws} draws",
+                                   seeds=len(results["seeds"]), steps=results["steps"], batch=results["batch_size"],
+                                   shots=shots, draws=len(results["fewshot_draw_seeds"])), fontsize=9)
     figure.tight_layout()
     return figure
 
