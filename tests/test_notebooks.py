@@ -20,9 +20,14 @@ from PIL import Image
 from repo_paths import REPO, load_tool
 
 NOTEBOOKS = os.path.join(REPO, "notebooks")
-# each notebook and how many figures it draws
-FIGURES = {"01_walkthrough.ipynb": 8, "02_position_embeddings.ipynb": 7, "03_data_size_and_inductive_bias.ipynb": 2}
+# each notebook (its path in notebooks/) and how many figures it draws; the Chinese twins in
+# notebooks/zh-CN/ run the same code (tests/test_notebook_twins.py) and draw as many
+ENGLISH_FIGURES = {"01_walkthrough.ipynb": 8, "02_position_embeddings.ipynb": 7, "03_data_size_and_inductive_bias.ipynb": 3}
+FIGURES = {**ENGLISH_FIGURES, **{f"zh-CN/{name}": count for name, count in ENGLISH_FIGURES.items()}}
 NAMES = list(FIGURES)
+# the quick runs of the suite: every English notebook, and one twin for the Chinese figures' path
+# (its code is the English one's but for LANGUAGE)
+QUICK_RUNS = list(ENGLISH_FIGURES) + ["zh-CN/01_walkthrough.ipynb"]
 MAX_WIDTH = 900  # pixels, a figure as committed
 MAX_FIGURE_BYTES = 150_000
 MAX_NOTEBOOK_BYTES = 600_000
@@ -52,7 +57,9 @@ def assert_ran_clean(notebook):
 
 
 def test_the_notebooks_listed_here_are_all_there_are():
-    assert sorted(name for name in os.listdir(NOTEBOOKS) if name.endswith(".ipynb")) == NAMES
+    found = [os.path.relpath(os.path.join(folder, name), NOTEBOOKS) for folder in (NOTEBOOKS, os.path.join(NOTEBOOKS, "zh-CN"))
+             for name in sorted(os.listdir(folder)) if name.endswith(".ipynb")]
+    assert found == NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -159,7 +166,7 @@ def test_execute_notebooks_refuses_an_unknown_notebook_in_one_line(capsys):
 
 @pytest.mark.slow
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", QUICK_RUNS)
 def test_notebook_runs_top_to_bottom_in_its_quick_setting(name, tmp_path):
     notebook = None
     try:
@@ -167,7 +174,7 @@ def test_notebook_runs_top_to_bottom_in_its_quick_setting(name, tmp_path):
         notebook = execute_notebooks.execute(os.path.join(NOTEBOOKS, name), quick=True, timeout=600)
     finally:
         if notebook is not None:
-            nbformat.write(notebook, str(tmp_path / name))  # the executed copy, to look at on failure
+            nbformat.write(notebook, str(tmp_path / os.path.basename(name)))  # the executed copy, to look at on failure
     assert all(cell.execution_count is not None for cell in code_cells(notebook))
     assert_ran_clean(notebook)
     assert len(pngs(notebook)) == FIGURES[name]  # the figures were drawn

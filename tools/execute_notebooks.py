@@ -1,8 +1,8 @@
 """Execute the notebooks top to bottom and keep their outputs, so that a reader sees the figures
 without running anything (on GitHub, AI Studio or any notebook viewer).
 
-    python tools/execute_notebooks.py                  # all of notebooks/, written back in place
-    python tools/execute_notebooks.py 02_position_embeddings.ipynb
+    python tools/execute_notebooks.py                  # all of notebooks/ and notebooks/zh-CN/, in place
+    python tools/execute_notebooks.py 02_position_embeddings.ipynb zh-CN/02_position_embeddings.ipynb
     python tools/execute_notebooks.py --check          # execute and check, write nothing
     python tools/execute_notebooks.py --check --quick  # the same in the test suite's smaller setting
 
@@ -37,9 +37,11 @@ VOLATILE_CELL_METADATA = ("execution", "ExecuteTime")  # nbclient's and the clas
 
 
 def notebook_paths(names=()):
-    """The notebooks to run: the given names (in notebooks/, or paths), else all of notebooks/."""
+    """The notebooks to run: the given names (in notebooks/, or paths), else all of notebooks/ and
+    their Chinese twins in notebooks/zh-CN/."""
     if not names:
-        return sorted(os.path.join(NOTEBOOKS, name) for name in os.listdir(NOTEBOOKS) if name.endswith(".ipynb"))
+        return [os.path.join(folder, name) for folder in (NOTEBOOKS, os.path.join(NOTEBOOKS, "zh-CN"))
+                for name in sorted(os.listdir(folder)) if name.endswith(".ipynb")]
     paths = [name if os.path.exists(name) else os.path.join(NOTEBOOKS, name) for name in names]
     missing = [name for name, path in zip(names, paths) if not os.path.isfile(path)]
     if missing:
