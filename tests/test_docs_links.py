@@ -1,6 +1,7 @@
 """docs/walkthrough.zh-CN.md, the Chinese page mapping the walkthrough to the code, cites files,
 classes, methods, section anchors and notebook headings: each must exist, so that a rename shows
-up here instead of in a reader's dead end. Plain text reading, no paddle import."""
+up here instead of in a reader's dead end; the links of the other Chinese pages (the experiments'
+twin, README.zh-CN.md) are held to the same. Plain text reading."""
 import ast
 import json
 import os
@@ -79,6 +80,10 @@ def module_constants():
     return names
 
 
+def notebook_names():
+    return sorted(name for name in os.listdir(NOTEBOOKS) if name.endswith(".ipynb"))
+
+
 def notebook_headings():
     headings = set()
     for name in os.listdir(NOTEBOOKS):
@@ -89,18 +94,23 @@ def notebook_headings():
     return headings
 
 
-def test_relative_links_and_their_anchors_exist():
-    text = page_text()
-    links = relative_links(text)
+# the pages written for the walkthrough's readers, each link of which is checked
+CHINESE_PAGES = ("docs/walkthrough.zh-CN.md", "docs/experiments.zh-CN.md", "README.zh-CN.md")
+
+
+@pytest.mark.parametrize("page", CHINESE_PAGES)
+def test_relative_links_and_their_anchors_exist(page):
+    page = os.path.join(REPO, page)
+    links = relative_links(read(page))
     assert len(links) > 10, "the page links the code, the notebooks and the docs"
     broken = []
     for path, anchor in links:
-        target = os.path.normpath(os.path.join(os.path.dirname(PAGE), path)) if path else PAGE
+        target = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
         if not os.path.exists(target):
             broken.append(f"{path}: no such file")
-        elif anchor and anchor not in anchors_of(target):
+        elif anchor and target.endswith(".md") and anchor not in anchors_of(target):
             broken.append(f"{path}#{anchor}: no such heading")
-    assert not broken, "docs/walkthrough.zh-CN.md links to what is not there: " + "; ".join(broken)
+    assert not broken, f"{os.path.relpath(page, REPO)} links to what is not there: " + "; ".join(broken)
 
 
 def test_cited_source_paths_exist():
@@ -111,7 +121,8 @@ def test_cited_source_paths_exist():
 
 
 # names the page cites from other codes, not classes of ours or of paddle.nn
-FOREIGN_NAMES = {"ViT_small"}  # PaddleClas's model, whose q.k scale `qk_scale` reproduces
+FOREIGN_NAMES = {"ViT_small",  # PaddleClas's model, whose q.k scale `qk_scale` reproduces
+                 "PADDLE_VIT_SOURCE"}  # the environment variable the notebooks' first cell reads
 
 
 def test_cited_class_names_exist():
@@ -181,8 +192,12 @@ def test_cited_code_lines_are_in_the_code():
 def test_readmes_point_to_the_page():
     chinese = read(os.path.join(REPO, "README.zh-CN.md"))
     english = read(os.path.join(REPO, "README.md"))
-    first_link = relative_links(chinese.split("\n## ", 1)[0])[0]
-    assert first_link == ("docs/walkthrough.zh-CN.md", ""), f"README.zh-CN.md's first link is {first_link}"
+    # the Chinese README opens with the Chinese notebooks, then this page, before any English page
+    first_links = [target for target, _ in relative_links(chinese.split("\n## ", 1)[0])]
+    assert first_links[0] == "notebooks/zh-CN/", f"README.zh-CN.md's first link is {first_links[0]}"
+    chinese_first = first_links[:first_links.index("docs/walkthrough.zh-CN.md") + 1]
+    assert all("zh-CN" in target for target in chinese_first), chinese_first
+    assert {f"notebooks/zh-CN/{name}" for name in notebook_names()} <= set(chinese_first)
     assert "(docs/walkthrough.zh-CN.md)" in english
-    # the Chinese notebooks are announced, not linked, until they exist
-    assert "notebooks/zh" not in chinese and "notebooks/zh" not in page_text()
+    # the page sends its reader to the Chinese notebooks
+    assert all(f"../notebooks/zh-CN/{name}" in page_text() for name in notebook_names())
