@@ -31,7 +31,7 @@ import paddle.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from . import fileio
-from .figure_text import current as figure_text, use_language  # noqa: F401 (use_language: viz's API)
+from .figure_text import current as current_figure_text, use_language  # noqa: F401 (use_language: viz's API)
 from .data import build_transforms
 from .data.imagefolder import decode_image
 from .errors import ConfigError, DataError, check_choice
@@ -278,7 +278,7 @@ def attention_figure(model, images, mean, std, titles=None):
     num_images, num_heads = len(images), heads.shape[1]
     size = images.shape[-2:]
     columns = 2 + num_heads
-    words = figure_text()
+    words = current_figure_text()
     figure = new_figure(1.6 * columns, 1.75 * num_images + 0.3)
     axes = figure.subplots(num_images, columns, squeeze=False)
     for row in range(num_images):
@@ -317,7 +317,7 @@ def confusion_matrix_figure(confusion, class_names):
     image = axes.imshow(confusion, cmap="Blues")
     axes.set_xticks(range(len(class_names)), class_names, rotation=90)
     axes.set_yticks(range(len(class_names)), class_names)
-    words = figure_text()
+    words = current_figure_text()
     axes.set_xlabel(words("predicted"))
     axes.set_ylabel(words("true"))
     if len(class_names) <= 20:
@@ -395,7 +395,7 @@ def position_similarity_figure(model, title=None, vmin=-1.0):
     axis.tick_params(length=0, labelsize=7 if max(rows, cols) > 10 else 9)
     for spine in axis.spines.values():
         spine.set_visible(False)
-    words = figure_text()
+    words = current_figure_text()
     axis.set_xlabel(words("input patch column"))
     axis.set_ylabel(words("input patch row"))
     figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04, label=words("cosine similarity"))
@@ -464,7 +464,7 @@ def embedding_filters_figure(model, num_components=NUM_FILTER_COMPONENTS, grey=F
     axis = figure.subplots()
     axis.imshow(picture, interpolation="nearest")
     axis.set_axis_off()
-    words = figure_text()
+    words = current_figure_text()
     which = words("the hybrid's ResNet stem filters" if model.config.is_hybrid else "patch-embedding filters")
     axis.set_title(title or words("{which}: first {count} principal components", which=which, count=count) + "\n" +
                    words("({percent}% of the variance of the {filters} filters of {shape})",
@@ -520,7 +520,7 @@ def attention_distance_figure(model, images, title=None):
     patch_size = model.patch_embed.token_pixels  # a hybrid's token covers S x P pixels
     distance = mean_attention_distance(attentions, _grid_of(model), patch_size)
     depth, num_heads = distance.shape
-    words = figure_text()
+    words = current_figure_text()
     figure = new_figure(4.2, 3.4)
     axis = figure.subplots()
     layers = np.arange(1, depth + 1)

@@ -44,7 +44,7 @@ from ..data.datasets import AugmentedDataset, digits_sources, stratified_subset
 from ..data.loader import build_dataloader
 from ..errors import ConfigError, TrainingError
 from ..fewshot import extract_features, fewshot_accuracy
-from ..viz import figure_text, new_figure
+from ..viz import current_figure_text, new_figure
 from .children import answer, read_request, run_child
 
 FAMILIES = {
@@ -278,7 +278,7 @@ def data_size_figure(results, title=None):
     left, the trained model's validation top-1; right, the k-shot linear accuracy of its frozen
     representation (`figure_shots`). Mean and standard deviation over the seeds for each family.
     Returns the figure."""
-    words = figure_text()
+    words = current_figure_text()
     figure = new_figure(9.0, 3.6)
     left, right = figure.subplots(1, 2, sharey=True)
     sizes = np.asarray(results["train_images"])

@@ -46,7 +46,7 @@ from ..engine.runs import RunLock
 from ..engine.trainer import Trainer
 from ..errors import ConfigError, TrainingError
 from ..fileio import atomic_write
-from ..viz import figure_text, new_figure
+from ..viz import current_figure_text, new_figure
 from .children import answer, read_request, run_child
 from .data_size import FAMILIES, IMAGE_SIZE, seed_spread, training_images
 
@@ -295,7 +295,7 @@ def deit_budget_figure(results, title=None):
     """Two panels against training images: left, validation top-1 of each student mode (the mean
     of its heads) and of the teacher; right, how often each student agrees with its teacher. Mean
     and standard deviation over the seeds. Returns the figure."""
-    words = figure_text()
+    words = current_figure_text()
     figure = new_figure(9.0, 3.9)
     left, right = figure.subplots(1, 2)
     sizes = np.asarray(results["train_images"])

@@ -22,7 +22,7 @@ from ..data.datasets import build_datasets
 from ..data.loader import build_dataloader
 from ..errors import WeightsError
 from ..models.vit import ViT
-from ..viz import figure_text, new_figure
+from ..viz import current_figure_text, new_figure
 
 # the composition of a learned_2d embedding, which dynamic_img_size does not resample
 LEARNED_2D_TABLES = ("patch_embed.row_embedding", "patch_embed.column_embedding",
@@ -98,7 +98,7 @@ def accuracy_at_sizes(models, data_config, sizes, pad=False, batch_size=512):
 def resolution_figure(accuracy, train_size=None, title=None):
     """Validation top-1 against the test resolution, one line per model (`accuracy` as
     `accuracy_at_sizes` returns it); the training size dashed. Returns the figure."""
-    words = figure_text()
+    words = current_figure_text()
     figure = new_figure(6.0, 3.6)
     axis = figure.subplots()
     for name, by_size in accuracy.items():
