@@ -46,7 +46,7 @@ def notebook_paths(names=()):
     missing = [name for name, path in zip(names, paths) if not os.path.isfile(path)]
     if missing:
         raise ValueError(f"no notebook {', '.join(missing)} in notebooks/ (expected one of "
-                         f"{', '.join(os.path.basename(path) for path in notebook_paths())})")
+                         f"{', '.join(os.path.relpath(path, NOTEBOOKS) for path in notebook_paths())})")
     return paths
 
 
