@@ -611,3 +611,48 @@ def test_a_profiled_run_reports_the_ops_and_the_report_prints_each_side_under_it
     result["batch_threads"] = 2  # each thread's ops are profiled: the rows add up to about twice the step
     assert ("where a step's time goes (paddle.profiler, each op's own time, summed over the 2 threads of the "
             "batch):") in bench.format_report(result).splitlines()
+
+
+class _FakeQuantizedTorch:
+    """The parts of torch `_fastest_dynamic_int8` touches: engines whose quantized model takes
+    `cost[engine]` seconds a call (busy-waited, so the timing sees it) under the engine set
+    when it was quantized."""
+
+    def __init__(self, supported, cost, default="x86"):
+        import contextlib
+        import time as clock
+
+        outer = self
+        self.quantized_with = []
+        self.backends = types.SimpleNamespace(quantized=types.SimpleNamespace(supported_engines=supported,
+                                                                              engine=default))
+        self.nn = types.SimpleNamespace(Linear=object)
+        self.qint8 = "qint8"
+        self.inference_mode = contextlib.nullcontext
+
+        def quantize_dynamic(model, layers, dtype):
+            engine = outer.backends.quantized.engine
+            outer.quantized_with.append(engine)
+
+            def call(images, engine=engine):
+                end = clock.perf_counter() + cost.get(engine, 0.0)
+                while clock.perf_counter() < end:
+                    pass
+                return engine
+            return call
+        self.ao = types.SimpleNamespace(quantization=types.SimpleNamespace(quantize_dynamic=quantize_dynamic))
+
+
+def test_timm_int8_is_pytorchs_fastest_x86_engine_and_says_which():
+    torch = _FakeQuantizedTorch(["qnnpack", "onednn", "x86", "fbgemm"], {"x86": 0.006, "fbgemm": 0.003,
+                                                                          "onednn": 0.009})
+    model, engine = timm_worker._fastest_dynamic_int8(torch, {"weights": 1}, images=None)
+    assert engine == "fbgemm" and model(None) == "fbgemm"
+    assert torch.backends.quantized.engine == "fbgemm"  # kept set for the timed runs
+    assert torch.quantized_with == ["x86", "fbgemm", "onednn"]  # each x86 engine tried, qnnpack (ARM) not
+
+
+def test_timm_int8_off_x86_keeps_the_default_engine():
+    torch = _FakeQuantizedTorch(["qnnpack"], {}, default="qnnpack")
+    model, engine = timm_worker._fastest_dynamic_int8(torch, {"weights": 1}, images=None)
+    assert engine == "qnnpack" and torch.quantized_with == ["qnnpack"]

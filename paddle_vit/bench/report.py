@@ -71,6 +71,9 @@ def format_report(result):
         lines.append(text)
     if "timm" in result:
         lines.append(line("timm", result["timm"]))
+        if result["timm"].get("quantized_engine"):  # int8: the fastest of PyTorch's engines, timed first
+            lines[-1] += (f" (int8: quantized engine {result['timm']['quantized_engine']}, the fastest here; "
+                          f"the peak includes trying each engine)")
         per_round = ", ".join(f"{r:.2f}" for r in result["ratio_per_round"])
         lines.append(f"paddle / timm = {result['ratio']:.2f}x (median of paired rounds: {per_round})")
     lines.append("load average (1 min) before / after: {:.2f} / {:.2f}".format(*result["load_average_1min"]))
