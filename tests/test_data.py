@@ -764,3 +764,20 @@ def test_a_root_the_data_set_does_not_read_is_said_in_one_warning(caplog):
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert warnings == ["data.root /data/my_images is not read: data.dataset synthetic needs no files (set "
                         "data.dataset to imagefolder, filelist, cifar10 or cifar100 to read them)"]
+
+
+def test_a_worker_report_cut_by_a_write_in_progress_reads_as_none():
+    from paddle_vit.data.datasets import _split_report
+    from paddle_vit.data.shared import SharedBytes
+
+    assert _split_report("7|Dsome problem") == (7, "Dsome problem")
+    assert _split_report("") == (None, "")
+    assert _split_report("\x00\x00|half") == (None, "")  # seen under a clear() racing a read
+    assert _split_report("12") == (12, "")
+    shared = SharedBytes(16)
+    shared.write_message("3|abc")
+    assert shared.read_message() == "3|abc"
+    shared.clear()
+    assert shared.read_message() == ""
+    shared.write_message("x" * 40)  # truncated to fit, still terminated
+    assert shared.read_message() == "x" * 15

@@ -161,10 +161,11 @@ def _empty_digits_split(labels, val_fraction, split_seed, num_train, num_val):
 
 
 def _split_report(message):
-    """'7|Dtext' -> (7, 'Dtext'); an empty message -> (None, '')."""
-    if not message:
-        return None, ""
+    """'7|Dtext' -> (7, 'Dtext'); an empty message, or one cut by a write in progress (no
+    iteration number before '|'), -> (None, '')."""
     iteration, _, report = message.partition("|")
+    if not iteration.isdigit():
+        return None, ""
     return int(iteration), report
 
 

@@ -29,10 +29,11 @@ class SharedBytes:
         view[len(data)] = 0
 
     def read_message(self):
-        """The stored message ('' for none)."""
-        view = self.view
-        end = int(np.argmax(view == 0)) if (view == 0).any() else len(view)
-        return view[:end].tobytes().decode("utf-8", errors="replace")
+        """The stored message ('' for none), read from one copy of the bytes: the buffer may be
+        written or cleared by another thread while it is read."""
+        data = self.view.tobytes()
+        end = data.find(b"\0")
+        return data[:end if end >= 0 else len(data)].decode("utf-8", errors="replace")
 
     def clear(self):
         self.view[:] = 0
