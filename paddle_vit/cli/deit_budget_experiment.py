@@ -1,6 +1,8 @@
-"""DeiT's answer to the ViT's data-hunger with DeiT's budget: the digits ViT trained long with DeiT's
-augmentation, without a teacher and with hard and soft distillation from the digits ResNet
-(Touvron et al. 2021; notebooks/03_data_size_and_inductive_bias.ipynb, last section).
+"""DeiT's answer to the ViT's data-hunger with DeiT's budget: no teacher, hard and soft distillation.
+
+The digits ViT is trained long with DeiT's augmentation, without a teacher and with hard and soft
+distillation from the digits ResNet (Touvron et al. 2021;
+notebooks/03_data_size_and_inductive_bias.ipynb, section 6).
 
     paddle-vit deit-budget-experiment --out docs/images [--fractions 0.25 1] [--seeds 0 1 2] [--steps 5500]
     paddle-vit deit-budget-experiment --out /tmp/deit --quick      # a few steps: checks it runs
