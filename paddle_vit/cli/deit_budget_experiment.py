@@ -28,7 +28,7 @@ from ..engine.logging_utils import setup_logging
 from ..errors import DataError
 from ..experiments.data_size import check_fractions_keep_a_batch
 from ..experiments.deit_budget import (BATCH_SIZE, FRACTIONS, HEADS, MODES, QUICK, SEEDS, STEPS, deit_budget_figure,
-                                       run_deit_budget_experiment, table_rows)
+                                       head_accuracy, run_deit_budget_experiment, table_rows)
 from ..fileio import atomic_write, output_folder, writable_folder
 from ..figure_text import find_cjk_font, use_language
 
@@ -70,7 +70,8 @@ def run_and_report(args):
 
     def progress(job, outcome, skipped):
         who = "teacher (ResNet)" if job["role"] == "teacher" else f"ViT, {job['mode']}"
-        heads = ", ".join(f"{head} {accuracy(outcome, head):.3f}" for head in HEADS if head in outcome["predictions"])
+        heads = ", ".join(f"{head} {head_accuracy(outcome, head):.3f}"
+                          for head in HEADS if head in outcome["predictions"])
         when = "finished before" if skipped else f"{outcome['seconds']:.0f} s"
         print(f"{who:17} fraction {job['fraction']:<5} seed {job['seed']}: val top-1 {heads} ({when})", flush=True)
 
@@ -80,11 +81,6 @@ def run_and_report(args):
     print_table(results)
     print(f"{results['seconds'] / 60:.1f} minutes in all ({results['run_seconds'] / 60:.1f} minutes of runs); "
           f"wrote {os.path.join(args.out, NAME + '.json')} and the figure")
-
-
-def accuracy(outcome, head):
-    predictions, labels = outcome["predictions"][head], outcome["labels"]
-    return sum(p == label for p, label in zip(predictions, labels)) / len(labels)
 
 
 def write_results(results, out):

@@ -241,6 +241,11 @@ def job_key(job):
     return (job["role"], job["mode"], job["fraction"], job["seed"], job["steps"])
 
 
+def head_accuracy(outcome, head):
+    """The share of a run's validation images its `head` ("class", "distillation", "mean") gets right."""
+    return float(np.mean(np.asarray(outcome["predictions"][head]) == np.asarray(outcome["labels"])))
+
+
 def summarise(outcomes, fractions, seeds, modes, steps, seconds=None):
     """The experiment's numbers from its runs' outcomes, JSON-ready:
     - "teacher": {"val_top1": [[per seed] per fraction]};
@@ -255,19 +260,16 @@ def summarise(outcomes, fractions, seeds, modes, steps, seconds=None):
     def outcome_of(role, mode, fraction, seed):
         return found[(role, mode, fraction, seed, steps)]
 
-    def accuracy(outcome, head):
-        return float(np.mean(np.asarray(outcome["predictions"][head]) == np.asarray(outcome["labels"])))
-
     def agreement(outcome, teacher, head):
         return float(np.mean(np.asarray(outcome["predictions"][head]) == np.asarray(teacher["predictions"]["mean"])))
 
-    teacher_rows = [[accuracy(outcome_of("teacher", None, fraction, seed), "mean") for seed in seeds]
+    teacher_rows = [[head_accuracy(outcome_of("teacher", None, fraction, seed), "mean") for seed in seeds]
                     for fraction in fractions]
     students = {}
     for mode in modes:
         table = {}
         for head in HEADS:
-            table[head] = [[accuracy(outcome_of("student", mode, fraction, seed), head) for seed in seeds]
+            table[head] = [[head_accuracy(outcome_of("student", mode, fraction, seed), head) for seed in seeds]
                            for fraction in fractions]
             table[f"agreement_{head}"] = [[agreement(outcome_of("student", mode, fraction, seed),
                                                      outcome_of("teacher", None, fraction, seed), head)
