@@ -1,8 +1,10 @@
 """Atomic file writes: a reader (or a killed writer) never sees half a file; the checks of a path
 made before any work (a folder one can write in, a file name, what a non-file is); output
 folders a command makes, gone again when the command fails; and folders of several files (an
-export, a published model) written whole into any folder, a mount point included."""
+export, a published model) written whole into any folder, a mount point included, and swapped
+in for the previous one in one step where the file system allows."""
 import contextlib
+import ctypes
 import errno
 import os
 import re
@@ -214,22 +216,27 @@ def staged_folder(out_dir, kind, marker, *, error_type, description):
     """Write an output of several files into the folder `out_dir`, whole or not at all.
 
     `out_dir` must already have been checked by the caller: absent, empty, or a previous output
-    of this kind (`output_entries`, `interrupted_output`). It is made when missing. The block
-    gets a hidden staging folder inside `out_dir` (``out_dir/.KIND-XXXX``: the same file system,
-    even when `out_dir` is a mount point, so that files move out of it by rename) and writes
-    there. Then the commit, which never renames `out_dir` itself (a mount point cannot be):
+    of this kind (`output_entries`, `interrupted_output`). The block gets a staging folder and
+    writes there; then the commit puts the new output in the place of the old in one step:
 
-    1. the old `marker` (the file that says an output is complete: ``preprocess.json``,
-       ``config.json``) is removed: from now on the folder is not taken for a complete output;
-    2. what the new output does not have is removed (older files, older staging leftovers);
-    3. the new files, flushed to disk, are moved in one by one with `os.replace`, `marker` last;
-    4. the staging folder, now empty, is removed.
+    - **Swapped** (`swap_possible`: `out_dir` is a plain folder or absent, not a mount point or a
+      link, its parent writable): the staging folder is a hidden sibling,
+      ``PARENT/.NAME.KIND-XXXX``, so on the same file system. The commit exchanges the two
+      folders' names in one system call (``renameat2(RENAME_EXCHANGE)``; a new `out_dir` is a
+      plain rename), then removes the old output, now under the sibling's name. A kill at any
+      instant leaves `out_dir` the old output whole or the new one whole, and at most a sibling
+      that the next run of any kind on `out_dir` removes (`remove_leftover_siblings`).
+    - **Moved in**, where a folder cannot be swapped (a mount point, a link, a parent one cannot
+      write in, a file system without RENAME_EXCHANGE): the staging folder is hidden inside
+      `out_dir` (``out_dir/.KIND-XXXX``). The commit removes the old `marker` (the file that
+      says an output is complete: ``preprocess.json``, ``config.json``), then what the new
+      output does not have, then moves the new files in one by one, `marker` last. A kill during
+      those few renames leaves `out_dir` without its marker and with the staging folder in it:
+      not taken for an output (predict refuses it), and `interrupted_output` recognises it, so
+      the next run replaces it.
 
     A failure, or Ctrl-C, before the commit removes the staging folder and leaves `out_dir` as
-    it was (a folder it made is removed again). A kill during the commit (a few renames) leaves
-    `out_dir` without its marker and with the staging folder still in it: `interrupted_output`
-    recognises that, so rerunning the command replaces it; a kill after step 3 leaves a
-    complete output and an empty staging folder, which the next run removes.
+    it was (a folder it made is removed again).
 
     Errors, one line each: an OSError is `error_type` "cannot write DESCRIPTION to OUT_DIR:
     <strerror> (writing FILE)"; any failure while the file system is full (or a file system
@@ -243,8 +250,7 @@ def staged_folder(out_dir, kind, marker, *, error_type, description):
 
     with provisional_folders(out_dir):
         try:
-            os.makedirs(out_dir, exist_ok=True)
-            staging = tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir)
+            staging, swapped = _make_staging(out_dir, kind)
         except OSError as error:
             raise failure(error.strerror or error) from None
         try:
@@ -255,10 +261,121 @@ def staged_folder(out_dir, kind, marker, *, error_type, description):
             shutil.rmtree(staging, ignore_errors=True)
             raise _named_failure(error, staging, out_dir, full, error_type, failure) from None
         try:
+            if swapped and _swap_in(staging, out_dir):
+                return
+        except OSError as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise failure(f"{describe_os_error(error, staging)}, while putting the new folder in place; the "
+                          f"previous one is unchanged") from None
+        try:
+            os.makedirs(out_dir, exist_ok=True)
             _commit(staging, out_dir, marker)
         except OSError as error:
             raise failure(f"{describe_os_error(error, staging)}, while moving the new files in; the folder is "
                           f"incomplete: run the command again to replace it") from None
+
+
+def sibling_prefix(out_dir, kind):
+    """The name every swapped staging folder of `out_dir` starts with: hidden, named after it."""
+    return f".{os.path.basename(out_dir)}.{kind}-"
+
+
+def remove_leftover_siblings(out_dir, kind):
+    """Remove what a swap killed half-way left beside `out_dir`: a staging folder not swapped
+    in yet, or the old output not removed yet (folders named `sibling_prefix`)."""
+    parent, prefix = os.path.dirname(out_dir), sibling_prefix(out_dir, kind)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        if name.startswith(prefix) and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def swap_possible(out_dir):
+    """Whether `out_dir` can be replaced by swapping a sibling folder in (`staged_folder`): absent
+    or a plain folder (not a link, not a mount point, no disk's lost+found in it) whose parent
+    this process can write in."""
+    if os.path.islink(out_dir) or (os.path.lexists(out_dir) and not os.path.isdir(out_dir)):
+        return False
+    if os.path.isdir(out_dir) and (os.path.ismount(out_dir) or any(name in NOT_CONTENT for name in os.listdir(out_dir))):
+        return False
+    parent = os.path.dirname(out_dir)
+    while not os.path.lexists(parent):  # made by provisional_folders: writable if its first existing parent is
+        parent = os.path.dirname(parent)
+    return os.access(parent, os.W_OK | os.X_OK)
+
+
+def _make_staging(out_dir, kind):
+    """(the staging folder, whether the commit swaps it in): beside `out_dir` where a swap is
+    possible, else inside it."""
+    if swap_possible(out_dir):
+        remove_leftover_siblings(out_dir, kind)
+        os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+        try:
+            return tempfile.mkdtemp(prefix=sibling_prefix(out_dir, kind), dir=os.path.dirname(out_dir)), True
+        except OSError:  # the parent refuses after all (a read-only mount above): inside, as below
+            pass
+    os.makedirs(out_dir, exist_ok=True)
+    return tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir), False
+
+
+def _swap_in(staging, out_dir):
+    """Put the complete folder `staging` in the place of `out_dir` in one step (a rename, or an
+    exchange and the old output removed); False when the file system cannot exchange two folders
+    (nothing changed: the caller moves the files in instead)."""
+    _fsync_path(staging)
+    parent = os.path.dirname(out_dir)
+    if not os.path.lexists(out_dir):
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; a folder os.makedirs makes is not
+        os.rename(staging, out_dir)
+        _fsync_path(parent)
+        return True
+    os.chmod(staging, stat.S_IMODE(os.stat(out_dir).st_mode))
+    if not exchange(staging, out_dir):
+        return False
+    _fsync_path(parent)
+    shutil.rmtree(staging, ignore_errors=True)  # the old output, under the staging folder's name now
+    return True
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+AT_FDCWD = -100
+NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.EBUSY, errno.EPERM, errno.ENOTSUP)
+
+
+def exchange(first, second):
+    """Swap the names of two paths on one file system atomically (``renameat2`` with
+    RENAME_EXCHANGE, Linux 3.15 and glibc 2.28 on); False where this system or file system
+    cannot (then nothing changed)."""
+    function = _renameat2()
+    if function is None:
+        return False
+    if function(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in NO_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), second)
+
+
+def _renameat2():
+    """The C library's renameat2, or None (not glibc, or older than 2.28)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+def _umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def _named_failure(error, staging, out_dir, full, error_type, failure):
@@ -294,7 +411,8 @@ def _flush_staged(staging):
 
 
 def _commit(staging, out_dir, marker):
-    """Steps 1-4 of `staged_folder`: the staged files replace what `out_dir` held, `marker` last."""
+    """The commit of `staged_folder` that moves files in: the staged files replace what `out_dir`
+    held, `marker` removed first and moved in last."""
     new = sorted(os.listdir(staging))
     if os.path.lexists(os.path.join(out_dir, marker)):
         os.remove(os.path.join(out_dir, marker))

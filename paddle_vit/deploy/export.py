@@ -16,10 +16,12 @@ The folder written by `export_classifier`:
 - ``preprocess.json``: the eval preprocessing (`paddle_vit.preprocess.Preprocess`), the class
   names, the model name and configuration, what the output is, and which files hold what.
 
-Everything is written to a hidden staging folder inside the target first (``--out/.export-XXXX``)
-and moved into place at the end, ``preprocess.json`` last (`paddle_vit.fileio.staged_folder`):
-the target may be a mount point, a failed export leaves the previous one as it was, and a folder
-killed while the files were moved in has no ``preprocess.json`` and is replaced by the next export.
+Everything is written to a hidden staging folder beside the target first and swapped in for the
+previous export in one step at the end (`paddle_vit.fileio.staged_folder`): a failed or killed
+export leaves the previous one whole or the new one whole. Where a folder cannot be swapped (a
+mount point) the staging folder is inside the target and its files are moved in,
+``preprocess.json`` last: a folder killed meanwhile has no ``preprocess.json`` and is replaced by
+the next export.
 """
 import dataclasses
 import json
@@ -42,7 +44,7 @@ METADATA_FILE = "preprocess.json"
 MODEL_PREFIX = "inference"  # inference.json / inference.pdmodel + inference.pdiparams
 WEIGHTS_FILE = "model.safetensors"
 FORMATS = ("paddle", "onnx")
-STAGING_KIND = "export"  # the staging folder: OUT/.export-XXXX
+STAGING_KIND = "export"  # the staging folder: PARENT/.OUT.export-XXXX, or OUT/.export-XXXX
 # every file an export writes (Paddle 2 wrote .pdmodel and .pdiparams.info): what a folder killed
 # while they were moved in may hold
 EXPORT_FILES = (METADATA_FILE, WEIGHTS_FILE, ONNX_FILE, INT8_FILE, f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel",
@@ -122,9 +124,9 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     int8: an `Int8Export`: also write ``model.int8.onnx`` (needs "onnx" in formats) and record its
         quantization and accuracy gate under "int8" in ``preprocess.json``.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
-    is written to a staging folder inside `out_dir` first and moved into place at the end,
-    ``preprocess.json`` last: a failed export leaves the earlier one whole, and one killed while
-    its files were moved in is replaced by the next (`paddle_vit.fileio.staged_folder`).
+    is written to a staging folder first and put in place at the end, in one step where the
+    folder can be swapped (`paddle_vit.fileio.staged_folder`): a failed or killed export leaves
+    the earlier one whole, or is replaced by the next.
     """
 
     formats = list(dict.fromkeys(formats))

@@ -29,10 +29,11 @@ tests/fixtures/publish_reference.*. What the target cannot express (timm: a 2-D 
 embedding, a q.k scale other than head_dim^-0.5, a LayerNorm epsilon or ResNet its architecture
 does not have, ...; transformers: any pooling but the class token's, today's tokens and options)
 is refused in one WeightsError before anything is written. The folder is written into a hidden
-staging folder inside the target (``.publish-XXXX``) and its files moved into place at the end,
-``config.json`` last (`paddle_vit.fileio.staged_folder`): the target may be a mount point, a
-failure leaves nothing new, and a folder killed while the files were moved in has no
-``config.json`` and is replaced by the next run.
+staging folder beside the target and swapped in for what the target held in one step
+(`paddle_vit.fileio.staged_folder`): a failure leaves nothing new, a kill leaves the old folder
+or the new one whole. Where a folder cannot be swapped (a mount point) the staging folder is
+inside the target and its files are moved in, ``config.json`` last: a folder killed meanwhile has
+no ``config.json`` and is replaced by the next run.
 """
 import json
 import logging
@@ -53,7 +54,7 @@ WEIGHTS_FILE = "model.safetensors"
 PROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
-STAGING_KIND = "publish"  # the staging folder: OUT/.publish-XXXX
+STAGING_KIND = "publish"  # the staging folder: PARENT/.OUT.publish-XXXX, or OUT/.publish-XXXX
 PUBLISHED_FILES = (CONFIG_FILE, WEIGHTS_FILE, PROCESSOR_FILE, CARD_FILE)
 
 
