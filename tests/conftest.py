@@ -66,3 +66,14 @@ def tiny_disk(tmp_path):
 def read_only_folder(tmp_path):
     """A folder no process can write in, even as root."""
     yield from mounted_tmpfs(tmp_path / "read_only", "ro,size=1m")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The crash tests' kill points per writer (tests/test_crash_consistency.py records them)."""
+    counts = [(report.nodeid.split("::")[-1], value) for outcome in ("passed", "failed")
+              for report in terminalreporter.stats.get(outcome, []) if report.when == "call"
+              for name, value in report.user_properties if name == "kill_points"]
+    if counts:
+        terminalreporter.write_sep("-", "kill points per writer")
+        for test, count in sorted(counts):
+            terminalreporter.write_line(f"{count:4d}  {test}")
