@@ -165,6 +165,44 @@ def file_system_full(path):
     return blocks * stats.f_frsize < LOW_SPACE_BYTES
 
 
+MIB = 1 << 20
+
+
+def free_bytes(path):
+    """The bytes this process may still write on the file system of `path` (its nearest existing
+    folder; root may also use the blocks reserved for it), or None where it cannot be read."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    return (stats.f_bfree if os.geteuid() == 0 else stats.f_bavail) * stats.f_frsize
+
+
+def mount_point(path):
+    """The folder the file system of `path` is mounted at."""
+    path = os.path.abspath(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def no_space(path, needed):
+    """'No space left on device: /mnt/disk has 1.2 MiB free, about 4.5 MiB needed' for a write of
+    about `needed` bytes on the file system of `path` (mounted at /mnt/disk)."""
+    free = free_bytes(path) or 0
+    about = f", about {needed / MIB:.1f} MiB needed" if needed else ""
+    return f"{os.strerror(errno.ENOSPC)}: {mount_point(path)} has {free / MIB:.1f} MiB free{about}"
+
+
+def short_of_space(path, needed):
+    """Whether the file system of `path` has less room than `needed` bytes (False when unknown)."""
+    free = free_bytes(path)
+    return free is not None and free < needed
+
+
 def staging_prefix(kind):
     """The name every staging folder of `kind` ("export", "publish") starts with: hidden."""
     return f".{kind}-"
@@ -212,7 +250,7 @@ def _staged_name(text, staging):
 
 
 @contextlib.contextmanager
-def staged_folder(out_dir, kind, marker, *, error_type, description):
+def staged_folder(out_dir, kind, marker, *, error_type, description, needed_bytes=0, largest_file_bytes=0):
     """Write an output of several files into the folder `out_dir`, whole or not at all.
 
     `out_dir` must already have been checked by the caller: absent, empty, or a previous output
@@ -238,16 +276,26 @@ def staged_folder(out_dir, kind, marker, *, error_type, description):
     A failure, or Ctrl-C, before the commit removes the staging folder and leaves `out_dir` as
     it was (a folder it made is removed again).
 
+    Space: `needed_bytes` is what the output takes at its largest (with the writers' own
+    temporary files); a file system with less room is refused before anything is written. A
+    failure of the block when less room is left than `largest_file_bytes` (one file of the
+    output could not have been written whole), or than 64 KiB, or that says ENOSPC (a child's
+    "[Errno 28]" included), is taken for a full disk: the
+    libraries that write for us (paddle.jit.save, paddle2onnx, onnx's and ONNX Runtime's C++
+    writers) leave a truncated file without an error, and what fails next says "invalid
+    protobuf", "parse error" or "nodes must be topologically sorted".
+
     Errors, one line each: an OSError is `error_type` "cannot write DESCRIPTION to OUT_DIR:
-    <strerror> (writing FILE)"; any failure while the file system is full (or a file system
-    found full before the commit) is "... No space left on device": writers that do not say so
-    leave truncated files that fail later as something else; an `error_type` raised in the
-    block names `out_dir` where it said the staging folder."""
+    <strerror> (writing FILE)"; a full disk is "... No space left on device: MOUNT has N MiB
+    free, about M MiB needed"; an `error_type` raised in the block names `out_dir` where it said the
+    staging folder."""
     out_dir = os.path.abspath(os.path.expanduser(os.fspath(out_dir)))
 
     def failure(reason):
         return error_type(f"cannot write {description} to {out_dir}: {reason}")
 
+    if needed_bytes and short_of_space(out_dir, needed_bytes):
+        raise failure(no_space(out_dir, needed_bytes))
     with provisional_folders(out_dir):
         try:
             staging, swapped = _make_staging(out_dir, kind)
@@ -257,9 +305,10 @@ def staged_folder(out_dir, kind, marker, *, error_type, description):
             yield staging
             _flush_staged(staging)
         except BaseException as error:
-            full = file_system_full(staging)  # before the staging folder's removal frees space
+            full = _full_disk(error, staging, largest_file_bytes)  # before the removal frees space
             shutil.rmtree(staging, ignore_errors=True)
-            raise _named_failure(error, staging, out_dir, full, error_type, failure) from None
+            raise _named_failure(error, staging, out_dir, full and no_space(out_dir, needed_bytes), error_type,
+                                 failure) from None
         try:
             if swapped and _swap_in(staging, out_dir):
                 return
@@ -378,20 +427,32 @@ def _umask():
     return umask
 
 
+def _full_disk(error, staging, largest_file_bytes):
+    """Whether `error`, raised while writing into `staging`, comes from a full disk: it says so
+    (ENOSPC, or a child's "[Errno 28] No space left on device" in its text), or less room is
+    left than one file of the output or 64 KiB (a writer stopped short without saying so)."""
+    text = str(error).lower()
+    return (getattr(error, "errno", None) == errno.ENOSPC or "no space left" in text or "errno 28" in text
+            or file_system_full(staging) or short_of_space(staging, largest_file_bytes))
+
+
 def _named_failure(error, staging, out_dir, full, error_type, failure):
-    """The error to raise for `error`, raised in the block of `staged_folder` (`full`: whether
-    the file system was full then): what failed named as the output, not the staging folder."""
+    """The error to raise for `error`, raised in the block of `staged_folder` (`full`: the
+    no-space message when the file system was full then, else False): what failed named as the
+    output, not the staging folder."""
     if isinstance(error, OSError):
+        if full:
+            name = _staged_name(str(error.filename), staging) if error.filename else None
+            return failure(full + (f" (writing {name})" if name else ""))
         return failure(describe_os_error(error, staging))
     if not isinstance(error, Exception):  # Ctrl-C
         return error
     message = str(error)
-    if isinstance(error, error_type) and not (full and "no space left" not in message.lower()):
-        error.args = (message.replace(staging, out_dir),) + error.args[1:]
-        return error
     if full:  # whatever failed, a write stopped short first
         name = _staged_name(message, staging)
-        return failure(os.strerror(errno.ENOSPC) + (f" (writing {name})" if name else ""))
+        return failure(full + (f" (writing {name})" if name else ""))
+    if isinstance(error, error_type):
+        error.args = (message.replace(staging, out_dir),) + error.args[1:]
     return error
 
 

@@ -17,6 +17,7 @@ paddle2onnx runs in a child process: on an operator it cannot map it aborts the 
 (SIGABRT) instead of raising, which would take the caller down with a C++ traceback.
 """
 import collections
+import errno
 import importlib
 import json
 import os
@@ -25,6 +26,7 @@ import sys
 import tempfile
 
 from ..errors import ExportError
+from ..fileio import file_system_full, short_of_space
 from ..runtime import environment_without_relaunch
 from ..variants import onnx_traceable
 from .tracing import INPUT_NAME, save_traced
@@ -95,6 +97,7 @@ def convert_with_paddle2onnx(model_file, params_file, path, opset_version):
     result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
                             capture_output=True, text=True, env=environment)
     if result.returncode != 0 or not os.path.isfile(path):
+        _raise_if_short_of_space(path, _size(params_file))
         how = f"exit code {result.returncode}" if result.returncode >= 0 else f"killed by signal {-result.returncode}"
         raise ExportError(f"paddle2onnx {getattr(paddle2onnx, '__version__', '?')} could not convert the model "
                           f"({how}): {_conversion_messages(result.stdout + chr(10) + result.stderr)}")
@@ -112,7 +115,23 @@ def fold_with_onnxruntime(source, target):
     try:
         onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph types
+        _raise_if_short_of_space(target, _size(source))
         raise ExportError(f"onnxruntime could not load the converted model: {error}") from None
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _raise_if_short_of_space(path, size):
+    """After a library's failure to write `path` (about `size` bytes): when its file system has
+    less room than that, the write was cut short, whatever the library then said (paddle2onnx's
+    "parse error" or "nodes must be topologically sorted", ONNX Runtime's "INVALID_PROTOBUF")."""
+    if short_of_space(path, size) or file_system_full(path):
+        raise ExportError(f"{os.strerror(errno.ENOSPC)} (writing {path})")
 
 
 def drop_identities(graph):
