@@ -5,10 +5,15 @@ the system's C++ compiler, Paddle's headers from the wheel; threads of the C++ l
 The build happens once per machine and source: into the cache folder
 ($XDG_CACHE_HOME or ~/.cache)/paddle_vit/kernels/<key>, the key a hash of the sources, Paddle's and
 Python's versions and the CPU's instruction sets (the build targets them), under a file lock so
-that processes starting together build it once. It runs in a child Python process whose output
-(the builder's progress, every compiler command and message) goes to build.log in that folder,
-so that nothing of it reaches this process's terminal or another thread's output; this process
-then loads the built library. Where it cannot be built (no compiler, a read-only home, not
+that processes starting together build it once. The sources are copied into that folder (src/)
+and built from there, so any checkout, install or copy of the package with the same sources
+loads the same library. The build runs in a child Python process whose output (the builder's
+progress, every compiler command and message) is added to build.log in that folder, so that
+nothing of it reaches this process's terminal or another thread's output; the library's sha256
+is then recorded (library.sha256), and this process loads it, its Python functions made in
+memory: no process leaves a file in the cache. A load that fails with the library intact (its
+hash as recorded: a memory limit, a signal) leaves the cache as it is; a library that is not
+(a build killed half-way) is built again. Where it cannot be built (no compiler, a read-only home, not
 Linux), on a Paddle release the kernels were not written for (paddle_versions.py) or with
 PADDLE_VIT_COMPILED_KERNELS=0, `kernel_library()` is None and the callers keep Paddle's kernels,
 which compute the same: one info line says why.
@@ -23,12 +28,14 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+import types
 
 import paddle
-from paddle.utils import cpp_extension
+from paddle.utils.cpp_extension import extension_utils
 
-from .. import runtime
+from .. import fileio, runtime
 from .paddle_versions import COMPILED_KERNELS, applies
 
 logger = logging.getLogger("paddle_vit")
@@ -115,8 +122,10 @@ def _build(cache):
             return _load_or_build(folder, key, target_flags)
         except BuildFailed:  # the compiler's verdict: a second build would give the same
             raise
-        except Exception:  # a build killed half-way leaves a library that never loads: start it again, once
-            _empty(folder, keep="build.lock")
+        except Exception:
+            if library_intact(folder, key):  # a failure that is not the library's (memory, a signal): kept
+                raise
+            _empty(folder, keep="build.lock")  # a build killed half-way: a library that never loads
             return _load_or_build(folder, key, target_flags)
 
 
@@ -124,31 +133,103 @@ class BuildFailed(RuntimeError):
     """The builder ran to its end and failed (build.log says why)."""
 
 
+LIBRARY_HASH = "library.sha256"  # the built library's sha256, written after a build that succeeded
+SOURCE_COPY = "src"  # the sources and headers of the key, copied into its folder and built from there
+
+
+def library_path(folder, key):
+    name = f"paddle_vit_kernels_{key}"
+    return os.path.join(folder, name, f"{name}.so")  # where Paddle's builder puts it
+
+
+def library_intact(folder, key):
+    """Whether the library in `folder` is the one its build made: present, with the sha256
+    recorded when that build succeeded. A library without a record, truncated or changed is not."""
+    try:
+        with open(os.path.join(folder, LIBRARY_HASH)) as stream:
+            recorded = stream.read().strip()
+        return recorded == _sha256(library_path(folder, key))
+    except OSError:
+        return False
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _load_or_build(folder, key, target_flags):
     name = f"paddle_vit_kernels_{key}"
-    library_folder = os.path.join(folder, name)  # where Paddle's builder puts the library
-    if not os.path.exists(os.path.join(library_folder, f"{name}.so")):
+    library = library_path(folder, key)
+    if not os.path.exists(library):
         _build_in_child(folder, name, target_flags)
-    with _quiet_builder_log():  # it says "using custom operator only" at INFO
-        return cpp_extension.extension_utils._import_module_from_library(name, library_folder, False)
+        _record_hash(folder, library)
+    with _quiet_builder_log():  # Paddle's loader notes each op it registers
+        module = load_library(name, library)
+    if not os.path.exists(os.path.join(folder, LIBRARY_HASH)):  # built before hashes were recorded, and loads
+        _record_hash(folder, library)
+    return module
+
+
+def _record_hash(folder, library):
+    digest = _sha256(library)
+    fileio.atomic_write(os.path.join(folder, LIBRARY_HASH), lambda path: open(path, "w").write(digest + "\n"))
+
+
+def load_library(name, path):
+    """The custom ops of the library at `path` as a module of Python functions, made in memory:
+    Paddle's own loader writes a module file per process into the library's folder (removed at
+    exit, so a killed process leaves it), which a cache shared by every process must not hold.
+    Relies on two functions of Paddle's extension builder, `load_op_meta_info_and_register_op`
+    and `_custom_api_content` (the functions' Python source), both in Paddle 2.x and 3.x."""
+    op_names = extension_utils.load_op_meta_info_and_register_op(path)
+    module = types.ModuleType(f"_paddle_cpp_extension_{name}")
+    module.__file__ = path
+    for op_name in op_names:
+        exec(compile(extension_utils._custom_api_content(op_name), path, "exec"), module.__dict__)
+    return module
+
+
+def _copy_sources(folder):
+    """The sources and headers copied into `folder`/src (whole or not at all: a copy renamed into
+    place), so that the build is the same whichever checkout, install or copy of the package
+    asked for it; returns the copied sources' paths."""
+    target = os.path.join(folder, SOURCE_COPY)
+    if not os.path.isdir(target):
+        staging = tempfile.mkdtemp(prefix=".src-", dir=folder)
+        for path in SOURCES + HEADERS:
+            shutil.copyfile(path, os.path.join(staging, os.path.basename(path)))
+        os.rename(staging, target)
+    return [os.path.join(target, os.path.basename(path)) for path in SOURCES]
 
 
 def _build_in_child(folder, name, target_flags):
-    """Paddle's builder (`cpp_extension.load`) run in a child process, its output into build.log."""
-    arguments = dict(name=name, sources=SOURCES, build_directory=folder,
+    """Paddle's builder (`cpp_extension.load`) run in a child process on the sources copied into
+    `folder`, its output added to build.log under a line naming the build."""
+    arguments = dict(name=name, sources=_copy_sources(folder), build_directory=folder,
                      extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
     log_path = os.path.join(folder, "build.log")
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
+        log.write(f"{BUILD_HEADER} {name} by process {os.getpid()}\n")
+        log.flush()
         status = subprocess.run([sys.executable, "-c", BUILD_CHILD, json.dumps(arguments)], cwd=folder,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT).returncode
     if status != 0:
         raise BuildFailed(f"the build exited with status {status}: {_first_error(log_path)}")
 
 
+BUILD_HEADER = "==== paddle-vit: a build of"
+
+
 def _first_error(log_path):
-    """The compiler's first error line in the build's log, else its last line."""
+    """The compiler's first error line in the last build's log, else its last line."""
     with open(log_path, errors="replace") as stream:
         lines = [line.strip() for line in stream if line.strip()]
+    starts = [index for index, line in enumerate(lines) if line.startswith(BUILD_HEADER)]
+    lines = lines[starts[-1] + 1:] if starts else lines
     errors = [line for line in lines if "error:" in line]
     return (errors or lines or ["no output"])[0 if errors else -1]
 

@@ -1,0 +1,117 @@
+"""The compiled kernels' cache (paddle_vit/variants/compiled.py): built once per machine and
+source whichever checkout asks, no file left by a process that loads it, and a good cache never
+emptied by a load that failed for another reason."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from paddle_vit.variants import compiled
+from repo_paths import REPO
+
+KEY = compiled.build_key(compiled.instruction_sets())
+
+
+def a_built_folder(cache, library=b"\x7fELF a library", record=True):
+    """A cache folder as a build leaves it (a fake library), its hash recorded or not."""
+    folder = os.path.join(cache, KEY)
+    path = compiled.library_path(folder, KEY)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as stream:
+        stream.write(library)
+    if record:
+        compiled._record_hash(folder, path)
+    return folder, path
+
+
+def test_a_load_that_fails_with_the_library_intact_leaves_the_cache_alone(tmp_path, monkeypatch):
+    """A memory limit or a signal while loading is no reason to throw away a build every other
+    process uses: the error goes up (the caller keeps Paddle's kernels) and the folder stays."""
+    folder, path = a_built_folder(str(tmp_path))
+
+    def out_of_memory(name, library):
+        raise MemoryError("std::bad_alloc")
+    monkeypatch.setattr(compiled, "load_library", out_of_memory)
+    with pytest.raises(MemoryError):
+        compiled._build(str(tmp_path))
+    assert os.path.exists(path) and compiled.library_intact(folder, KEY)
+
+
+@pytest.mark.parametrize("change", ["truncated", "unrecorded"])
+def test_a_library_not_as_its_build_left_it_is_built_again(tmp_path, monkeypatch, change):
+    """A truncated library (a build killed during the link) fails to load every time: the folder
+    is emptied and built again, once. So is one without a recorded hash that fails to load."""
+    folder, path = a_built_folder(str(tmp_path), record=change != "unrecorded")
+    if change == "truncated":
+        with open(path, "r+b") as stream:
+            stream.truncate(4)
+    builds = []
+
+    def fake_build(folder, name, target_flags):
+        builds.append(sorted(os.listdir(folder)))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as stream:
+            stream.write(b"\x7fELF built again")
+
+    def load(name, library):
+        with open(library, "rb") as stream:
+            if stream.read() != b"\x7fELF built again":
+                raise OSError(f"{library}: invalid ELF header")
+        return "the library"
+    monkeypatch.setattr(compiled, "_build_in_child", fake_build)
+    monkeypatch.setattr(compiled, "load_library", load)
+    assert compiled._build(str(tmp_path)) == "the library"
+    assert builds == [["build.lock"]]
+    assert compiled.library_intact(folder, KEY)
+
+
+def test_a_library_built_before_hashes_were_recorded_gets_its_record_on_the_first_load(tmp_path, monkeypatch):
+    folder, path = a_built_folder(str(tmp_path), record=False)
+    monkeypatch.setattr(compiled, "load_library", lambda name, library: "the library")
+    assert compiled._build(str(tmp_path)) == "the library"
+    assert compiled.library_intact(folder, KEY)
+
+
+LOAD = """
+import sys
+from paddle_vit.variants import compiled
+library = compiled.kernel_library()
+assert compiled.__file__.startswith(sys.argv[1]), compiled.__file__  # this copy's package, not another
+sys.exit(0 if library is not None and hasattr(library, "paddle_vit_encoder_layer") else 3)
+"""
+
+
+@pytest.mark.slow  # one whole build of the kernels: 25-80 s
+@pytest.mark.skipif(not compiled.build_possible(), reason="no C++ compiler: nothing is built")
+def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(tmp_path):
+    """Three copies of the package (two clones, an install) share one cache: the two started
+    together build the kernels once and both load them, the third loads them as built, and no
+    process leaves a file in the cache."""
+    copies = []
+    for name in ("clone_a", "clone_b", "install"):
+        shutil.copytree(os.path.join(REPO, "paddle_vit"), tmp_path / name / "paddle_vit",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        copies.append(str(tmp_path / name))
+    env = {key: value for key, value in os.environ.items() if key not in (compiled.SWITCH_VARIABLE, "PYTHONPATH")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+
+    def start(copy):
+        return subprocess.Popen([sys.executable, "-W", "ignore:No ccache found:UserWarning", "-c", LOAD, copy],
+                                cwd=copy, env=dict(env, PYTHONPATH=copy), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    together = [start(copy) for copy in copies[:2]]
+    for process in together:
+        assert process.wait(timeout=900) == 0, process.stderr.read()[-2000:]
+    (folder,) = glob.glob(str(tmp_path / "cache" / "paddle_vit" / "kernels" / "*"))
+    files = sorted(os.path.relpath(path, folder) for path in glob.glob(os.path.join(folder, "**"), recursive=True))
+    third = start(copies[2])
+    assert third.wait(timeout=900) == 0, third.stderr.read()[-2000:]
+    with open(os.path.join(folder, "build.log")) as log:
+        assert sum(line.startswith(compiled.BUILD_HEADER) for line in log) == 1
+    assert sorted(os.path.relpath(path, folder)
+                  for path in glob.glob(os.path.join(folder, "**"), recursive=True)) == files  # nothing added
+    assert os.path.isdir(os.path.join(folder, compiled.SOURCE_COPY)) and compiled.library_intact(folder,
+                                                                                               os.path.basename(folder))
