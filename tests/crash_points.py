@@ -149,7 +149,12 @@ for line in sys.stdin:
         os.chdir(job["cwd"])
         library.crash_points_configure(job["watch"].encode(), (job["log"] or "").encode(), job["kill"])
         try:
-            code = cli.entry(job["tool"], job["argv"], in_process=True)
+            if job["tool"].startswith("call:"):  # a function of a test's module: call:PATH:NAME
+                import runpy
+                _, path, function = job["tool"].split(":")
+                code = runpy.run_path(path)[function](job["argv"])
+            else:
+                code = cli.entry(job["tool"], job["argv"], in_process=True)
         except SystemExit as exit:
             code = exit.code if isinstance(exit.code, int) else 1
         except BaseException:
@@ -179,8 +184,9 @@ class ToolRunner:
                                         stdout=subprocess.PIPE, text=True, env=environment, cwd=folder)
 
     def run(self, tool, argv, watched, kill=0, log=None):
-        """(exit code, or -signal; the run's output) of `tool` (train, export, convert_weights)
-        with `argv`, watching `watched`, killed at its `kill`-th watched call (0: never)."""
+        """(exit code, or -signal; the run's output) of `tool` (a command of `paddle_vit.cli`:
+        train, export, convert; or ``call:PATH:FUNCTION``, a function of a Python file called with
+        `argv`) with `argv`, watching `watched`, killed at its `kill`-th watched call (0: never)."""
         output = os.path.join(self.folder, "run.out")
         job = dict(tool=tool, argv=[str(argument) for argument in argv], watch=os.path.abspath(watched), kill=kill,
                    log=log, output=output, cwd=self.folder)

@@ -17,6 +17,11 @@ import pytest
 import crash_points
 from repo_paths import REPO
 
+def compiled_kernels_available():
+    from paddle_vit.variants import compiled
+    return compiled.build_possible() and os.environ.get(compiled.SWITCH_VARIABLE, "").strip() != "0"
+
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not crash_points.available(), reason="needs Linux and a C compiler")]
 
@@ -258,3 +263,34 @@ def test_a_training_run_killed_at_any_call_resumes_to_the_unbroken_runs_result(r
         final = load_checkpoint(os.path.join(root, "checkpoints", "last.pdckpt"))["model"]
         for name, value in weights.items():
             np.testing.assert_allclose(final[name].numpy(), value.numpy(), atol=1e-6, err_msg=f"{point}: {name}")
+
+
+# ---- the compiled kernels' cache --------------------------------------------------------------
+
+CACHE_WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_cache_writer.py")
+
+
+@pytest.mark.skipif(not compiled_kernels_available(), reason="no C++ compiler: no kernels to cache")
+def test_the_kernel_cache_killed_at_any_call_loads_after_and_holds_one_intact_library(runner, tmp_path,
+                                                                                   record_property):
+    """The cache's own calls (the sources copied in, the build's log, the library's hash
+    recorded), the compiler's output stood in for by a library built once: after a kill at each,
+    the next process loads the kernels, the cache holds one intact library (built again only when
+    the kill came before its hash was recorded) and no file of a process."""
+    from paddle_vit.variants import compiled
+    built = compiled.kernel_library().__file__  # the machine's own build, copied as the compiler's output
+    cache = str(tmp_path / "cache")
+    folder = os.path.join(cache, "paddle_vit", "kernels")
+    writer = (f"call:{CACHE_WRITER}:main", [cache, built])
+
+    def prepare():
+        shutil.rmtree(cache, ignore_errors=True)
+
+    for point in each_kill(runner, writer, folder, prepare, record_property):
+        code, output = runner.run(*writer, watched=os.path.join(runner.folder, "nothing"))
+        assert code == 0, f"{point}: the next load failed: {output[-2000:]}"
+        (key_folder,) = [os.path.join(folder, name) for name in os.listdir(folder)]
+        key = os.path.basename(key_folder)
+        assert compiled.library_intact(key_folder, key), point
+        assert not [name for name in os.listdir(os.path.dirname(compiled.library_path(key_folder, key)))
+                    if name.endswith(".py")], point
