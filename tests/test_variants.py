@@ -393,22 +393,26 @@ def test_the_build_is_keyed_by_the_instruction_sets_it_targets():
 
 
 def test_a_build_killed_half_way_is_started_again_from_an_empty_folder(tmp_path, monkeypatch):
-    """A kill during the link leaves a truncated library that fails to load every time after:
-    the build folder is emptied (its lock kept) and the build run once more."""
-    calls = []
-
-    def load_or_build(folder, key, target_flags):
-        calls.append(sorted(os.listdir(folder)))
-        if len(calls) == 1:
-            raise RuntimeError("Failed to run command: <built-in function compile>")
-        return "the library"
-    monkeypatch.setattr(variants.compiled, "_load_or_build", load_or_build)
+    """A kill during the build leaves objects and a library without its recorded hash, which may
+    be cut short: the build folder is emptied (its lock and log kept) and the build run once more,
+    before anything is loaded."""
+    builds = []
     key = variants.compiled.build_key(variants.compiled.instruction_sets())
+
+    def build_in_child(folder, name, target_flags):
+        builds.append(sorted(os.listdir(folder)))
+        library = variants.compiled.library_path(folder, key)
+        os.makedirs(os.path.dirname(library))
+        with open(library, "wb") as stream:
+            stream.write(b"\x7fELF whole")
+    monkeypatch.setattr(variants.compiled, "_build_in_child", build_in_child)
+    monkeypatch.setattr(variants.compiled, "load_library", lambda name, library: "the library")
     folder = tmp_path / key
     (folder / "half" / "build").mkdir(parents=True)
     (folder / "half" / "kernels.so").write_bytes(b"\x7fELF truncated")
+    (folder / "build.log").write_text("the killed build's output\n")
     assert variants.compiled._build(str(tmp_path)) == "the library"
-    assert calls == [["build.lock", "half"], ["build.lock"]]
+    assert builds == [["build.lock", "build.log"]]
 
 
 # a process that builds the kernels while another of its threads writes to its standard output

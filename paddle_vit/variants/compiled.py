@@ -10,13 +10,16 @@ and built from there, so any checkout, install or copy of the package with the s
 loads the same library. The build runs in a child Python process whose output (the builder's
 progress, every compiler command and message) is added to build.log in that folder, so that
 nothing of it reaches this process's terminal or another thread's output; the library's sha256
-is then recorded (library.sha256), and this process loads it, its Python functions made in
-memory: no process leaves a file in the cache. A load that fails with the library intact (its
-hash as recorded: a memory limit, a signal) leaves the cache as it is; a library that is not
-(a build killed half-way) is built again. Where it cannot be built (no compiler, a read-only home, not
-Linux), on a Paddle release the kernels were not written for (paddle_versions.py) or with
-PADDLE_VIT_COMPILED_KERNELS=0, `kernel_library()` is None and the callers keep Paddle's kernels,
-which compute the same: one info line says why.
+is then recorded (library.sha256). Each process loads the library only once it has checked it
+against that record (about 10 ms): one missing, cut short or changed (a build killed half-way)
+is never mapped, since a library cut short can end the process with SIGBUS rather than fail to
+load, but built again in the emptied folder; an intact one is never removed, so a load that
+fails for another reason (a memory limit, a signal) leaves the cache to every other process.
+The library's Python functions are made in memory: no process leaves a file in the cache.
+Where it cannot be built (no compiler, a read-only home, not Linux), on a Paddle release the
+kernels were not written for (paddle_versions.py) or with PADDLE_VIT_COMPILED_KERNELS=0,
+`kernel_library()` is None and the callers keep Paddle's kernels, which compute the same: one
+info line says why.
 """
 import contextlib
 import fcntl
@@ -116,29 +119,30 @@ def _build(cache):
     key = build_key(target_flags)
     folder = os.path.join(cache, key)
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "build.lock"), "w") as lock:
+    with open(os.path.join(folder, LOCK), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
-        try:
-            return _load_or_build(folder, key, target_flags)
-        except BuildFailed:  # the compiler's verdict: a second build would give the same
-            raise
-        except Exception:
-            if library_intact(folder, key):  # a failure that is not the library's (memory, a signal): kept
-                raise
-            _empty(folder, keep="build.lock")  # a build killed half-way: a library that never loads
-            return _load_or_build(folder, key, target_flags)
+        if not library_intact(folder, key):
+            _build_afresh(folder, key, target_flags)
+        with _quiet_builder_log():  # Paddle's loader notes each op it registers
+            return load_library(library_name(key), library_path(folder, key))
 
 
 class BuildFailed(RuntimeError):
     """The builder ran to its end and failed (build.log says why)."""
 
 
+LOCK = "build.lock"
+LOG = "build.log"
 LIBRARY_HASH = "library.sha256"  # the built library's sha256, written after a build that succeeded
 SOURCE_COPY = "src"  # the sources and headers of the key, copied into its folder and built from there
 
 
+def library_name(key):
+    return f"paddle_vit_kernels_{key}"
+
+
 def library_path(folder, key):
-    name = f"paddle_vit_kernels_{key}"
+    name = library_name(key)
     return os.path.join(folder, name, f"{name}.so")  # where Paddle's builder puts it
 
 
@@ -161,17 +165,17 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def _load_or_build(folder, key, target_flags):
-    name = f"paddle_vit_kernels_{key}"
-    library = library_path(folder, key)
-    if not os.path.exists(library):
-        _build_in_child(folder, name, target_flags)
-        _record_hash(folder, library)
-    with _quiet_builder_log():  # Paddle's loader notes each op it registers
-        module = load_library(name, library)
-    if not os.path.exists(os.path.join(folder, LIBRARY_HASH)):  # built before hashes were recorded, and loads
-        _record_hash(folder, library)
-    return module
+def _build_afresh(folder, key, target_flags):
+    """Build the library into an emptied `folder` (its lock and log kept), then record its hash.
+    Called whenever the library is not intact, before any attempt to load it: a library cut short
+    by a kill during the link can end the process that maps it (SIGBUS: measured with the
+    library's first 1% kept) instead of failing to load, so it is never mapped; and a build that
+    did not finish leaves objects, a staging copy of the sources or a process's module file that
+    the next one must not find. An intact library is never removed, whatever its load does (a
+    memory limit, a signal)."""
+    _empty(folder, keep=(LOCK, LOG))
+    _build_in_child(folder, library_name(key), target_flags)
+    _record_hash(folder, library_path(folder, key))
 
 
 def _record_hash(folder, library):
@@ -211,7 +215,7 @@ def _build_in_child(folder, name, target_flags):
     `folder`, its output added to build.log under a line naming the build."""
     arguments = dict(name=name, sources=_copy_sources(folder), build_directory=folder,
                      extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
-    log_path = os.path.join(folder, "build.log")
+    log_path = os.path.join(folder, LOG)
     with open(log_path, "a") as log:
         log.write(f"{BUILD_HEADER} {name} by process {os.getpid()}\n")
         log.flush()
@@ -235,9 +239,9 @@ def _first_error(log_path):
 
 
 def _empty(folder, keep):
-    """Remove everything in `folder` but the file `keep`."""
+    """Remove everything in `folder` but the files named in `keep`."""
     for name in os.listdir(folder):
-        if name != keep:
+        if name not in keep:
             path = os.path.join(folder, name)
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
 
