@@ -88,6 +88,23 @@ def test_an_intact_library_is_loaded_without_a_build(tmp_path, monkeypatch):
     assert compiled._build(str(tmp_path)) == path
 
 
+def test_the_module_files_older_processes_left_beside_the_library_are_removed_on_load(tmp_path, monkeypatch):
+    """Paddle's loader, as an older checkout sharing the cache still runs it, leaves one module
+    file per process (<name>_<thread id>.py): a load removes them, and keeps every other file."""
+    folder, path = a_built_folder(str(tmp_path))
+    library_folder = os.path.dirname(path)
+    name = compiled.library_name(KEY)
+    left = [f"{name}_139622971930560.py", f"{name}_140718387652544.py"]
+    kept = [f"{name}.py", "version.txt", f"{name}_setup.py"]  # the builder's own, one per key
+    for entry in left + kept:
+        with open(os.path.join(library_folder, entry), "w") as stream:
+            stream.write("# a module file\n")
+    monkeypatch.setattr(compiled, "_build_in_child", no_build)
+    monkeypatch.setattr(compiled, "load_library", lambda name, library: "the library")
+    assert compiled._build(str(tmp_path)) == "the library"
+    assert sorted(os.listdir(library_folder)) == sorted([os.path.basename(path), *kept])
+
+
 LOAD = """
 import sys
 from paddle_vit.variants import compiled

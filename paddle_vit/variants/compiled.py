@@ -123,6 +123,7 @@ def _build(cache):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
         if not library_intact(folder, key):
             _build_afresh(folder, key, target_flags)
+        _remove_files_left_by_processes(folder, key)
         with _quiet_builder_log():  # Paddle's loader notes each op it registers
             return load_library(library_name(key), library_path(folder, key))
 
@@ -176,6 +177,20 @@ def _build_afresh(folder, key, target_flags):
     _empty(folder, keep=(LOCK, LOG))
     _build_in_child(folder, library_name(key), target_flags)
     _record_hash(folder, library_path(folder, key))
+
+
+def _remove_files_left_by_processes(folder, key):
+    """Paddle's own loader, which this module used before 2026-12-05 (and still runs in an older
+    checkout sharing the cache), leaves a module file per process beside the library
+    (`<name>_<thread id>.py`, 12 KB), removed at exit only: a killed process keeps its file, and
+    hundreds piled up. Removed here, under the lock, which an older checkout also takes while it
+    writes and imports its own."""
+    library_folder = os.path.dirname(library_path(folder, key))
+    prefix = library_name(key) + "_"
+    for entry in os.listdir(library_folder):
+        if entry.startswith(prefix) and entry.endswith(".py") and entry[len(prefix):-len(".py")].isdigit():
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(library_folder, entry))
 
 
 def _record_hash(folder, library):
