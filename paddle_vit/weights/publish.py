@@ -55,7 +55,7 @@ PROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 SPACE_MARGIN = 64 * 1024  # config.json, README.md, preprocessor_config.json
-STAGING_KIND = "publish"  # the staging folder: PARENT/.OUT.publish-XXXX, or OUT/.publish-XXXX
+STAGING_KIND = "publish"  # the staging folder: PARENT/.OUT.publish-XXXX/OUT, or OUT/.publish-XXXX
 PUBLISHED_FILES = (CONFIG_FILE, WEIGHTS_FILE, PROCESSOR_FILE, CARD_FILE)
 
 
@@ -218,8 +218,9 @@ def run_summary(checkpoint_path):
 # ---- writing ----------------------------------------------------------------------------------
 
 def _write_folder(directory, export, card):
-    """Write the folder's files into a staging folder inside `directory`, then move them into
-    place, ``config.json`` last (`fileio.staged_folder`)."""
+    """Write the folder's files into a staging folder beside `directory` and swap it in, or
+    where it cannot be swapped (a mount point) into one inside it and move them in, ``config.json``
+    last (`fileio.staged_folder`)."""
     weights = sum(tensor.nbytes for tensor in export.tensors.values())
     with fileio.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
                               description=f"the {export.format} folder", needed_bytes=weights + SPACE_MARGIN,
