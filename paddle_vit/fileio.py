@@ -247,7 +247,7 @@ def describe_os_error(error, staging):
 def _staged_name(text, staging):
     """The output file a path in `staging` found in `text` stands for (an `atomic_write`
     temporary `.NAME.XXXX.tmp` is NAME), or None."""
-    match = re.search(re.escape(staging + os.sep) + r"([^\s:'\"]+)", text)
+    match = re.search(re.escape(staging + os.sep) + r"([^\s:'\"()]+)", text)
     if match is None:
         return None
     name = match.group(1)

@@ -1,7 +1,8 @@
 """Exports and published folders onto any folder, inflicted for real on small mounted file
 systems: a mount point (which cannot be renamed), a read-only mount, a disk that fills up, and a
 folder left by a run killed while its files were moved in; an export killed by strace at its
-swap. One clear line and exit code 2, nothing half written, the previous output whole;
+swap; a disk filling while paddle2onnx, ONNX Runtime or safetensors writes, simulated for any
+user. One clear line and exit code 2, nothing half written, the previous output whole;
 docs/troubleshooting.md's fault table lists these cases. (To be merged into tests/test_failures.py.)"""
 import contextlib
 import json
@@ -475,3 +476,135 @@ def test_an_export_killed_at_its_swap_leaves_one_whole_export_that_predict_reads
     np.testing.assert_allclose(load_export(out, backend="paddle").outputs(batch), outputs["new"], rtol=1e-5, atol=1e-6)
     assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == []
 
+
+# ---- a disk that fills while a library writes, simulated for any user -------------------------
+# (the same faults for real, on small tmpfs mounts, are the root tests above)
+
+class SimulatedDisk:
+    """`os.statvfs` for the paths under `root` saying `free` bytes are left (set `free` to fill
+    the disk as a library writes); the real answer elsewhere."""
+
+    def __init__(self, root, free, statvfs):
+        self.root, self.free, self.statvfs = str(root), free, statvfs
+
+    def __call__(self, path):
+        real = self.statvfs(path)
+        if not os.path.abspath(os.fspath(path)).startswith(self.root):
+            return real
+        blocks = self.free // real.f_frsize
+        return os.statvfs_result((real.f_bsize, real.f_frsize, real.f_blocks, blocks, blocks, *tuple(real)[5:]))
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    """tmp_path on a disk with 1 GiB free until a test says otherwise."""
+    simulated = SimulatedDisk(tmp_path, 1 << 30, os.statvfs)
+    monkeypatch.setattr(os, "statvfs", simulated)
+    return simulated
+
+
+def assert_full_disk_line(code, lines, what, out, *symptoms):
+    """One `error:` line naming the full disk (the room there is and the room needed), exit 2;
+    none of the `symptoms` a library's own message would have shown."""
+    assert_one_line_error(code, lines, f"cannot write the {what} to {out}: No space left on device: "
+                                       f"{fileio.mount_point(out)} has ", " MiB free, about ", " MiB needed")
+    for symptom in symptoms:
+        assert symptom not in lines[0].split(str(out), 1)[1], lines[0]
+
+
+def test_an_export_onto_a_disk_with_less_room_than_it_needs_is_refused_before_any_work(weights, tmp_path, capsys,
+                                                                                    monkeypatch, disk):
+    from paddle_vit.deploy import export as export_module
+
+    def no_work(*arguments, **options):
+        raise AssertionError("the export began")
+    monkeypatch.setattr(export_module, "save_traced", no_work)
+    disk.free = 64 * 1024
+    out = tmp_path / "export"
+    code, lines = export(weights, out, capsys)
+    assert_full_disk_line(code, lines, "export", out)
+    assert "has 0.1 MiB free" in lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def onnx_extra():
+    pytest.importorskip("paddle2onnx", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+    pytest.importorskip("onnxruntime", reason="ONNX export needs the optional extra: pip install -e '.[onnx]'")
+
+
+@pytest.mark.slow
+def test_paddle2onnx_cut_short_by_a_full_disk_is_named_as_the_full_disk(weights, tmp_path, capsys, monkeypatch, disk,
+                                                                      onnx_extra):
+    """paddle2onnx runs in a child; a full disk left its model cut short, and what it said was
+    "parse error" (or "nodes must be topologically sorted")."""
+    import subprocess
+
+    from paddle_vit.deploy import onnx_export
+    real_run, converted = subprocess.run, []
+
+    def cut_short(command, **options):
+        if command[1:3] != ["-c", onnx_export._ONNX_CHILD]:
+            return real_run(command, **options)
+        with open(command[5], "wb") as stream:
+            stream.write(b"\x08\x07\x12")
+        disk.free = 8 * 1024
+        converted.append(command[5])
+        return subprocess.CompletedProcess(command, 1, "", "[Paddle2ONNX] parse error: unexpected end of input")
+    monkeypatch.setattr(subprocess, "run", cut_short)
+    out = tmp_path / "export"
+    code, lines = export(weights, out, capsys, "--format", "onnx")
+    assert converted, "paddle2onnx was never run"
+    assert_full_disk_line(code, lines, "export", out, "parse error", "paddle2onnx", ".export-")
+    assert lines[0].endswith(" MiB needed (writing model.onnx)"), lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_onnxruntimes_graph_write_cut_short_by_a_full_disk_is_named_as_the_full_disk(weights, tmp_path, capsys,
+                                                                                   monkeypatch, disk, onnx_extra):
+    """The case of the issue: ONNX Runtime's optimised graph written to a disk that filled, and
+    the export said "onnxruntime could not load the converted model: ... INVALID_PROTOBUF"."""
+    import onnxruntime
+    real_session, folded = onnxruntime.InferenceSession, []
+
+    def cut_short(source, options=None, **more):
+        target = getattr(options, "optimized_model_filepath", "")
+        if not target:
+            return real_session(source, options, **more)
+        with open(target, "wb") as stream:
+            stream.write(b"\x08\x07\x12")
+        disk.free = 8 * 1024
+        folded.append(target)
+        raise RuntimeError(f"[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from {target} failed:Protobuf "
+                           f"parsing failed.")
+    monkeypatch.setattr(onnxruntime, "InferenceSession", cut_short)
+    out = tmp_path / "export"
+    code, lines = export(weights, out, capsys, "--format", "onnx")
+    assert folded, "onnxruntime never wrote its graph"
+    assert_full_disk_line(code, lines, "export", out, "INVALID_PROTOBUF", "could not load", ".export-")
+    assert lines[0].endswith(" MiB needed (writing model.onnx)"), lines[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("to", ["timm", "huggingface"])
+def test_safetensors_cut_short_by_a_full_disk_names_the_file_and_keeps_the_previous_folder(tmp_path, capsys,
+                                                                                         monkeypatch, disk, to):
+    """safetensors' writer says "I/O error: No space left on device (os error 28)", naming no file."""
+    from safetensors import SafetensorError
+
+    from paddle_vit.weights import publish as publish_module
+    out = tmp_path / "published"
+    assert publish(out, capsys, to)[0] == 0
+    before = contents(out)
+
+    def cut_short(tensors, path, metadata=None):
+        with open(path, "wb") as stream:
+            stream.write(b"\x10\x00")
+        disk.free = 4 * 1024
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(publish_module, "save_file", cut_short)
+    code, lines = publish(out, capsys, to, "--overwrite")
+    assert_full_disk_line(code, lines, f"{to} folder", out, "serializing", ".publish-")
+    assert lines[0].endswith("(writing model.safetensors)"), lines[0]
+    assert contents(out) == before and sorted(os.listdir(tmp_path)) == ["published"]

@@ -35,11 +35,13 @@ or the new one whole. Where a folder cannot be swapped (a mount point) the stagi
 inside the target and its files are moved in, ``config.json`` last: a folder killed meanwhile has
 no ``config.json`` and is replaced by the next run.
 """
+import errno
 import json
 import logging
 import os
 
 import yaml
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
 from .. import fileio
@@ -229,7 +231,7 @@ def _write_folder(directory, export, card):
 
 
 def _write_files(folder, export, card):
-    save_file(export.tensors, os.path.join(folder, WEIGHTS_FILE), metadata={"format": "pt"})
+    _save_tensors(export.tensors, os.path.join(folder, WEIGHTS_FILE))
     with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as stream:
         json.dump(export.config, stream, indent=2)
         stream.write("\n")
@@ -241,6 +243,18 @@ def _write_files(folder, export, card):
     umask = _umask()
     for name in os.listdir(folder):  # safetensors writes 0600; the folder's files as any file's
         os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+
+
+def _save_tensors(tensors, path):
+    """safetensors' `save_file`, whose writer reports a full disk as a SafetensorError naming no
+    file ("I/O error: No space left on device (os error 28)"): raised as the OSError it is, with
+    the file, so that the error says which write the disk stopped."""
+    try:
+        save_file(tensors, path, metadata={"format": "pt"})
+    except SafetensorError as error:
+        if f"os error {errno.ENOSPC})" in str(error):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from None
+        raise
 
 
 def _write_card(path, card):
