@@ -7,10 +7,16 @@ import contextlib
 import ctypes
 import errno
 import os
+import platform
 import re
 import shutil
 import stat
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, a nest is told by its mark alone
+    fcntl = None
 
 from .errors import ConfigError
 
@@ -241,7 +247,7 @@ def describe_os_error(error, staging):
 def _staged_name(text, staging):
     """The output file a path in `staging` found in `text` stands for (an `atomic_write`
     temporary `.NAME.XXXX.tmp` is NAME), or None."""
-    match = re.search(re.escape(staging + os.sep) + r"([^\s:'\"]+)", text)
+    match = re.search(re.escape(staging + os.sep) + r"([^\s:'\"()]+)", text)
     if match is None:
         return None
     name = match.group(1)
@@ -255,26 +261,31 @@ def staged_folder(out_dir, kind, marker, *, error_type, description, needed_byte
 
     `out_dir` must already have been checked by the caller: absent, empty, or a previous output
     of this kind (`output_entries`, `interrupted_output`). The block gets a staging folder and
-    writes there; then the commit puts the new output in the place of the old in one step:
+    writes there; then the commit puts the new output in the place of the old:
 
-    - **Swapped** (`swap_possible`: `out_dir` is a plain folder or absent, not a mount point or a
-      link, its parent writable): the staging folder is a hidden sibling,
-      ``PARENT/.NAME.KIND-XXXX``, so on the same file system. The commit exchanges the two
-      folders' names in one system call (``renameat2(RENAME_EXCHANGE)``; a new `out_dir` is a
-      plain rename), then removes the old output, now under the sibling's name. A kill at any
-      instant leaves `out_dir` the old output whole or the new one whole, and at most a sibling
-      that the next run of any kind on `out_dir` removes (`remove_leftover_siblings`).
-    - **Moved in**, where a folder cannot be swapped (a mount point, a link, a parent one cannot
-      write in, a file system without RENAME_EXCHANGE): the staging folder is hidden inside
-      `out_dir` (``out_dir/.KIND-XXXX``). The commit removes the old `marker` (the file that
-      says an output is complete: ``preprocess.json``, ``config.json``), then what the new
-      output does not have, then moves the new files in one by one, `marker` last. A kill during
-      those few renames leaves `out_dir` without its marker and with the staging folder in it:
-      not taken for an output (predict refuses it), and `interrupted_output` recognises it, so
-      the next run replaces it.
+    - **Swapped**, wherever `swap_possible` (`out_dir` absent or a plain folder, not a mount
+      point or a link, its parent writable): the block writes into ``NEST/NAME``, where the nest
+      ``PARENT/.NAME.KIND-XXXX`` is a hidden sibling of `out_dir` (so on its file system) that
+      carries our mark (`StagingNest`). The commit exchanges ``NEST/NAME`` and `out_dir` in one
+      system call (``renameat2(RENAME_EXCHANGE)``; a new `out_dir` is a plain rename), then
+      removes the nest, the previous output in it. Invariant: at every instant `out_dir` is the
+      previous output whole or the new one whole (a predictor on it works throughout), and
+      beside it at most one marked nest, which the next run of either kind on `out_dir` removes
+      (`remove_leftover_siblings`).
+    - **Moved in**, the fallback: where `swap_possible` says no (a mount point, a link, a parent
+      one cannot write in) the staging folder is ``out_dir/.KIND-XXXX`` from the start; where
+      the exchange itself is refused (a file system without RENAME_EXCHANGE: EINVAL, ENOSYS; a
+      bind mount not seen as one: EBUSY, EXDEV) the complete staging folder is moved (or
+      copied) there first. The commit then removes the old `marker` (the file that says an
+      output is complete: ``preprocess.json``, ``config.json``), then what the new output does
+      not have, then moves the new files in one by one, `marker` last. Invariant: `out_dir` is
+      the previous output whole (the staging folder inside it aside) until the marker goes;
+      during the few renames after, it has no marker and holds the staging folder: not taken for
+      an output (predict refuses it), and `interrupted_output` recognises it, so the next run
+      replaces it; after the last, the new output whole.
 
-    A failure, or Ctrl-C, before the commit removes the staging folder and leaves `out_dir` as
-    it was (a folder it made is removed again).
+    A failure, or Ctrl-C, before the commit removes the staging folder (its nest) and leaves
+    `out_dir` as it was (a folder it made is removed again).
 
     Space: `needed_bytes` is what the output takes at its largest (with the writers' own
     temporary files); a file system with less room is refused before anything is written. A
@@ -297,41 +308,133 @@ def staged_folder(out_dir, kind, marker, *, error_type, description, needed_byte
     if needed_bytes and short_of_space(out_dir, needed_bytes):
         raise failure(no_space(out_dir, needed_bytes))
     with provisional_folders(out_dir):
+        remove_leftover_siblings(out_dir, kind)
         try:
-            staging, swapped = _make_staging(out_dir, kind)
+            staging, nest = _make_staging(out_dir, kind)
         except OSError as error:
             raise failure(error.strerror or error) from None
         try:
-            yield staging
-            _flush_staged(staging)
-        except BaseException as error:
-            full = _full_disk(error, staging, largest_file_bytes)  # before the removal frees space
-            shutil.rmtree(staging, ignore_errors=True)
-            raise _named_failure(error, staging, out_dir, full and no_space(out_dir, needed_bytes), error_type,
-                                 failure) from None
-        try:
-            if swapped and _swap_in(staging, out_dir):
-                return
-        except OSError as error:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise failure(f"{describe_os_error(error, staging)}, while putting the new folder in place; the "
-                          f"previous one is unchanged") from None
-        try:
-            os.makedirs(out_dir, exist_ok=True)
-            _commit(staging, out_dir, marker)
-        except OSError as error:
-            raise failure(f"{describe_os_error(error, staging)}, while moving the new files in; the folder is "
-                          f"incomplete: run the command again to replace it") from None
+            try:
+                yield staging
+                _flush_staged(staging)
+            except BaseException as error:
+                full = _full_disk(error, staging, largest_file_bytes)  # before the removal frees space
+                _discard(staging, nest)
+                raise _named_failure(error, staging, out_dir, full and no_space(out_dir, needed_bytes), error_type,
+                                     failure) from None
+            if nest is not None:
+                if _swap_in(staging, nest, out_dir, failure):
+                    return
+                staging = _move_inside(staging, nest, out_dir, kind, failure)
+            try:
+                os.makedirs(out_dir, exist_ok=True)
+                _commit(staging, out_dir, marker)
+            except OSError as error:
+                raise failure(f"{describe_os_error(error, staging)}, while moving the new files in; the folder is "
+                              f"incomplete: run the command again to replace it") from None
+        finally:
+            if nest is not None:
+                nest.release()
 
 
 def sibling_prefix(out_dir, kind):
-    """The name every swapped staging folder of `out_dir` starts with: hidden, named after it."""
+    """The name every staging nest of `out_dir` starts with: hidden, named after it."""
     return f".{os.path.basename(out_dir)}.{kind}-"
 
 
+STAGING_MARK = ".paddle-vit-staging"  # the file in a nest that says it is ours
+
+
+class StagingNest:
+    """``PARENT/.NAME.KIND-XXXX``, beside `out_dir`: it holds the new output (`output`, named
+    NAME) until the exchange, and the previous output after it, until it is removed.
+
+    It carries a file, `STAGING_MARK`, locked (flock) while the process that made it lives. The
+    mark is why the next run may remove a nest a kill left (`remove_leftover_siblings`) and
+    nothing else: a folder of the user's with a similar name has no mark, and a nest whose mark
+    is locked is another run's, still at work. The mark is made before anything is written into
+    the nest and removed after everything else, so a nest is at every instant empty or marked;
+    and it stays outside the output, which is swapped in without it."""
+
+    def __init__(self, out_dir, kind):
+        self.path = tempfile.mkdtemp(prefix=sibling_prefix(out_dir, kind), dir=os.path.dirname(out_dir))
+        self._lock = None
+        try:
+            self._lock = _make_mark(self.path, out_dir)
+            self.output = os.path.join(self.path, os.path.basename(out_dir))
+            os.mkdir(self.output)  # its mode from the umask, as any folder os.makedirs makes
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self):
+        """Remove the nest and what it holds (best effort: what stays, marked, is a leftover)."""
+        remove_nest(self.path)
+        self.release()
+
+    def release(self):
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def _make_mark(nest, out_dir):
+    """Write the mark of `nest` and lock it; returns the descriptor that holds the lock (not
+    inherited by child processes: a child outliving a killed run must not keep it)."""
+    descriptor = os.open(os.path.join(nest, STAGING_MARK), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        os.write(descriptor, f"paddle_vit staging folder of {os.path.basename(out_dir)}: the next export or "
+                             f"published folder written there removes it\n".encode())
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def abandoned_nest(path):
+    """Whether the folder `path` (named like a nest) is a nest a killed run left: empty (killed
+    before its mark was made), or carrying our mark with no living process holding its lock. A
+    link, a folder without the mark, a nest still at work are not."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    entries = os.listdir(path)
+    if not entries:
+        return True
+    if STAGING_MARK not in entries:
+        return False
+    try:
+        descriptor = os.open(os.path.join(path, STAGING_MARK), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if fcntl is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:  # another run's lock
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def remove_nest(path):
+    """Remove the nest `path`: what it holds first, its mark last, so that a kill meanwhile leaves
+    it marked (a leftover the next run recognises). Best effort: what cannot be removed stays."""
+    try:
+        for name in os.listdir(path):
+            if name != STAGING_MARK:
+                _remove(os.path.join(path, name))
+        if os.path.lexists(os.path.join(path, STAGING_MARK)):
+            os.remove(os.path.join(path, STAGING_MARK))
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 def remove_leftover_siblings(out_dir, kind):
-    """Remove what a swap killed half-way left beside `out_dir`: a staging folder not swapped
-    in yet, or the old output not removed yet (folders named `sibling_prefix`)."""
+    """Remove the nests of `out_dir` a killed run left beside it (`abandoned_nest`): a new output
+    not swapped in yet, or a previous output not removed yet. Nothing else is touched."""
     parent, prefix = os.path.dirname(out_dir), sibling_prefix(out_dir, kind)
     try:
         names = os.listdir(parent)
@@ -339,8 +442,11 @@ def remove_leftover_siblings(out_dir, kind):
         return
     for name in names:
         path = os.path.join(parent, name)
-        if name.startswith(prefix) and os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+        try:
+            if name.startswith(prefix) and abandoned_nest(path):
+                remove_nest(path)
+        except OSError:
+            continue
 
 
 def swap_possible(out_dir):
@@ -358,47 +464,88 @@ def swap_possible(out_dir):
 
 
 def _make_staging(out_dir, kind):
-    """(the staging folder, whether the commit swaps it in): beside `out_dir` where a swap is
-    possible, else inside it."""
+    """(the folder the block writes into, its `StagingNest`): in a nest beside `out_dir` where a
+    swap is possible, else ``out_dir/.KIND-XXXX`` (nest None)."""
     if swap_possible(out_dir):
-        remove_leftover_siblings(out_dir, kind)
         os.makedirs(os.path.dirname(out_dir), exist_ok=True)
         try:
-            return tempfile.mkdtemp(prefix=sibling_prefix(out_dir, kind), dir=os.path.dirname(out_dir)), True
+            nest = StagingNest(out_dir, kind)
+            return nest.output, nest
         except OSError:  # the parent refuses after all (a read-only mount above): inside, as below
             pass
     os.makedirs(out_dir, exist_ok=True)
-    return tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir), False
+    return tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir), None
 
 
-def _swap_in(staging, out_dir):
-    """Put the complete folder `staging` in the place of `out_dir` in one step (a rename, or an
-    exchange and the old output removed); False when the file system cannot exchange two folders
-    (nothing changed: the caller moves the files in instead)."""
-    _fsync_path(staging)
+def _discard(staging, nest):
+    """Remove what the block wrote (its nest, or the staging folder inside `out_dir`)."""
+    if nest is not None:
+        nest.remove()
+    else:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_in(staging, nest, out_dir, failure):
+    """Put the complete folder `staging` (the output of `nest`) in the place of `out_dir` in one
+    step: a rename for a new `out_dir`, else an exchange; then the nest, with the previous output
+    in it, is removed. False when the file system cannot exchange the two (nothing changed: the
+    caller moves the files in instead). Any other failure is `failure`, the previous output
+    unchanged and the nest removed."""
     parent = os.path.dirname(out_dir)
-    if not os.path.lexists(out_dir):
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; a folder os.makedirs makes is not
-        os.rename(staging, out_dir)
-        _fsync_path(parent)
-        return True
-    os.chmod(staging, stat.S_IMODE(os.stat(out_dir).st_mode))
-    if not exchange(staging, out_dir):
-        return False
+    try:
+        _fsync_path(staging)
+        if not os.path.lexists(out_dir):
+            os.rename(staging, out_dir)
+        else:
+            os.chmod(staging, stat.S_IMODE(os.stat(out_dir).st_mode))
+            if not exchange(staging, out_dir):
+                return False
+    except OSError as error:
+        nest.remove()
+        raise failure(f"{describe_os_error(error, staging)}, while putting the new folder in place; the "
+                      f"previous one is unchanged") from None
     _fsync_path(parent)
-    shutil.rmtree(staging, ignore_errors=True)  # the old output, under the staging folder's name now
+    _fsync_path(nest.path)
+    nest.remove()  # the previous output, now in the nest; a kill meanwhile leaves it marked
     return True
+
+
+def _move_inside(staging, nest, out_dir, kind, failure):
+    """Where the exchange was refused: the complete folder `staging` moved into `out_dir` as its
+    hidden ``out_dir/.KIND-XXXX`` for the commit that moves files in (renamed; copied where
+    `out_dir` turns out to be another mount, EXDEV), and `nest` removed. Returns the new path.
+    Until the commit begins `out_dir` is the previous output whole, the staging folder in it aside."""
+    inside = None
+    try:
+        inside = tempfile.mkdtemp(prefix=staging_prefix(kind), dir=out_dir)
+        try:
+            os.rename(staging, inside)
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            shutil.copytree(staging, inside, dirs_exist_ok=True)
+            _flush_staged(inside)
+        _fsync_path(out_dir)
+    except OSError as error:
+        if inside is not None:
+            shutil.rmtree(inside, ignore_errors=True)
+        nest.remove()
+        raise failure(f"{describe_os_error(error, staging)}, while moving the new folder into {out_dir}; the "
+                      f"previous one is unchanged") from None
+    nest.remove()
+    return inside
 
 
 RENAME_EXCHANGE = 2  # linux/fs.h
 AT_FDCWD = -100
 NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EXDEV, errno.EBUSY, errno.EPERM, errno.ENOTSUP)
+SYS_RENAMEAT2 = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276}  # asm/unistd.h
 
 
 def exchange(first, second):
     """Swap the names of two paths on one file system atomically (``renameat2`` with
-    RENAME_EXCHANGE, Linux 3.15 and glibc 2.28 on); False where this system or file system
-    cannot (then nothing changed)."""
+    RENAME_EXCHANGE, Linux 3.15 on); False where this system or file system cannot (then
+    nothing changed)."""
     function = _renameat2()
     if function is None:
         return False
@@ -410,21 +557,28 @@ def exchange(first, second):
     raise OSError(code, os.strerror(code), second)
 
 
-def _renameat2():
-    """The C library's renameat2, or None (not glibc, or older than 2.28)."""
+def _renameat2(libc=None):
+    """renameat2(olddirfd, oldpath, newdirfd, newpath, flags) -> 0, or -1 with the error in
+    `ctypes.get_errno()`: the C library's (glibc 2.28 on), else the system call by its number
+    (an older glibc, or a C library without it, on x86_64 and aarch64), else None."""
     try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
+        libc = libc or ctypes.CDLL(None, use_errno=True)
+    except OSError:
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
+    function = getattr(libc, "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        function.restype = ctypes.c_int
+        return function
+    number, syscall = SYS_RENAMEAT2.get(platform.machine().lower()), getattr(libc, "syscall", None)
+    if number is None or syscall is None:
+        return None
+    syscall.restype = ctypes.c_long
 
-
-def _umask():
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+    def renameat2(old_folder, old, new_folder, new, flags):
+        return syscall(ctypes.c_long(number), ctypes.c_int(old_folder), ctypes.c_char_p(old),
+                       ctypes.c_int(new_folder), ctypes.c_char_p(new), ctypes.c_uint(flags))
+    return renameat2
 
 
 def _full_disk(error, staging, largest_file_bytes):

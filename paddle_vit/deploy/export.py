@@ -46,7 +46,7 @@ METADATA_FILE = "preprocess.json"
 MODEL_PREFIX = "inference"  # inference.json / inference.pdmodel + inference.pdiparams
 WEIGHTS_FILE = "model.safetensors"
 FORMATS = ("paddle", "onnx")
-STAGING_KIND = "export"  # the staging folder: PARENT/.OUT.export-XXXX, or OUT/.export-XXXX
+STAGING_KIND = "export"  # the staging folder: PARENT/.OUT.export-XXXX/OUT, or OUT/.export-XXXX
 # every file an export writes (Paddle 2 wrote .pdmodel and .pdiparams.info): what a folder killed
 # while they were moved in may hold
 EXPORT_FILES = (METADATA_FILE, WEIGHTS_FILE, ONNX_FILE, INT8_FILE, f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel",

@@ -88,25 +88,27 @@ def _conversion_messages(output):
     return " | ".join((errors or lines)[-3:])[:500]
 
 
-def convert_with_paddle2onnx(model_file, params_file, path, opset_version):
+def convert_with_paddle2onnx(model_file, params_file, path, opset_version, *, written_for=None):
     """paddle2onnx's conversion of a saved Paddle model to `path`, in a child process; a failure
-    (or an abort) is an ExportError with paddle2onnx's own message."""
+    (or an abort) is an ExportError with paddle2onnx's own message, or, on a full disk, one that
+    says so, naming `written_for` (the file `path` is a step towards) or `path`."""
     paddle2onnx = import_paddle2onnx()
     # started without the allocator a tool's relaunch preloaded: under it paddle2onnx hangs on a lock
     environment = dict(environment_without_relaunch(), GLOG_minloglevel=os.environ.get("GLOG_minloglevel", "2"))
     result = subprocess.run([sys.executable, "-c", _ONNX_CHILD, model_file, params_file, path, str(opset_version)],
                             capture_output=True, text=True, env=environment)
     if result.returncode != 0 or not os.path.isfile(path):
-        _raise_if_short_of_space(path, _size(params_file))
+        _raise_if_short_of_space(path, _size(params_file), written_for)
         how = f"exit code {result.returncode}" if result.returncode >= 0 else f"killed by signal {-result.returncode}"
         raise ExportError(f"paddle2onnx {getattr(paddle2onnx, '__version__', '?')} could not convert the model "
                           f"({how}): {_conversion_messages(result.stdout + chr(10) + result.stderr)}")
 
 
-def fold_with_onnxruntime(source, target):
+def fold_with_onnxruntime(source, target, *, written_for=None):
     """ONNX Runtime's offline basic optimisation of `source`, written to `target`: constant
     folding, redundant node elimination (Identity, duplicated constants), standard ops only (the
-    extended level would write Microsoft's fused ops, which only ONNX Runtime runs)."""
+    extended level would write Microsoft's fused ops, which only ONNX Runtime runs). On a full
+    disk the error says so, naming `written_for` (the file `target` is a step towards) or `target`."""
     _, onnxruntime = _import_onnx_tools()
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -115,7 +117,7 @@ def fold_with_onnxruntime(source, target):
     try:
         onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph types
-        _raise_if_short_of_space(target, _size(source))
+        _raise_if_short_of_space(target, _size(source), written_for)
         raise ExportError(f"onnxruntime could not load the converted model: {error}") from None
 
 
@@ -126,12 +128,13 @@ def _size(path):
         return 0
 
 
-def _raise_if_short_of_space(path, size):
+def _raise_if_short_of_space(path, size, written_for=None):
     """After a library's failure to write `path` (about `size` bytes): when its file system has
     less room than that, the write was cut short, whatever the library then said (paddle2onnx's
-    "parse error" or "nodes must be topologically sorted", ONNX Runtime's "INVALID_PROTOBUF")."""
+    "parse error" or "nodes must be topologically sorted", ONNX Runtime's "INVALID_PROTOBUF"):
+    an ExportError naming the file the user asked for (`written_for`), not a step's temporary."""
     if short_of_space(path, size) or file_system_full(path):
-        raise ExportError(f"{os.strerror(errno.ENOSPC)} (writing {path})")
+        raise ExportError(f"{os.strerror(errno.ENOSPC)} (writing {written_for or path})")
 
 
 def drop_identities(graph):
@@ -221,8 +224,8 @@ def export_onnx(model, path, *, opset=DEFAULT_OPSET, dynamic_size=None, softmax=
             if was_training:
                 model.train()
         converted, folded = os.path.join(work, "converted.onnx"), os.path.join(work, "folded.onnx")
-        convert_with_paddle2onnx(model_file, params_file, converted, opset)
-        fold_with_onnxruntime(converted, folded)
+        convert_with_paddle2onnx(model_file, params_file, converted, opset, written_for=path)
+        fold_with_onnxruntime(converted, folded, written_for=path)
         onnx_model = onnx.load(folded)
         drop_identities(onnx_model.graph)
         _keep_used_domains(onnx_model)

@@ -35,11 +35,13 @@ or the new one whole. Where a folder cannot be swapped (a mount point) the stagi
 inside the target and its files are moved in, ``config.json`` last: a folder killed meanwhile has
 no ``config.json`` and is replaced by the next run.
 """
+import errno
 import json
 import logging
 import os
 
 import yaml
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
 from .. import fileio
@@ -55,7 +57,7 @@ PROCESSOR_FILE = "preprocessor_config.json"
 CONFIG_FILE = "config.json"
 CARD_FILE = "README.md"
 SPACE_MARGIN = 64 * 1024  # config.json, README.md, preprocessor_config.json
-STAGING_KIND = "publish"  # the staging folder: PARENT/.OUT.publish-XXXX, or OUT/.publish-XXXX
+STAGING_KIND = "publish"  # the staging folder: PARENT/.OUT.publish-XXXX/OUT, or OUT/.publish-XXXX
 PUBLISHED_FILES = (CONFIG_FILE, WEIGHTS_FILE, PROCESSOR_FILE, CARD_FILE)
 
 
@@ -218,8 +220,9 @@ def run_summary(checkpoint_path):
 # ---- writing ----------------------------------------------------------------------------------
 
 def _write_folder(directory, export, card):
-    """Write the folder's files into a staging folder inside `directory`, then move them into
-    place, ``config.json`` last (`fileio.staged_folder`)."""
+    """Write the folder's files into a staging folder beside `directory` and swap it in, or
+    where it cannot be swapped (a mount point) into one inside it and move them in, ``config.json``
+    last (`fileio.staged_folder`)."""
     weights = sum(tensor.nbytes for tensor in export.tensors.values())
     with fileio.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
                               description=f"the {export.format} folder", needed_bytes=weights + SPACE_MARGIN,
@@ -228,7 +231,7 @@ def _write_folder(directory, export, card):
 
 
 def _write_files(folder, export, card):
-    save_file(export.tensors, os.path.join(folder, WEIGHTS_FILE), metadata={"format": "pt"})
+    _save_tensors(export.tensors, os.path.join(folder, WEIGHTS_FILE))
     with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as stream:
         json.dump(export.config, stream, indent=2)
         stream.write("\n")
@@ -240,6 +243,18 @@ def _write_files(folder, export, card):
     umask = _umask()
     for name in os.listdir(folder):  # safetensors writes 0600; the folder's files as any file's
         os.chmod(os.path.join(folder, name), 0o666 & ~umask)
+
+
+def _save_tensors(tensors, path):
+    """safetensors' `save_file`, whose writer reports a full disk as a SafetensorError naming no
+    file ("I/O error: No space left on device (os error 28)"): raised as the OSError it is, with
+    the file, so that the error says which write the disk stopped."""
+    try:
+        save_file(tensors, path, metadata={"format": "pt"})
+    except SafetensorError as error:
+        if f"os error {errno.ENOSPC})" in str(error):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from None
+        raise
 
 
 def _write_card(path, card):
