@@ -285,6 +285,8 @@ def _staging_entry(point, watched):
             return None
     elif not relative[0].startswith("." + name):
         return None
+    elif len(relative) > 1 and relative[1] == name:  # the new output built as NAME inside the staging folder
+        return tuple(relative[:3])
     return tuple(relative[:2])
 
 
