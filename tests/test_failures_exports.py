@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from paddle_vit import create_model, fileio
+from paddle_vit import create_model, fileio, staged_writes
 from paddle_vit.cli import convert_weights
 from paddle_vit.weights import save_weights
 
@@ -123,11 +123,11 @@ def test_an_export_onto_a_full_disk_says_so_and_leaves_the_previous_export_whole
 @pytest.mark.slow
 def test_a_folder_left_by_an_export_killed_while_moving_its_files_in_is_replaced(weights, tmp_path, capsys,
                                                                                 monkeypatch):
-    """Where the folder cannot be swapped (a mount point, a link: `fileio.swap_possible`) the new
+    """Where the folder cannot be swapped (a mount point, a link: `staged_writes.swap_possible`) the new
     files are moved in one by one; a kill between two moves leaves a folder the next run replaces."""
     out = tmp_path / "export"
     assert export(weights, out, capsys)[0] == 0
-    monkeypatch.setattr(fileio, "swap_possible", lambda out_dir: False)
+    monkeypatch.setattr(staged_writes, "swap_possible", lambda out_dir: False)
     real_replace, moved = os.replace, []
 
     def killed_after_two_files(source, target):
@@ -136,9 +136,9 @@ def test_a_folder_left_by_an_export_killed_while_moving_its_files_in_is_replaced
                 raise KeyboardInterrupt  # as a kill: nothing after this runs
             moved.append(os.path.basename(target))
         real_replace(source, target)
-    monkeypatch.setattr(fileio.os, "replace", killed_after_two_files)
+    monkeypatch.setattr(staged_writes.os, "replace", killed_after_two_files)
     code, lines = export(weights, out, capsys, "--softmax")
-    monkeypatch.setattr(fileio.os, "replace", real_replace)
+    monkeypatch.setattr(staged_writes.os, "replace", real_replace)
     assert code == 130 and lines == ["error: interrupted"]
     assert "preprocess.json" not in os.listdir(out) and "preprocess.json" not in moved  # not taken for complete
     assert [name for name in os.listdir(out) if name.startswith(".export-")]  # the evidence of an interrupted run
@@ -487,6 +487,13 @@ class SimulatedDisk:
     def __init__(self, root, free, statvfs):
         self.root, self.free, self.statvfs = str(root), free, statvfs
 
+    def cut_short(self, path):
+        """What a C++ writer (paddle2onnx, ONNX Runtime) leaves when the disk fills under it, without
+        an error: the first bytes of a protobuf at `path`, and 8 KiB left on the disk."""
+        with open(path, "wb") as stream:
+            stream.write(b"\x08\x07\x12")
+        self.free = 8 * 1024
+
     def __call__(self, path):
         real = self.statvfs(path)
         if not os.path.abspath(os.fspath(path)).startswith(self.root):
@@ -546,9 +553,7 @@ def test_paddle2onnx_cut_short_by_a_full_disk_is_named_as_the_full_disk(weights,
     def cut_short(command, **options):
         if command[1:3] != ["-c", onnx_export._ONNX_CHILD]:
             return real_run(command, **options)
-        with open(command[5], "wb") as stream:
-            stream.write(b"\x08\x07\x12")
-        disk.free = 8 * 1024
+        disk.cut_short(command[5])
         converted.append(command[5])
         return subprocess.CompletedProcess(command, 1, "", "[Paddle2ONNX] parse error: unexpected end of input")
     monkeypatch.setattr(subprocess, "run", cut_short)
@@ -572,9 +577,7 @@ def test_onnxruntimes_graph_write_cut_short_by_a_full_disk_is_named_as_the_full_
         target = getattr(options, "optimized_model_filepath", "")
         if not target:
             return real_session(source, options, **more)
-        with open(target, "wb") as stream:
-            stream.write(b"\x08\x07\x12")
-        disk.free = 8 * 1024
+        disk.cut_short(target)
         folded.append(target)
         raise RuntimeError(f"[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from {target} failed:Protobuf "
                            f"parsing failed.")

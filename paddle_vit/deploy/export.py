@@ -17,7 +17,7 @@ The folder written by `export_classifier`:
   names, the model name and configuration, what the output is, and which files hold what.
 
 Everything is written to a hidden staging folder beside the target first and swapped in for the
-previous export in one step at the end (`paddle_vit.fileio.staged_folder`): a failed or killed
+previous export in one step at the end (`paddle_vit.staged_writes.staged_folder`): a failed or killed
 export leaves the previous one whole or the new one whole. Where a folder cannot be swapped (a
 mount point) the staging folder is inside the target and its files are moved in,
 ``preprocess.json`` last: a folder killed meanwhile has no ``preprocess.json`` and is replaced by
@@ -32,7 +32,7 @@ import numpy as np
 
 import paddle
 
-from .. import __version__, fileio
+from .. import __version__, fileio, staged_writes
 from ..errors import ConfigError, ExportError
 from ..weights import save_weights
 from .onnx_export import DEFAULT_OPSET, ONNX_FILE, export_onnx, import_paddle2onnx
@@ -104,8 +104,8 @@ def _check_out(out_dir):
         kind = "a file" if os.path.isfile(out_dir) else fileio.kind_of_special_file(out_dir)
         raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
     try:
-        holds = fileio.output_entries(out_dir, STAGING_KIND)
-        replaceable = not holds or _is_export(out_dir) or fileio.interrupted_output(out_dir, STAGING_KIND,
+        holds = staged_writes.output_entries(out_dir, STAGING_KIND)
+        replaceable = not holds or _is_export(out_dir) or staged_writes.interrupted_output(out_dir, STAGING_KIND,
                                                                                    EXPORT_FILES)
     except OSError as error:
         raise ExportError(f"cannot read --out {out_dir}: {error.strerror or error}") from None
@@ -148,7 +148,7 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
         quantization and accuracy gate under "int8" in ``preprocess.json``.
     Returns {role: path} of the files written (``preprocess.json`` under "metadata"). Everything
     is written to a staging folder first and put in place at the end, in one step where the
-    folder can be swapped (`paddle_vit.fileio.staged_folder`): a failed or killed export leaves
+    folder can be swapped (`paddle_vit.staged_writes.staged_folder`): a failed or killed export leaves
     the earlier one whole, or is replaced by the next.
     """
 
@@ -163,7 +163,7 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     out_dir = os.fspath(out_dir)
     _check_out(out_dir)
     needed, weights = space_needed(classifier.model, formats, int8)
-    with fileio.staged_folder(out_dir, STAGING_KIND, METADATA_FILE, error_type=ExportError,
+    with staged_writes.staged_folder(out_dir, STAGING_KIND, METADATA_FILE, error_type=ExportError,
                               description="the export", needed_bytes=needed, largest_file_bytes=weights) as staging:
         files = _write_export(classifier, staging, softmax, formats, opset_version, int8)
     written = {role: os.path.join(out_dir, name) for role, name in files.items()}

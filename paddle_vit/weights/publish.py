@@ -30,7 +30,7 @@ embedding, a q.k scale other than head_dim^-0.5, a LayerNorm epsilon or ResNet i
 does not have, ...; transformers: any pooling but the class token's, today's tokens and options)
 is refused in one WeightsError before anything is written. The folder is written into a hidden
 staging folder beside the target and swapped in for what the target held in one step
-(`paddle_vit.fileio.staged_folder`): a failure leaves nothing new, a kill leaves the old folder
+(`paddle_vit.staged_writes.staged_folder`): a failure leaves nothing new, a kill leaves the old folder
 or the new one whole. Where a folder cannot be swapped (a mount point) the staging folder is
 inside the target and its files are moved in, ``config.json`` last: a folder killed meanwhile has
 no ``config.json`` and is replaced by the next run.
@@ -44,7 +44,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from .. import fileio
+from .. import staged_writes
 from ..checkpoint import run_folder_of_checkpoint
 from ..errors import WeightsError
 from .publish_hf import hf_export
@@ -95,15 +95,15 @@ def save_pretrained(model, directory, format="timm", overwrite=False, *, name=No
 
 def check_target(directory, overwrite):
     """`directory` must be absent, empty (leftover staging folders and a disk's lost+found aside)
-    or what a run killed while moving its files in left (`fileio.interrupted_output`), unless
+    or what a run killed while moving its files in left (`staged_writes.interrupted_output`), unless
     `overwrite`, which replaces whatever it holds."""
     if os.path.lexists(directory) and not os.path.isdir(directory):
         raise WeightsError(f"--out {directory} exists and is not a folder")
     if not os.path.isdir(directory) or overwrite:
         return
     try:
-        taken = (fileio.output_entries(directory, STAGING_KIND)
-                 and not fileio.interrupted_output(directory, STAGING_KIND, PUBLISHED_FILES))
+        taken = (staged_writes.output_entries(directory, STAGING_KIND)
+                 and not staged_writes.interrupted_output(directory, STAGING_KIND, PUBLISHED_FILES))
     except OSError as error:
         raise WeightsError(f"cannot read --out {directory}: {error.strerror or error}") from None
     if taken:
@@ -222,9 +222,9 @@ def run_summary(checkpoint_path):
 def _write_folder(directory, export, card):
     """Write the folder's files into a staging folder beside `directory` and swap it in, or
     where it cannot be swapped (a mount point) into one inside it and move them in, ``config.json``
-    last (`fileio.staged_folder`)."""
+    last (`staged_writes.staged_folder`)."""
     weights = sum(tensor.nbytes for tensor in export.tensors.values())
-    with fileio.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
+    with staged_writes.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
                               description=f"the {export.format} folder", needed_bytes=weights + SPACE_MARGIN,
                               largest_file_bytes=weights) as staging:
         _write_files(staging, export, card)
