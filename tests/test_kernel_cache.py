@@ -106,12 +106,23 @@ def test_the_module_files_older_processes_left_beside_the_library_are_removed_on
 
 
 LOAD = """
-import sys
+import os, sys, threading
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle_vit.variants import compiled
+
+loaded = threading.Event()
+
+def another_thread():  # a notebook's cell, a log: what it writes must reach the output untouched
+    while not loaded.wait(0.2):
+        os.write(1, b"another thread\\n")
+
+thread = threading.Thread(target=another_thread)
+thread.start()
 library = compiled.kernel_library()
+loaded.set()
+thread.join()
 assert compiled.__file__.startswith(sys.argv[1]), compiled.__file__  # this copy's package, not another
 if library is None or not hasattr(library, "paddle_vit_encoder_layer"):
     sys.exit(3)
@@ -142,7 +153,8 @@ def builds_logged(folder):
 @pytest.mark.skipif(not compiled.build_possible(), reason="no C++ compiler: nothing is built")
 def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(tmp_path):
     """Three copies of the package (two clones, an install) share one cache: the two started
-    together build the kernels once and both load them, computing what Paddle's kernels compute;
+    together build the kernels once (in a child process, its output into build.log and none into
+    theirs) and both load them, computing what Paddle's kernels compute;
     the third loads them as built, three times, and no process leaves a file in the cache. A
     library then cut short (to its first 1%, which ends a process that maps it with SIGBUS) is
     built again by the next process, which loads it."""
@@ -160,13 +172,23 @@ def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(t
                                 stderr=subprocess.PIPE, text=True)
 
     def succeeds(process):
-        code = process.wait(timeout=900)
-        assert code == 0, (code, process.stderr.read()[-2000:])
-    for process in [start(copy, LOAD, copy) for copy in copies[:2]]:
-        succeeds(process)
+        output, errors = process.communicate(timeout=900)
+        assert process.returncode == 0, (process.returncode, errors[-2000:])
+        return output.splitlines(), errors
+    outputs = [succeeds(process) for process in [start(copy, LOAD, copy) for copy in copies[:2]]]
     (folder,) = glob.glob(str(tmp_path / "cache" / "paddle_vit" / "kernels" / "*"))
     key = os.path.basename(folder)
     assert builds_logged(folder) == 1
+    # the build ran in a child process: its output went to build.log, every compiler command with
+    # the project's flags, and none reached either process's output, where the other thread's did
+    assert max(len(lines) for lines, _ in outputs) >= 5  # the build takes seconds
+    assert all(set(lines) == {"another thread"} and errors == "" for lines, errors in outputs), outputs
+    with open(os.path.join(folder, compiled.LOG)) as log:
+        text = log.read()
+    assert "another thread" not in text
+    for source in compiled.SOURCES:
+        assert any(os.path.basename(source) in line and "-fno-trapping-math" in line for line in text.splitlines())
+    assert any(line.split()[:1] in (["g++"], ["c++"]) and "-shared" in line for line in text.splitlines())  # the link
     built = files_in(folder)
     for _ in range(3):
         succeeds(start(copies[2], LOAD, copies[2]))

@@ -2,8 +2,6 @@
 paths in values and gradients, the traced-graph variants through to_static; and applying them
 keeps the parameters, the state dict and `isinstance` as they were."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import paddle
@@ -16,7 +14,6 @@ from paddle_vit import ViT, variants
 from paddle_vit.models import Attention
 from paddle_vit.variants import cpu as cpu_variants
 from paddle_vit.variants import paddle_versions
-from repo_paths import REPO
 from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 
 def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():
@@ -413,47 +410,6 @@ def test_a_build_killed_half_way_is_started_again_from_an_empty_folder(tmp_path,
     (folder / "build.log").write_text("the killed build's output\n")
     assert variants.compiled._build(str(tmp_path)) == "the library"
     assert builds == [["build.lock", "build.log"]]
-
-
-# a process that builds the kernels while another of its threads writes to its standard output
-BUILD_BESIDE_A_THREAD = """
-import os, sys, threading
-from paddle_vit.variants import compiled
-
-built = threading.Event()
-
-def another_thread():
-    while not built.wait(0.2):
-        os.write(1, b"another thread\\n")
-
-thread = threading.Thread(target=another_thread)
-thread.start()
-library = compiled.kernel_library()
-built.set()
-thread.join()
-sys.exit(0 if library is not None and hasattr(library, "paddle_vit_encoder_layer") else 3)
-"""
-
-
-@pytest.mark.slow  # a whole build of the kernels: 25-80 s
-@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: nothing is built")
-def test_a_build_writes_the_compilers_output_into_build_log_and_nothing_to_the_process_output(tmp_path):
-    """The build runs in a child process: this process's descriptors 1 and 2 get nothing from it
-    and keep what another thread writes meanwhile (a notebook's cell, a log), and build.log gets
-    every compiler command."""
-    env = {key: value for key, value in os.environ.items() if key != variants.compiled.SWITCH_VARIABLE}
-    env["XDG_CACHE_HOME"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-W", "ignore:No ccache found:UserWarning", "-c", BUILD_BESIDE_A_THREAD],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.splitlines()
-    assert len(lines) >= 5 and set(lines) == {"another thread"} and result.stderr == ""  # the build takes seconds
-    (log,) = (tmp_path / "paddle_vit" / "kernels").glob("*/build.log")
-    text = log.read_text()
-    assert "another thread" not in text
-    for source in variants.compiled.SOURCES:  # each compiled with the project's flags
-        assert any(os.path.basename(source) in line and "-fno-trapping-math" in line for line in text.splitlines())
-    assert any(line.split()[:1] in (["g++"], ["c++"]) and "-shared" in line for line in text.splitlines())  # the link
 
 
 @pytest.mark.slow  # the child process and Paddle's builder each import Paddle: about 7 s
