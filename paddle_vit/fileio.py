@@ -5,8 +5,14 @@ one line. Folders of several files written whole are `paddle_vit.staged_writes`.
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, and no temporary file is taken for abandoned
+    fcntl = None
 
 from .errors import ConfigError
 
@@ -14,18 +20,23 @@ from .errors import ConfigError
 def atomic_write(path, write):
     """Call `write(temporary_path)`, flush it to disk, then rename it over `path`.
 
-    The temporary file lives in the same folder, so the rename is atomic: after a crash at any
-    moment `path` holds either the old complete file or the new complete file. On failure the
-    temporary file is removed and the error propagates; `path` is untouched.
+    The temporary file (``.NAME.XXXXXXXX.tmp``) lives in the same folder, so the rename is
+    atomic: after a crash at any moment `path` holds either the old complete file or the new
+    complete file. On failure the temporary file is removed and the error propagates; `path` is
+    untouched. The temporary file is locked (flock) while it is written, so that the next write of
+    `path` tells one a killed writer left (a checkpoint's worth of disk) from one another process
+    is writing, and removes the first kind (`remove_abandoned_temporaries`).
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    os.close(descriptor)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a weights file is not
     try:
+        if fcntl is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)  # until this write ends, with this process or not
+        remove_abandoned_temporaries(path)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes it private; a weights file is not
         write(temporary)
         with open(temporary, "rb+") as stream:
             os.fsync(stream.fileno())
@@ -34,7 +45,37 @@ def atomic_write(path, write):
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+    finally:
+        os.close(descriptor)
     fsync_folder(folder)  # make the rename itself durable
+
+
+def remove_abandoned_temporaries(path):
+    """Remove the temporary files of `atomic_write(path)` that killed writers left beside `path`:
+    named like one, a plain file, and not locked by a living writer. Best effort, silent."""
+    if fcntl is None:
+        return
+    folder, name = os.path.split(os.path.abspath(path))
+    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]{8}\.tmp")
+    try:
+        candidates = [entry for entry in os.listdir(folder) if pattern.fullmatch(entry)]
+    except OSError:
+        return
+    for entry in candidates:
+        candidate = os.path.join(folder, entry)
+        try:
+            descriptor = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # renamed into place meanwhile, or a link
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                continue
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its writer lives
+            os.remove(candidate)
+        except OSError:
+            continue
+        finally:
+            os.close(descriptor)
 
 
 def kind_of_special_file(path):
@@ -61,13 +102,26 @@ def writable_folder(path, what):
                           f"expected a folder")
     try:
         os.makedirs(path, exist_ok=True)
-        descriptor, probe = tempfile.mkstemp(prefix=".write-test.", dir=path)
-        os.close(descriptor)
-        os.remove(probe)
+        _probe_write(path)
     except OSError as error:
         raise ConfigError(f"{what} {path} is not a folder this process can write in: "
                           f"{error.strerror or error}") from None
     return path
+
+
+def _probe_write(folder):
+    """Create a file in `folder` and remove it (OSError when this process cannot): unnamed
+    (O_TMPFILE) where the file system can make one, so that a kill here leaves nothing; else a
+    hidden ``.write-test.XXXXXXXX``, which the next check removes if a kill left it."""
+    try:
+        os.close(os.open(folder, getattr(os, "O_TMPFILE", 0) | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        if hasattr(os, "O_TMPFILE"):
+            return
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+    atomic_write(os.path.join(folder, ".write-test"), lambda temporary: None)
+    os.remove(os.path.join(folder, ".write-test"))
 
 
 def writable_file(path, what, extensions):

@@ -233,6 +233,35 @@ def test_a_published_folder_over_another_killed_anywhere_is_one_whole_folder_tha
         next_run_works(runner, argv, out, whole["new"], point, seen)
 
 
+@pytest.mark.parametrize("suffix", [".safetensors", ".pdparams"])
+def test_converted_weights_over_a_file_killed_anywhere_are_one_whole_file_that_loads(
+        runner, tmp_path, suffix, record_property):
+    """`tools/convert_weights.py --out FILE` over an earlier FILE: the file is one conversion or
+    the other, whole, and loads; no temporary file is left that the next run does not remove."""
+    from paddle_vit.weights import read_checkpoint
+    folder = str(tmp_path / "weights")
+    out = os.path.join(folder, "model" + suffix)
+
+    def converted(source, target):
+        run(runner, ("convert", ["--weights", os.path.join(PUBLISHED, source), "--out", target]))
+        return read_checkpoint(target).arrays
+    whole = {"old": converted("trained_run", str(tmp_path / ("old" + suffix))),
+             "new": converted("plain_mean", str(tmp_path / ("new" + suffix)))}
+    argv = ("convert", ["--weights", os.path.join(PUBLISHED, "plain_mean"), "--out", out])
+
+    def prepare():
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        shutil.copyfile(str(tmp_path / ("old" + suffix)), out)
+
+    for point in each_kill(runner, argv, folder, prepare, record_property):
+        left = read_checkpoint(out).arrays
+        assert any(sorted(left) == sorted(weights) and all(np.array_equal(left[name], weights[name]) for name in left)
+                   for weights in whole.values()), f"{point}: neither conversion whole"
+        run(runner, argv)  # the next run succeeds and leaves the new file alone in the folder
+        assert os.listdir(folder) == ["model" + suffix], f"{point}: {os.listdir(folder)}"
+
+
 # ---- training --------------------------------------------------------------------------------
 
 def test_a_training_run_killed_at_any_call_resumes_to_the_unbroken_runs_result(runner, tmp_path, record_property):
@@ -260,6 +289,9 @@ def test_a_training_run_killed_at_any_call_resumes_to_the_unbroken_runs_result(r
         assert code == 0, f"{point}: resume failed: {output[-2000:]}"
         assert metrics(root) == expected, point
         final = load_checkpoint(os.path.join(root, "checkpoints", "last.pdckpt"))["model"]
+        temporaries = [os.path.join(where, name) for where, _, names in os.walk(root) for name in names
+                       if name.endswith(".tmp") or name.startswith(".write-test")]
+        assert not temporaries, f"{point}: a killed write's temporary file outlived the resumed run: {temporaries}"
         for name, value in weights.items():
             np.testing.assert_allclose(final[name].numpy(), value.numpy(), atol=1e-6, err_msg=f"{point}: {name}")
 
