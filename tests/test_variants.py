@@ -1,6 +1,7 @@
 """The variants of paddle_vit.variants compute what the walkthrough's modules compute: the CPU fast
 paths in values and gradients, the traced-graph variants through to_static; and applying them
 keeps the parameters, the state dict and `isinstance` as they were."""
+import copy
 import os
 
 import numpy as np
@@ -242,7 +243,7 @@ def test_the_compiled_softmax_and_its_backward_give_the_formulas_values():
 @pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's GELU is kept")
 def test_the_compiled_gelu_and_its_backward_give_the_formulas_values():
     """Against x Phi(x) and Phi(x) + x phi(x) in float64 (math.erf): no further off than Paddle's
-    own GELU plus 2e-7, one thread and two; FastCpuGELU takes it in training only."""
+    own GELU plus 2e-7, one thread and two; FastCpuGELU takes it in training and in evaluation."""
     import math
 
     library = variants.compiled.kernel_library()
@@ -266,8 +267,49 @@ def test_the_compiled_gelu_and_its_backward_give_the_formulas_values():
     assert type(layer) is variants.FastCpuGELU
     trained = paddle.to_tensor(x, stop_gradient=False)
     assert np.array_equal(layer(trained).numpy(), library.paddle_vit_gelu(paddle.to_tensor(x), 1).numpy())
-    with paddle.no_grad():  # evaluation: Paddle's GELU, the numbers every engine gives
-        assert np.array_equal(layer(paddle.to_tensor(x)).numpy(), F.gelu(paddle.to_tensor(x)).numpy())
+    with paddle.no_grad():  # evaluation: the kernel too, within 2e-7 of Paddle's GELU
+        evaluated = layer(paddle.to_tensor(x)).numpy()
+    assert np.array_equal(evaluated, library.paddle_vit_gelu(paddle.to_tensor(x), 1).numpy())
+    assert np.abs(evaluated - F.gelu(paddle.to_tensor(x)).numpy()).max() <= 2e-7 * np.abs(x).max()
+    assert np.array_equal(variants.use_cpu_fast_paths(nn.GELU(approximate=True))(paddle.to_tensor(x)).numpy(),
+                          F.gelu(paddle.to_tensor(x), approximate=True).numpy())  # the tanh form: Paddle's
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not variants.compiled.build_possible(), reason="no C++ compiler: Paddle's softmax is kept")
+def test_the_attention_in_evaluation_takes_the_compiled_softmax_where_nothing_else_is_asked_of_it(monkeypatch):
+    """ViT-Ti/16's attention (192 wide, 3 heads) in evaluation: the compiled softmax over keys,
+    within 1e-6 of the walkthrough's module (relative to the output's scale); the module's own
+    softmax where a hook is on it, where it was replaced, where gradients are recorded, and for
+    layers narrower than the kernels'."""
+    from kernel_calls import count_calls
+    paddle.seed(8)
+    walkthrough = Attention(192, num_heads=3, fused=True)
+    walkthrough.eval()
+    fast = variants.use_cpu_fast_paths(copy.deepcopy(walkthrough))
+    assert type(fast) is variants.FastCpuAttention
+    x = paddle.randn([2, 197, 192]) * 2
+    calls = count_calls(monkeypatch, cpu_variants, "paddle_vit_softmax")
+    with paddle.no_grad():
+        expected = walkthrough(x).numpy()
+        np.testing.assert_allclose(fast(x).numpy(), expected, atol=1e-6 * np.abs(expected).max())
+    assert calls == [1]
+
+    seen = []
+    hook = fast.softmax.register_forward_post_hook(lambda layer, inputs, output: seen.append(output.shape))
+    with paddle.no_grad():
+        fast(x)
+    assert calls == [1] and seen == [[2, 3, 197, 197]]  # the hook was called: the module computed
+    hook.remove()
+    wanting = x.detach()
+    wanting.stop_gradient = False
+    fast(wanting)  # gradients recorded (a saliency map): the module's softmax
+    assert calls == [1]
+    narrow = variants.use_cpu_fast_paths(Attention(64, num_heads=2, fused=True))
+    narrow.eval()
+    with paddle.no_grad():
+        narrow(paddle.randn([2, 17, 64]))
+    assert calls == [1]
 
 
 @pytest.mark.slow

@@ -33,6 +33,12 @@ def records_gradient(*tensors):
     return paddle.is_grad_enabled() and not all(tensor.stop_gradient for tensor in tensors)
 
 
+def plain_layer(layer):
+    """Whether `layer` is called for its computation alone: no forward hook (a kernel called in
+    its place would skip the hook, e.g. one that records the attention weights)."""
+    return not (layer._forward_pre_hooks or layer._forward_post_hooks)
+
+
 class RecomputedAttention(PyLayer):
     """softmax(q k^T) v for q already scaled, [B, H, N, d] x 3 -> [B, H, N, d], keeping only q,
     k and v for the backward pass, which computes the weights P = softmax(q k^T) again:
@@ -92,12 +98,25 @@ class FastCpuAttention(Attention):
             library = kernel_library() if self.all_head_dim >= KERNEL_MIN_WIDTH else None
             out = RecomputedAttention.apply(q, k, v, library)  # [B, H, N, d]
         else:  # a recomputation would draw a new dropout mask
-            attention = self.softmax(paddle.matmul(q, k, transpose_y=True))  # [B, H, N, N]
+            attention = self._softmax_over_keys(paddle.matmul(q, k, transpose_y=True))  # [B, H, N, N]
             attention = self.attention_dropout(attention)
             out = paddle.matmul(attention, v)  # [B, H, N, d]
         out = out.transpose([0, 2, 1, 3]).reshape([0, 0, self.all_head_dim])  # [B, N, H * d]
         out = self.proj(out)  # [B, N, D]
         return self.dropout(out)
+
+    def _softmax_over_keys(self, scores):
+        """`self.softmax(scores)`; where no gradient is recorded (evaluation) and the layer is as
+        wide as the kernels', the compiled softmax (its exp vectorised, the rows on the kernel
+        threads; Paddle's runs on one thread): within 2e-7 of Paddle's. A softmax replaced or
+        hooked is called as it is."""
+        if (self.all_head_dim >= KERNEL_MIN_WIDTH and not records_gradient(scores) and type(self.softmax) is nn.Softmax
+                and applies(COMPILED_KERNELS) and self.softmax._axis == -1 and self.softmax._dtype is None
+                and plain_layer(self.softmax)):
+            library = kernel_library()
+            if library is not None:
+                return library.paddle_vit_softmax(scores, kernel_threads())
+        return self.softmax(scores)
 
 
 class _AddmmFunction(PyLayer):
@@ -232,12 +251,13 @@ class _KernelGELU(PyLayer):
 
 
 class FastCpuGELU(nn.GELU):
-    """`nn.GELU` (exact) whose forward and backward passes, in eager float32 training on a CPU, are
+    """`nn.GELU` (exact) whose forward and backward passes, in eager float32 on a CPU, are
     compiled kernels (Paddle's run on one thread and are about half PyTorch's speed per thread:
-    docs/benchmarks.md, "The training step against timm"). Its erf is within 1.5e-7 of the true
-    value, so only training uses it; evaluation, the tanh form, the MLPs of narrow models (hidden
-    width below GELU_KERNEL_MIN_WIDTH: the walkthrough's 64-wide models never build the kernels)
-    and the rest are Paddle's GELU."""
+    docs/benchmarks.md, "The training step against timm"): in training and in evaluation alike,
+    where no gradient is recorded without the autograd wrapper. Its erf is within 1.5e-7 of the
+    true value (the outputs within 2e-7 of Paddle's). The tanh form, the MLPs of narrow models
+    (hidden width below GELU_KERNEL_MIN_WIDTH: the walkthrough's 64-wide models never build the
+    kernels) and the rest are Paddle's GELU."""
 
     variant_of = nn.GELU
 
@@ -245,10 +265,12 @@ class FastCpuGELU(nn.GELU):
         library = kernel_library() if self._uses_kernel(x) else None
         if library is None:
             return super().forward(x)
+        if not records_gradient(x):
+            return library.paddle_vit_gelu(x, kernel_threads())
         return _KernelGELU.apply(x, library)
 
     def _uses_kernel(self, x):
-        return (x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x) and records_gradient(x)
+        return (x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x)
                 and applies(COMPILED_KERNELS) and not self._approximate)
 
 
