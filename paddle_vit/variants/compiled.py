@@ -122,6 +122,8 @@ def _build(cache):
     with open(os.path.join(folder, LOCK), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed; a second process waits, then loads
         if not library_intact(folder, key):
+            logger.info("building the compiled CPU kernels, once for this machine and source (25-80 s; its "
+                        "output: %s; %s=0 skips it)", os.path.join(folder, LOG), SWITCH_VARIABLE)
             _build_afresh(folder, key, target_flags)
         _remove_files_left_by_processes(folder, key)
         with _quiet_builder_log():  # Paddle's loader notes each op it registers
