@@ -268,7 +268,8 @@ def swap_possible(out_dir):
     this process can write in."""
     if os.path.islink(out_dir) or (os.path.lexists(out_dir) and not os.path.isdir(out_dir)):
         return False
-    if os.path.isdir(out_dir) and (os.path.ismount(out_dir) or any(name in NOT_CONTENT for name in os.listdir(out_dir))):
+    if os.path.isdir(out_dir) and (os.path.ismount(out_dir)
+                                   or any(name in NOT_CONTENT for name in os.listdir(out_dir))):
         return False
     parent = os.path.dirname(out_dir)
     while not os.path.lexists(parent):  # made by provisional_folders: writable if its first existing parent is

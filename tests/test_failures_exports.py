@@ -519,6 +519,16 @@ def assert_full_disk_line(code, lines, what, out, *symptoms):
         assert symptom not in lines[0].split(str(out), 1)[1], lines[0]
 
 
+def assert_the_onnx_export_names_the_full_disk(weights, tmp_path, capsys, *symptoms):
+    """An ONNX export into tmp_path/export, whose library's write the disk cut short: one line
+    naming the full disk and model.onnx, none of the library's `symptoms`, nothing left behind."""
+    out = tmp_path / "export"
+    code, lines = export(weights, out, capsys, "--format", "onnx")
+    assert_full_disk_line(code, lines, "export", out, *symptoms, ".export-")
+    assert lines[0].endswith(" MiB needed (writing model.onnx)"), lines[0]
+    assert os.listdir(tmp_path) == []
+
+
 def test_an_export_onto_a_disk_with_less_room_than_it_needs_is_refused_before_any_work(weights, tmp_path, capsys,
                                                                                     monkeypatch, disk):
     from paddle_vit.deploy import export as export_module
@@ -557,12 +567,8 @@ def test_paddle2onnx_cut_short_by_a_full_disk_is_named_as_the_full_disk(weights,
         converted.append(command[5])
         return subprocess.CompletedProcess(command, 1, "", "[Paddle2ONNX] parse error: unexpected end of input")
     monkeypatch.setattr(subprocess, "run", cut_short)
-    out = tmp_path / "export"
-    code, lines = export(weights, out, capsys, "--format", "onnx")
+    assert_the_onnx_export_names_the_full_disk(weights, tmp_path, capsys, "parse error", "paddle2onnx")
     assert converted, "paddle2onnx was never run"
-    assert_full_disk_line(code, lines, "export", out, "parse error", "paddle2onnx", ".export-")
-    assert lines[0].endswith(" MiB needed (writing model.onnx)"), lines[0]
-    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.slow
@@ -582,12 +588,8 @@ def test_onnxruntimes_graph_write_cut_short_by_a_full_disk_is_named_as_the_full_
         raise RuntimeError(f"[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from {target} failed:Protobuf "
                            f"parsing failed.")
     monkeypatch.setattr(onnxruntime, "InferenceSession", cut_short)
-    out = tmp_path / "export"
-    code, lines = export(weights, out, capsys, "--format", "onnx")
+    assert_the_onnx_export_names_the_full_disk(weights, tmp_path, capsys, "INVALID_PROTOBUF", "could not load")
     assert folded, "onnxruntime never wrote its graph"
-    assert_full_disk_line(code, lines, "export", out, "INVALID_PROTOBUF", "could not load", ".export-")
-    assert lines[0].endswith(" MiB needed (writing model.onnx)"), lines[0]
-    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("to", ["timm", "huggingface"])

@@ -105,8 +105,8 @@ def _check_out(out_dir):
         raise ExportError(f"--out {out_dir} is {kind}; expected a folder for the export")
     try:
         holds = staged_writes.output_entries(out_dir, STAGING_KIND)
-        replaceable = not holds or _is_export(out_dir) or staged_writes.interrupted_output(out_dir, STAGING_KIND,
-                                                                                   EXPORT_FILES)
+        replaceable = (not holds or _is_export(out_dir)
+                       or staged_writes.interrupted_output(out_dir, STAGING_KIND, EXPORT_FILES))
     except OSError as error:
         raise ExportError(f"cannot read --out {out_dir}: {error.strerror or error}") from None
     if not replaceable:
@@ -164,7 +164,8 @@ def export_classifier(classifier, out_dir, softmax=False, formats=("paddle",), o
     _check_out(out_dir)
     needed, weights = space_needed(classifier.model, formats, int8)
     with staged_writes.staged_folder(out_dir, STAGING_KIND, METADATA_FILE, error_type=ExportError,
-                              description="the export", needed_bytes=needed, largest_file_bytes=weights) as staging:
+                                     description="the export", needed_bytes=needed,
+                                     largest_file_bytes=weights) as staging:
         files = _write_export(classifier, staging, softmax, formats, opset_version, int8)
     written = {role: os.path.join(out_dir, name) for role, name in files.items()}
     written["metadata"] = os.path.join(out_dir, METADATA_FILE)

@@ -225,8 +225,8 @@ def _write_folder(directory, export, card):
     last (`staged_writes.staged_folder`)."""
     weights = sum(tensor.nbytes for tensor in export.tensors.values())
     with staged_writes.staged_folder(directory, STAGING_KIND, CONFIG_FILE, error_type=WeightsError,
-                              description=f"the {export.format} folder", needed_bytes=weights + SPACE_MARGIN,
-                              largest_file_bytes=weights) as staging:
+                                     description=f"the {export.format} folder",
+                                     needed_bytes=weights + SPACE_MARGIN, largest_file_bytes=weights) as staging:
         _write_files(staging, export, card)
 
 
