@@ -14,6 +14,8 @@ def count_calls(monkeypatch, module, op_name):
     def counting_op(*arguments):
         counted[0] += 1
         return getattr(library, op_name)(*arguments)
-    counting_library = types.SimpleNamespace(**{op_name: counting_op})
+    counting_library = types.SimpleNamespace(**{name: getattr(library, name) for name in dir(library)
+                                                if name.startswith("paddle_vit_")})
+    setattr(counting_library, op_name, counting_op)
     monkeypatch.setattr(module, "kernel_library", lambda: counting_library)
     return counted

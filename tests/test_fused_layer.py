@@ -144,7 +144,7 @@ def test_a_model_built_on_a_cpu_trains_its_wide_layers_with_the_compiled_layer(c
     model.eval()
     with paddle.no_grad():
         model(paddle.randn([2, 3, 32, 32]))
-    assert calls[0] == 2  # evaluation: the layer of modules, every engine's numbers as before
+    assert calls[0] == 2  # evaluation: the inference op (below), not the training op
 
 
 @pytest.mark.parametrize("case", ["eval", "no_grad", "dropout",
@@ -248,8 +248,10 @@ def test_every_config_field_is_classified_for_the_compiled_layer_and_given_a_val
     assert set(NON_DEFAULT) == fields, f"give these fields a value here: {sorted(fields - set(NON_DEFAULT))}"
 
 
-def computed_by_the_table(name, value):
+def computed_by_the_table(name, value, evaluation=False):
     role = fused_layer.CONFIG_FIELDS[name]
+    if evaluation and name in fused_layer.EVALUATION_IGNORES:
+        return True
     return role.role != fused_layer.OFF and (role.values is None or value in role.values)
 
 
@@ -360,3 +362,104 @@ def test_a_module_swapped_in_added_or_hooked_by_a_user_makes_it_step_aside(calls
         layer.attn.register_forward_post_hook(lambda module, inputs, output: output * 2)
     layer(paddle.randn([2, 5, 192]))
     assert calls[0] == 0
+
+
+# ---- evaluation: the inference op (no gradient, eval mode) ---------------------------------------
+
+@pytest.fixture
+def inference_calls(monkeypatch):
+    """The inference op's calls, counted ([count]); the op still computes."""
+    return count_calls(monkeypatch, fused_layer, "paddle_vit_encoder_layer_inference")
+
+
+def evaluated(layer, x):
+    with paddle.no_grad():
+        return layer(paddle.to_tensor(x)).numpy()
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(qk_scale=0.3), dict(dropout=0.1, attention_dropout=0.1)],
+                         ids=["default", "qk_scale", "dropout in eval mode"])
+def test_the_inference_op_is_as_near_the_float64_layer_as_the_walkthrough_layer(inference_calls, overrides):
+    """Its output against the layer of modules in float64: as near as that layer computing in
+    float32 (its error at most 1.5x, and 1e-5 of the largest value); a dropout, which passes
+    its input through in eval mode, computed at its rate."""
+    layer = perturbed_layer(**overrides).eval()
+    x = np.random.default_rng(0).normal(size=(3, 17, 192)).astype(np.float32)
+    ours = evaluated(layer, x)
+    assert inference_calls[0] == 1
+    float32 = evaluated(variants.use_walkthrough_modules(copy.deepcopy(layer)), x)
+    float64 = evaluated(walkthrough_float64(layer), x.astype(np.float64))
+    error, walkthroughs = (float(np.abs(out - float64).max() / np.abs(float64).max()) for out in (ours, float32))
+    assert error <= max(1.5 * walkthroughs, 2e-6) and error < 1e-5, (error, walkthroughs)
+
+
+def test_a_model_built_on_a_cpu_evaluates_its_wide_layers_with_the_inference_op(inference_calls):
+    model = paddle_vit.create_model("vit_tiny_patch16_224", image_size=32, patch_size=8, depth=2, num_classes=10)
+    images = paddle.randn([2, 3, 32, 32])
+    model.eval()
+    with paddle.no_grad():
+        logits = model(images).numpy()
+    assert inference_calls[0] == 2
+    reference = variants.use_walkthrough_modules(copy.deepcopy(model))
+    with paddle.no_grad():
+        expected = reference(images).numpy()
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    model.train()
+    model(images).sum().backward()
+    assert inference_calls[0] == 2  # training: the training op
+
+
+@pytest.mark.parametrize("case", ["train mode", "gradient recorded", "downscaled dropout", "attention weights",
+                                  "float64", "hooked", "64 wide", "tanh GELU", "Paddle 3.9", "kernels off"])
+def test_the_layer_of_modules_evaluates_where_the_inference_op_would_not(inference_calls, monkeypatch, case):
+    overrides = {"64 wide": dict(embed_dim=64, num_heads=2), "tanh GELU": dict(gelu="tanh"),
+                 "downscaled dropout": dict(dropout=0.1)}.get(case, {})
+    layer = perturbed_layer(**overrides).eval()
+    if case == "train mode":
+        layer.train()
+    if case == "downscaled dropout":  # in eval mode this dropout multiplies by 1 - p
+        layer.mlp.dropout.mode = "downscale_in_infer"
+    if case == "float64":
+        layer.to(dtype="float64")
+    if case == "hooked":
+        layer.mlp.fc1.register_forward_post_hook(lambda module, inputs, output: output * 2)
+    if case == "Paddle 3.9":
+        monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")
+    if case == "kernels off":  # PADDLE_VIT_COMPILED_KERNELS=0 or no compiler: no library
+        monkeypatch.setattr(fused_layer, "kernel_library", lambda: None)
+    width = layer.norm1.weight.shape[0]
+    x = paddle.randn([2, 5, width], dtype="float64" if case == "float64" else "float32")
+    if case == "gradient recorded":  # e.g. a saliency map: the layer of modules records the backward pass
+        x.stop_gradient = False
+        layer(x).sum().backward()
+        assert x.grad is not None
+    elif case == "attention weights":
+        with paddle.no_grad():
+            assert layer(x, return_attention=True)[1].shape == [2, 3, 5, 5]
+    else:
+        with paddle.no_grad():
+            out = layer(x)
+        if case == "downscaled dropout":
+            reference = variants.use_walkthrough_modules(copy.deepcopy(layer))
+            with paddle.no_grad():
+                np.testing.assert_allclose(out.numpy(), reference(x).numpy(), rtol=0, atol=1e-5)
+    assert inference_calls[0] == 0
+
+
+@pytest.mark.parametrize("name, overrides", [pytest.param(name, overrides, id=f"{name}={overrides.get(name)!r}")
+                                             for name in ViTConfig.field_names()
+                                             for overrides in NON_DEFAULT.get(name, [{}])])
+def test_in_evaluation_a_value_of_every_config_field_is_computed_as_the_modules_compute_it_or_makes_the_op_step_aside(
+        inference_calls, name, overrides):
+    config = ViTConfig(**{**SMALL, **overrides}).validate()
+    value = getattr(config, name)
+    model = perturbed_model(config).eval()
+    reference = variants.use_walkthrough_modules(copy.deepcopy(model))
+    images = np.random.default_rng(1).normal(size=(2, config.in_channels, config.image_size, config.image_size))
+    ours = evaluated(model, images.astype(np.float32))
+    if not computed_by_the_table(name, value, evaluation=True):
+        assert inference_calls[0] == 0, f"{name}={value!r}: the inference op computed what it does not"
+        return
+    assert inference_calls[0] == config.depth, f"{name}={value!r} is computed by the table, but the op stepped aside"
+    theirs = evaluated(reference, images.astype(np.float32))
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-5 * np.abs(theirs).max(), err_msg=f"{name}={value!r}")

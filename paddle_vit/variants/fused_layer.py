@@ -1,5 +1,6 @@
-"""The encoder layer of training as one compiled op each way (kernels/encoder_layer.cc), in
-eager float32 on a CPU.
+"""The encoder layer as one compiled op (kernels/encoder_layer.cc), in eager float32 on a CPU: in
+training one op forward and one backward; in evaluation (eval mode, no gradient recorded) one
+op that keeps nothing and adds each product's bias in the pass that reads its output.
 
 Why: with the layer of modules, eager Paddle runs about 40 ops a layer and a step, each started
 from Python holding its GIL; two threads stepping halves of a batch (batch_threads.py) handed
@@ -26,8 +27,16 @@ Used only where it is proved to compute what the layer of modules computes (`com
 and in training (gradients recorded; frozen parameters get none, as there), eager float32 on a
 CPU without autocast, the compiled kernels built, on a Paddle release they were written for
 (paddle_versions.py). Drop path is computed: its per-sample factors
-are drawn here as the module draws them and handed to the op. Everywhere else, and in
-evaluation, it is the layer of modules (with their own CPU variants).
+are drawn here as the module draws them and handed to the op.
+
+The inference op under the same proof, in eval mode with no gradient recorded (a saliency map's
+backward pass keeps the modules), where the dropouts pass their input through at any rate (Paddle's
+default mode, upscale_in_train; downscale_in_infer scales it) and drop path does nothing. Why:
+the modules' eager evaluation starts some 40 ops a layer from Python, adds each bias inside its
+product (`addmm`, 10% slower than the product alone at these shapes) and runs the attention's
+head split, softmax and GELU as passes of their own over memory; the op is 1.15-1.2x the modules
+for ViT-S/16 (docs/benchmarks.md, "Eager evaluation on an AMX Xeon"). Everywhere else it is the
+layer of modules (with their own CPU variants).
 """
 import dataclasses
 
@@ -115,20 +124,32 @@ CONFIG_FIELDS = {
         "fc_norm", "distilled", "drop_remainder", "attn_pool_heads", "attn_pool_mlp_ratio", "final_norm",
         "pool_include_prefix", "patch_norm")},  # the embedding, the head, the encoder's ends
 }
+# the fields at their OFF value in training that evaluation computes at any value: the modules'
+# dropouts pass their input through in eval mode (settings_computed checks each module's mode)
+EVALUATION_IGNORES = ("dropout", "attention_dropout")
 CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
 FIELD_NAMES = tuple(ViTConfig.field_names())
 
 
 class FusedCpuEncoderLayer(EncoderLayer):
     """`EncoderLayer` whose training step, in eager float32 on a CPU, is one compiled op forward and
-    one backward (kernels/encoder_layer.cc); otherwise the layer of modules."""
+    one backward, and whose evaluation one compiled op (kernels/encoder_layer.cc); otherwise the
+    layer of modules."""
 
     variant_of = EncoderLayer
 
     def forward(self, x, return_attention=False, rope=None):
-        library = None if return_attention or rope is not None else self._library_for(x)
-        if library is None:
+        if return_attention or rope is not None:
             return super().forward(x, return_attention=return_attention, rope=rope)
+        library = self._library_for(x)
+        if library is not None:
+            return self._training_op(library, x)
+        library = self._inference_library_for(x)
+        if library is not None:
+            return self._inference_op(library, x)
+        return super().forward(x)
+
+    def _training_op(self, library, x):
         attention, mlp = self.attn, self.mlp
         keep_attention, keep_mlp = self._drop_path_factors(x), self._drop_path_factors(x)  # drawn in the modules' order
         out, *_kept_for_backward = library.paddle_vit_encoder_layer(
@@ -137,6 +158,14 @@ class FusedCpuEncoderLayer(EncoderLayer):
             mlp.fc2.bias, keep_attention, keep_mlp, attention.num_heads, float(attention.scales),
             float(self.norm1._epsilon), kernel_threads())
         return out  # [B, N, D]
+
+    def _inference_op(self, library, x):
+        attention, mlp = self.attn, self.mlp
+        return library.paddle_vit_encoder_layer_inference(
+            x, self.norm1.weight, self.norm1.bias, attention.qkv.weight, attention.qkv.bias, attention.proj.weight,
+            attention.proj.bias, self.norm2.weight, self.norm2.bias, mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight,
+            mlp.fc2.bias, attention.num_heads, float(attention.scales), float(self.norm1._epsilon),
+            kernel_threads())  # [B, N, D]
 
     def _drop_path_factors(self, x):
         """[B]: what this layer's drop path multiplies each sample's branch by (0 or 1 / keep
@@ -155,12 +184,27 @@ class FusedCpuEncoderLayer(EncoderLayer):
             return None  # nothing to differentiate: the layer of modules keeps nothing for a backward pass
         return kernel_library()
 
+    def _inference_library_for(self, x):
+        """The compiled kernels where the inference op computes what this layer does in evaluation
+        (no gradient recorded), else None."""
+        if self.training or records_gradient(x, *self.parameters()):
+            return None
+        if not (x.ndim == 3 and eager_cpu_float32(x) and applies(COMPILED_KERNELS)
+                and computes_the_modules(self, evaluation=True)):
+            return None
+        if paddle.amp.is_autocast_enabled():
+            return None
+        return kernel_library()
 
-def computes_the_modules(layer):
+
+def computes_the_modules(layer, evaluation=False):
     """Whether the compiled layer computes what `layer`'s modules compute: its sublayers, its
-    config and its modules' settings are all ones it knows (the module docstring)."""
+    config and its modules' settings are all ones it knows (the module docstring). In
+    `evaluation` (the layer in eval mode) a dropout that passes its input through there is
+    computed at any rate."""
     modules = known_sublayers(layer)
-    return modules is not None and config_computed(layer.__dict__.get("config")) and settings_computed(modules)
+    return (modules is not None and config_computed(layer.__dict__.get("config"), evaluation)
+            and settings_computed(modules, evaluation))
 
 
 def known_sublayers(layer):
@@ -178,23 +222,29 @@ def known_sublayers(layer):
     return modules if len(modules) == len(SUBLAYER_CLASSES) else None
 
 
-def config_computed(config):
-    """A `ViTConfig` whose every field CONFIG_FIELDS names, each at a value the compiled layer computes."""
+def config_computed(config, evaluation=False):
+    """A `ViTConfig` whose every field CONFIG_FIELDS names, each at a value the compiled layer
+    computes (in `evaluation` the dropout rates at any value: settings_computed checks the modules)."""
     if type(config) is not ViTConfig:
         return False
     if not all(name in CONFIG_FIELDS for name in FIELD_NAMES):
         return False
-    return all(getattr(config, name) in values for name, values in CHECKED_FIELDS)
+    return all(getattr(config, name) in values for name, values in CHECKED_FIELDS
+               if not (evaluation and name in EVALUATION_IGNORES))
 
 
-def settings_computed(modules):
+def settings_computed(modules, evaluation=False):
     """The known modules' settings ({name: sublayer}) as the op reads them: they may differ from
     the config's after a change of the built model (a dropout rate set on a module)."""
     attention, norm1, norm2 = modules["attn"], modules["norm1"], modules["norm2"]
     fc1, fc2, width = modules["mlp.fc1"], modules["mlp.fc2"], attention.all_head_dim
+    dropouts = [modules[name] for name in ("attn.dropout", "attn.attention_dropout", "mlp.dropout")]
+    if evaluation:  # the fused attention drops nothing in eval mode; each module as its mode says
+        dropouts_off = all(dropout.p == 0.0 or dropout.mode == "upscale_in_train" for dropout in dropouts)
+    else:
+        dropouts_off = attention.attention_dropout_rate == 0.0 and all(dropout.p == 0.0 for dropout in dropouts)
     return (not modules["mlp.act"]._approximate and fc1.weight.shape[1] >= GELU_KERNEL_MIN_WIDTH
-            and attention.attention_dropout_rate == 0.0 and width >= KERNEL_MIN_WIDTH
-            and modules["attn.dropout"].p == 0.0 and modules["mlp.dropout"].p == 0.0
+            and dropouts_off and width >= KERNEL_MIN_WIDTH
             and modules["attn.qkv"].bias is not None and modules["attn.proj"].bias is not None
             and fc1.bias is not None and fc2.bias is not None
             and _layer_norm_with_parameters(norm1, width) and _layer_norm_with_parameters(norm2, width)

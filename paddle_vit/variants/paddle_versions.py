@@ -46,9 +46,10 @@ DEPENDENCIES = {
         "reads them, and the builder's private loader (cpp_extension.extension_utils._import_module_from_library); "
         "nn.GELU's _approximate, nn.Softmax's _axis and _dtype and nn.LayerNorm's _epsilon and _normalized_shape; "
         "nn.Layer's _forward_pre_hooks and _forward_post_hooks (a hook a kernel called in a layer's place would not "
-        "call)",
+        "call); nn.Dropout's p and mode (a dropout that passes its input through in eval mode)",
         ("3.3",), "compiled.kernel_library and every kernel's caller: FastCpuLayerNorm, FastCpuGELU, "
-        "RecomputedAttention's softmax and FastCpuAttention's in evaluation, FusedCpuEncoderLayer, FusedCpuAdamW",
+        "RecomputedAttention's softmax and FastCpuAttention's in evaluation, FusedCpuEncoderLayer (training and "
+        "evaluation), FusedCpuAdamW",
         "an experimental C++ API and private attributes: they may change in any release"),
     ADAMW_STATE: PaddleDependency(
         "paddle.optimizer.AdamW's private state: _param_groups, _grad_ivar(), _create_accumulators, "

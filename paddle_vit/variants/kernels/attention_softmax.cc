@@ -63,6 +63,12 @@ std::vector<paddle::Tensor> Softmax(const paddle::Tensor& x, int threads) {
   return {out};
 }
 
+void SoftmaxInPlace(paddle::Tensor& x, int threads) {
+  const int64_t width = x.shape().back();
+  float* data = x.data<float>();
+  InThreads(x.numel() / width, threads, [&](int64_t first, int64_t last) { SoftmaxRows(data, data, first, last, width); });
+}
+
 std::vector<paddle::Tensor> SoftmaxBackward(const paddle::Tensor& p, const paddle::Tensor& dp, int threads) {
   const int64_t width = p.shape().back();
   const int64_t rows = p.numel() / width;

@@ -12,6 +12,10 @@
 // output, x1, fc1's output and the GELU's, and the two LayerNorms' row means and variances; the
 // LayerNorms' outputs are computed again there (cheap: one pass over [M, D]). Computing the
 // weights and the GELU's output again too held less but cost 3% of a ViT-Ti/16 step.
+// In evaluation (EncoderLayerInference) the same layer keeps nothing: the products without their
+// bias (Paddle's addmm costs 10% over matmul at these shapes), each bias added by the pass that
+// reads the product's output (the heads' split, the GELU, the residual's add), the softmax and
+// the GELU in place.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -189,6 +193,35 @@ void FromHeads(const std::vector<const float*>& parts, float* rows, float first_
                  });
 }
 
+// q, k, v [B, H, N, d] from the packed projection's rows [M, 3 D] before its bias: each part's bias
+// added, q's then scaled, as the modules compute (x W + b) * scale
+void ToHeadsBiased(const float* rows, const float* bias, const std::vector<float*>& parts, float first_scale,
+                   const HeadLayout& shape, int threads) {
+  const int64_t row_width = static_cast<int64_t>(parts.size()) * shape.Width();
+  ForEachHeadRow(shape, static_cast<int64_t>(parts.size()), first_scale, threads,
+                 [&](int64_t part, int64_t packed, int64_t split, float factor) {
+                   const float* from = rows + packed;
+                   const float* b = bias + packed % row_width;
+                   float* to = parts[part] + split;
+#pragma omp simd
+                   for (int64_t j = 0; j < shape.head_dim; ++j) to[j] = (from[j] + b[j]) * factor;
+                 });
+}
+
+// out = residual + (branch + bias) over rows [M, W], bias [W]: a branch's product finished and added
+void AddBiasedBranchInto(const float* residual, const float* branch, const float* bias, float* out, int64_t rows,
+                         int64_t width, int threads) {
+  InThreads(rows, threads, [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      const float* a = residual + row * width;
+      const float* y = branch + row * width;
+      float* o = out + row * width;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) o[j] = a[j] + (y[j] + bias[j]);
+    }
+  });
+}
+
 HeadLayout LayoutOf(const Tensor& x, int heads) {
   const auto& shape = x.shape();  // [B, N, D]
   return {shape[0], shape[1], heads, shape[2] / heads};
@@ -227,6 +260,40 @@ std::vector<Tensor> EncoderLayerForward(const Tensor& x, const Tensor& ln1_w, co
   AddScaledInto(x1.data<float>(), mlp_out.data<float>(), keep2.data<float>(), out.data<float>(), layout.batch,
                 layout.tokens * width, threads);
   return {out, q, k, v, attended, x1, hidden, mean1, variance1, mean2, variance2, weights, activated};
+}
+
+// The same layer in evaluation, [B, N, D] -> [B, N, D]: nothing kept for a backward pass.
+std::vector<Tensor> EncoderLayerInference(const Tensor& x, const Tensor& ln1_w, const Tensor& ln1_b,
+                                          const Tensor& qkv_w, const Tensor& qkv_b, const Tensor& proj_w,
+                                          const Tensor& proj_b, const Tensor& ln2_w, const Tensor& ln2_b,
+                                          const Tensor& fc1_w, const Tensor& fc1_b, const Tensor& fc2_w,
+                                          const Tensor& fc2_b, int heads, float scale, float epsilon, int threads) {
+  const HeadLayout layout = LayoutOf(x, heads);
+  const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
+  Tensor mean = Empty({rows}, x), variance = Empty({rows}, x);
+  RowStatistics(x.data<float>(), mean.data<float>(), variance.data<float>(), rows, width, threads);
+  Tensor qkv = paddle::experimental::matmul(Normalised(x, ln1_w, ln1_b, mean, variance, epsilon, threads), qkv_w);  // [M, 3 D]
+  const std::vector<int64_t> head_shape = {layout.batch, heads, layout.tokens, layout.head_dim};
+  Tensor q = Empty(head_shape, x), k = Empty(head_shape, x), v = Empty(head_shape, x);  // [B, H, N, d]
+  ToHeadsBiased(qkv.data<float>(), qkv_b.data<float>(), {q.data<float>(), k.data<float>(), v.data<float>()}, scale,
+                layout, threads);
+  Tensor weights = paddle::experimental::matmul(q, k, false, true);  // [B, H, N, N]
+  SoftmaxInPlace(weights, threads);
+  Tensor heads_out = paddle::experimental::matmul(weights, v);  // [B, H, N, d]
+  Tensor attended = Empty({rows, width}, x);  // [M, D]
+  FromHeads({heads_out.data<float>()}, attended.data<float>(), 1.0f, layout, threads);
+  Tensor projected = paddle::experimental::matmul(attended, proj_w);  // [M, D], before its bias
+  Tensor x1 = Empty(x.shape(), x);
+  AddBiasedBranchInto(x.data<float>(), projected.data<float>(), proj_b.data<float>(), x1.data<float>(), rows, width,
+                      threads);
+  RowStatistics(x1.data<float>(), mean.data<float>(), variance.data<float>(), rows, width, threads);
+  Tensor hidden = paddle::experimental::matmul(Normalised(x1, ln2_w, ln2_b, mean, variance, epsilon, threads), fc1_w);  // [M, Dh]
+  BiasedGeluInPlace(hidden, fc1_b, threads);
+  Tensor mlp_out = paddle::experimental::matmul(hidden, fc2_w);  // [M, D], before its bias
+  Tensor out = Empty(x.shape(), x);
+  AddBiasedBranchInto(x1.data<float>(), mlp_out.data<float>(), fc2_b.data<float>(), out.data<float>(), rows, width,
+                      threads);
+  return {out};
 }
 
 std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, const Tensor& ln1_b,
@@ -296,3 +363,9 @@ PD_BUILD_GRAD_OP(paddle_vit_encoder_layer)
               paddle::Grad("FC2B")})
     .Attrs({"heads: int", "scale: float", "epsilon: float", "threads: int"})
     .SetKernelFn(PD_KERNEL(EncoderLayerBackward));
+
+PD_BUILD_OP(paddle_vit_encoder_layer_inference)
+    .Inputs({"X", "LN1W", "LN1B", "QKVW", "QKVB", "ProjW", "ProjB", "LN2W", "LN2B", "FC1W", "FC1B", "FC2W", "FC2B"})
+    .Outputs({"Out"})
+    .Attrs({"heads: int", "scale: float", "epsilon: float", "threads: int"})
+    .SetKernelFn(PD_KERNEL(EncoderLayerInference));

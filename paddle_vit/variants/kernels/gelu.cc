@@ -31,6 +31,18 @@ void GeluElements(const float* x, float* y, int64_t first, int64_t last) {
   for (int64_t i = first; i < last; ++i) y[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * kInverseSqrt2));
 }
 
+// GELU(x + bias) in place over rows [M, W] of x, bias [W]
+void BiasedGeluRows(float* x, const float* bias, int64_t first, int64_t last, int64_t width) {
+  for (int64_t row = first; row < last; ++row) {
+    float* x_row = x + row * width;
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) {
+      const float h = x_row[j] + bias[j];
+      x_row[j] = 0.5f * h * (1.0f + Erf(h * kInverseSqrt2));
+    }
+  }
+}
+
 void GeluBackwardElements(const float* x, const float* dy, float* dx, int64_t first, int64_t last) {
 #pragma omp simd
   for (int64_t i = first; i < last; ++i) {
@@ -48,6 +60,13 @@ std::vector<paddle::Tensor> Gelu(const paddle::Tensor& x, int threads) {
   float* out = y.data<float>();
   InThreads(x.numel(), threads, [&](int64_t first, int64_t last) { GeluElements(in, out, first, last); });
   return {y};
+}
+
+void BiasedGeluInPlace(paddle::Tensor& x, const paddle::Tensor& bias, int threads) {
+  const int64_t width = x.shape().back();
+  float* data = x.data<float>();
+  const float* b = bias.data<float>();
+  InThreads(x.numel() / width, threads, [&](int64_t first, int64_t last) { BiasedGeluRows(data, b, first, last, width); });
 }
 
 std::vector<paddle::Tensor> GeluBackward(const paddle::Tensor& x, const paddle::Tensor& dy, int threads) {
