@@ -53,10 +53,13 @@ logits = model(paddle.randn([2, 3, 28, 28]))
 model.train()
 model(paddle.randn([2, 3, 28, 28])).sum().backward()
 after = state()
+with runtime.openmp_spin_kept():  # how a paddle.inference predictor runs
+    blocktime_for_predictor = blocktime()
 print(json.dumps({"import_changed": changes(before, imported), "import_applied": imported_applied,
                   "changed": changes(before, after), "filters_same": before["filters"] == after["filters"],
                   "argv_same": before["argv"] == after["argv"], "applied": runtime.APPLIED,
-                  "attention": attention_class, "logits": list(logits.shape), "blocktime": blocktime()}))
+                  "attention": attention_class, "logits": list(logits.shape), "blocktime": blocktime(),
+                  "blocktime_for_predictor": blocktime_for_predictor}))
 if "--configure" in sys.argv:
     applied = runtime.configure()
     print(json.dumps({"applied": sorted(applied), "stride": paddle.get_flags(["FLAGS_use_stride_kernel"])}))
@@ -104,12 +107,14 @@ def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_ch
     assert set(report["applied"]) == expected, report["applied"]
     assert report["applied"].get("math_threads", cores) == cores  # every core, where Paddle's default is one
     assert report["blocktime"] == (0 if with_openmp else None)  # idle math threads sleep at once
+    assert report["blocktime_for_predictor"] == (200 if with_openmp else None)  # but spin under the predictor
     (opted_out,) = probe("--cpu", cpu, PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0",
                          PADDLE_VIT_MATH_THREADS="0", PADDLE_VIT_OMP_BLOCKTIME="off")
     assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
     assert opted_out["blocktime"] == (200 if with_openmp else None)  # the runtime's own default
     (users,) = probe("--cpu", cpu, KMP_BLOCKTIME="7")  # the user's own setting, which the runtime reads
     assert "omp_blocktime" not in users["applied"] and users["blocktime"] == (7 if with_openmp else None)
+    assert users["blocktime_for_predictor"] == users["blocktime"]
 
 
 @pytest.mark.parametrize("cpu", ["AuthenticAMD:sse2,avx,avx2,fma", "GenuineIntel:sse2,avx2,fma,avx512f"])
@@ -153,3 +158,27 @@ def test_idle_math_threads_sleep_at_once_unless_the_user_chose():
     for bad in ("abc", "-1", "inf", "1.5", str(2 ** 31)):
         with pytest.raises(ConfigError, match="PADDLE_VIT_OMP_BLOCKTIME"):
             runtime.omp_blocktime_wanted({"PADDLE_VIT_OMP_BLOCKTIME": bad})
+
+
+def test_a_paddle_inference_predictor_runs_with_the_blocktime_the_runtime_had_before(monkeypatch):
+    """Its oneDNN graph of short ops pays a wake-up per op when idle threads sleep at once: the
+    predictor's run gets the value from before `set_omp_blocktime`, the setting comes back after."""
+    import types
+
+    import numpy as np
+
+    from paddle_vit import runtime
+    from paddle_vit.deploy.inference import PaddlePredictor
+
+    current = [0]
+    monkeypatch.setitem(runtime.APPLIED, "omp_blocktime", 0)
+    monkeypatch.setattr(runtime, "_OMP_BLOCKTIME", {"set": lambda ms: current.__setitem__(0, ms), "before": 200})
+    during_run = []
+    handle = types.SimpleNamespace(reshape=lambda shape: None, copy_from_cpu=lambda batch: None,
+                                   copy_to_cpu=lambda: np.zeros((1, 3), np.float32))
+    predictor = PaddlePredictor.__new__(PaddlePredictor)
+    predictor.input, predictor.output_name = handle, "logits"
+    predictor.predictor = types.SimpleNamespace(run=lambda: during_run.append(current[0]),
+                                                get_output_handle=lambda name: handle)
+    predictor(np.zeros((1, 3, 4, 4), np.float32))
+    assert during_run == [200] and current == [0]
