@@ -7,7 +7,7 @@ calls `configure()` once, before Paddle computes anything::
     import paddle_vit.runtime
     paddle_vit.runtime.configure()      # returns what it set, also kept in runtime.APPLIED
 
-The four that change no result (MKL on AMD, glibc's malloc, the math threads and their idling) are also made by
+The three that change no result (MKL on AMD, glibc's malloc, the math threads) are also made by
 `create_model` when it first builds a model on a CPU (`configure_for_models`), never by an import. Each setting has an
 environment variable to switch it off. Why each one is made, what it changes
 for other code in the process and what it was measured to give: docs/benchmarks.md, section
@@ -20,14 +20,12 @@ for other code in the process and what it was measured to give: docs/benchmarks.
 | glibc's malloc | `mallopt` keeps freed blocks in the heap | ``PADDLE_VIT_MALLOC_TUNING=0`` |
 | stride kernels | ``FLAGS_use_stride_kernel`` off: dense transposes | ``PADDLE_VIT_STRIDE_KERNELS=1`` |
 | math threads | every core the process may use (Paddle's own default is one) | ``PADDLE_VIT_MATH_THREADS=N`` (0: Paddle's) |
-| idle math threads | the math library's OpenMP threads sleep at once after a product, not spin 200 ms | ``PADDLE_VIT_OMP_BLOCKTIME=off`` (or N ms; your own ``KMP_BLOCKTIME``) |
 | the allocator | train, eval, benchmark restart with tcmalloc or oneTBB's malloc | ``PADDLE_VIT_ALLOCATOR=system`` |
 
 ``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc when installed, else oneTBB's from the `tbb`
 wheel), ``system`` (never restart), or the file name of another malloc library. This module
 imports no Paddle at its top: it is imported, and `configure()` runs, before Paddle is loaded.
 """
-import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -44,8 +42,6 @@ OPT_OUT_VARIABLE = "PADDLE_VIT_MKL_AVX2"
 STRIDE_KERNELS_VARIABLE = "PADDLE_VIT_STRIDE_KERNELS"
 MALLOC_TUNING_VARIABLE = "PADDLE_VIT_MALLOC_TUNING"
 MATH_THREADS_VARIABLE = "PADDLE_VIT_MATH_THREADS"
-OMP_BLOCKTIME_VARIABLE = "PADDLE_VIT_OMP_BLOCKTIME"
-OMP_LIBRARY = "libiomp5.so"  # Intel's OpenMP runtime, in Paddle's wheel beside MKL (paddle/libs)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 MMAP_THRESHOLD_BYTES = 32 * 2 ** 20  # glibc's maximum on 64-bit systems
 TRIM_THRESHOLD_BYTES = 2 ** 30
@@ -57,7 +53,6 @@ KNOWN_ALLOCATORS = ("tcmalloc", "tbbmalloc", "jemalloc", "mimalloc")
 # <prefix>/lib: the proxy replaces malloc and needs the allocator itself loaded first
 TBB_LIBRARIES = ("libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")
 APPLIED = {}  # what configure() set in this process, setting by setting
-_OMP_BLOCKTIME = {}  # "set": kmp_set_blocktime once found; "before": the runtime's value before the first set
 GLOG_VARIABLE = "GLOG_minloglevel"
 # the warnings that are not the user's to act on (quiet_paddle)
 QUIET_WARNINGS = ("No ccache found", "Tensor do not have 'place' interface")
@@ -196,74 +191,11 @@ def set_math_threads(environ=None):
     return {"math_threads": threads}
 
 
-def omp_blocktime_wanted(environ=None):
-    """The milliseconds `set_omp_blocktime` would let an idle OpenMP thread of the math library
-    spin before it sleeps, or None to leave the runtime's own (200 ms, or the user's
-    KMP_BLOCKTIME): 0 unless PADDLE_VIT_OMP_BLOCKTIME says N or off. Why 0: the compiled
-    kernels run between the products on threads of their own, and a team thread spinning after
-    a product took a core from them (docs/benchmarks.md#process-settings)."""
-    environ = os.environ if environ is None else environ
-    if "KMP_BLOCKTIME" in environ:
-        return None
-    chosen = environ.get(OMP_BLOCKTIME_VARIABLE, "").strip()
-    if not chosen:
-        return 0
-    if chosen == "off":
-        return None
-    if not chosen.isdigit() or int(chosen) > 2 ** 31 - 1:
-        raise ConfigError(f"{OMP_BLOCKTIME_VARIABLE} must be a whole number of milliseconds or off (the OpenMP "
-                          f"runtime's own), got {chosen!r}")
-    return int(chosen)
-
-
-def set_omp_blocktime(environ=None):
-    """Let the idle threads of the teams this thread starts for Paddle's CPU math (MKL's, Intel's
-    OpenMP runtime) spin `omp_blocktime_wanted` ms; returns what it set: nothing where the wheel's
-    runtime is not loaded (a build without MKL)."""
-    milliseconds = omp_blocktime_wanted(environ)
-    if milliseconds is None:
-        return {}
-    import paddle  # here, not at the top: this module is imported before Paddle is loaded
-
-    try:  # RTLD_NOLOAD: only the copy Paddle loaded, never a second one
-        runtime_library = ctypes.CDLL(os.path.join(os.path.dirname(paddle.__file__), "libs", OMP_LIBRARY),
-                                      mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        set_blocktime, get_blocktime = runtime_library.kmp_set_blocktime, runtime_library.kmp_get_blocktime
-    except (OSError, AttributeError):
-        return {}
-    set_blocktime.argtypes, set_blocktime.restype = [ctypes.c_int], None
-    get_blocktime.argtypes, get_blocktime.restype = [], ctypes.c_int
-    _OMP_BLOCKTIME.setdefault("before", get_blocktime())
-    _OMP_BLOCKTIME["set"] = set_blocktime
-    set_blocktime(milliseconds)
-    APPLIED["omp_blocktime"] = milliseconds
-    return {"omp_blocktime": milliseconds}
-
-
-@contextlib.contextmanager
-def openmp_spin_kept():
-    """The OpenMP runtime's own blocktime (the one before `set_omp_blocktime`) for the teams this
-    thread starts, while a Paddle Inference predictor runs: its oneDNN graph is hundreds of short
-    parallel ops and no compiled kernel, and with idle threads asleep each op paid for waking
-    them (ViT-S/16 through the predictor 30.0-31.1 against 33.0-33.1 images/s, 2026-12-05)."""
-    milliseconds = APPLIED.get("omp_blocktime")
-    if milliseconds is None or "set" not in _OMP_BLOCKTIME:
-        yield
-        return
-    _OMP_BLOCKTIME["set"](_OMP_BLOCKTIME["before"])
-    try:
-        yield
-    finally:
-        _OMP_BLOCKTIME["set"](milliseconds)
-
-
-
 def configure_for_models():
     """The settings that change no result, made once per process when `create_model` first builds a
     model on a CPU, so that a plain script computes as fast as the commands: MKL's AVX2 kernels on
     AMD (the same products by other kernels; MKL reads it at its first product, so it takes effect
-    when none ran before), glibc's malloc thresholds, the math threads (Paddle's default is one)
-    and how long they spin idle.
+    when none ran before), glibc's malloc thresholds and the math threads (Paddle's default is one).
     Each is switched off by its variable as in `configure()`, and named in `APPLIED`; the stride
     kernels, which change what a view of a tensor is, stay `configure()`'s for the process (the
     fast paths turn them off only while their own forward pass runs). Returns what it set now."""
@@ -273,7 +205,6 @@ def configure_for_models():
     _MODEL_SETTINGS_MADE = True
     applied = configure_cpu_math()
     applied.update(set_math_threads())
-    applied.update(set_omp_blocktime())
     return applied
 
 
@@ -446,5 +377,4 @@ def configure(debug=False, relaunch=False):
     applied.update(configure_cpu_math())
     applied.update(configure_paddle_flags())
     applied.update(set_math_threads())
-    applied.update(set_omp_blocktime())
     return applied

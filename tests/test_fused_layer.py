@@ -463,3 +463,37 @@ def test_in_evaluation_a_value_of_every_config_field_is_computed_as_the_modules_
     assert inference_calls[0] == config.depth, f"{name}={value!r} is computed by the table, but the op stepped aside"
     theirs = evaluated(reference, images.astype(np.float32))
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-5 * np.abs(theirs).max(), err_msg=f"{name}={value!r}")
+
+
+def openmp_blocktime():
+    """Intel's OpenMP runtime's blocktime for this thread's teams (kmp_get_blocktime), or None
+    where Paddle's wheel has not loaded it."""
+    import ctypes
+    import os
+    try:
+        runtime = ctypes.CDLL(os.path.join(os.path.dirname(paddle.__file__), "libs", "libiomp5.so"),
+                              mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+    return runtime.kmp_get_blocktime()
+
+
+@pytest.mark.parametrize("mode", ["training", "evaluation"])
+def test_the_ops_give_the_openmp_runtime_its_blocktime_back(monkeypatch, mode):
+    """Inside the ops the math library's idle threads sleep at once (vector_math.h); after them
+    Paddle's own ops find the runtime's value as it was."""
+    before = openmp_blocktime()
+    if before is None:
+        pytest.skip("Paddle's wheel has no Intel OpenMP runtime here")
+    op = "paddle_vit_encoder_layer" if mode == "training" else "paddle_vit_encoder_layer_inference"
+    called = count_calls(monkeypatch, fused_layer, op)
+    layer = perturbed_layer()
+    x = paddle.randn([2, 5, 192])
+    if mode == "training":
+        x.stop_gradient = False
+        layer(x).sum().backward()  # the forward op and the backward op
+    else:
+        layer.eval()
+        with paddle.no_grad():
+            layer(x)
+    assert called[0] == 1 and openmp_blocktime() == before

@@ -1,7 +1,7 @@
 """Importing the library changes nothing outside it: the environment, Paddle's flags and the
 warning filters are as they were after `import paddle_vit`, and after a model built as the
 walkthrough builds it and run. `create_model` on a CPU makes the settings that change no result
-(MKL's kernels on AMD, glibc's malloc, the math threads and their idling) once, and nothing else; the others come from one explicit
+(MKL's kernels on AMD, glibc's malloc) once, and nothing else; the others come from one explicit
 call, `paddle_vit.runtime.configure()`; each of them can be switched off."""
 import json
 import os
@@ -21,15 +21,6 @@ def state():
     return {"environ": dict(os.environ), "filters": [repr(f) for f in warnings.filters],
             "flags": {name: str(flags[name]) for name in flags.keys()}, "argv": list(sys.argv),
             "default_dtype": paddle.get_default_dtype()}
-
-def blocktime():  # the OpenMP runtime's own reading for this thread's teams, or None without it
-    import ctypes
-    try:
-        library = ctypes.CDLL(os.path.join(os.path.dirname(paddle.__file__), "libs", "libiomp5.so"),
-                              mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except OSError:
-        return None
-    return library.kmp_get_blocktime()
 
 def changes(before, after):
     return {part: sorted(key for key in set(before[part]) | set(after[part])
@@ -53,13 +44,10 @@ logits = model(paddle.randn([2, 3, 28, 28]))
 model.train()
 model(paddle.randn([2, 3, 28, 28])).sum().backward()
 after = state()
-with runtime.openmp_spin_kept():  # how a paddle.inference predictor runs
-    blocktime_for_predictor = blocktime()
 print(json.dumps({"import_changed": changes(before, imported), "import_applied": imported_applied,
                   "changed": changes(before, after), "filters_same": before["filters"] == after["filters"],
                   "argv_same": before["argv"] == after["argv"], "applied": runtime.APPLIED,
-                  "attention": attention_class, "logits": list(logits.shape), "blocktime": blocktime(),
-                  "blocktime_for_predictor": blocktime_for_predictor}))
+                  "attention": attention_class, "logits": list(logits.shape)}))
 if "--configure" in sys.argv:
     applied = runtime.configure()
     print(json.dumps({"applied": sorted(applied), "stride": paddle.get_flags(["FLAGS_use_stride_kernel"])}))
@@ -68,7 +56,7 @@ if "--configure" in sys.argv:
 
 def probe(*arguments, **environ):
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG", "OMP_NUM_THREADS", "KMP_BLOCKTIME"))
+           if not key.startswith(("PADDLE_VIT_", "GLOG_", "MKL_DEBUG", "OMP_NUM_THREADS"))
            and key not in ("FLAGS_use_stride_kernel", "LD_PRELOAD")}
     env.update(environ)
     result = subprocess.run([sys.executable, "-c", PROBE, *arguments], capture_output=True, text=True,
@@ -101,20 +89,12 @@ def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_ch
     assert report["changed"] == {"environ": mkl, "flags": []}, report["changed"]  # stride kernels untouched
     assert report["filters_same"] and report["argv_same"]
     cores = len(os.sched_getaffinity(0))
-    with_openmp = report["blocktime"] is not None  # Paddle's wheel with MKL and Intel's OpenMP runtime
-    expected = (set(mkl) | {"mallopt"} | ({"math_threads"} if cores > 1 else set())
-                | ({"omp_blocktime"} if with_openmp else set()))
+    expected = set(mkl) | {"mallopt"} | ({"math_threads"} if cores > 1 else set())
     assert set(report["applied"]) == expected, report["applied"]
     assert report["applied"].get("math_threads", cores) == cores  # every core, where Paddle's default is one
-    assert report["blocktime"] == (0 if with_openmp else None)  # idle math threads sleep at once
-    assert report["blocktime_for_predictor"] == (200 if with_openmp else None)  # but spin under the predictor
     (opted_out,) = probe("--cpu", cpu, PADDLE_VIT_MALLOC_TUNING="0", PADDLE_VIT_MKL_AVX2="0",
-                         PADDLE_VIT_MATH_THREADS="0", PADDLE_VIT_OMP_BLOCKTIME="off")
+                         PADDLE_VIT_MATH_THREADS="0")
     assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
-    assert opted_out["blocktime"] == (200 if with_openmp else None)  # the runtime's own default
-    (users,) = probe("--cpu", cpu, KMP_BLOCKTIME="7")  # the user's own setting, which the runtime reads
-    assert "omp_blocktime" not in users["applied"] and users["blocktime"] == (7 if with_openmp else None)
-    assert users["blocktime_for_predictor"] == users["blocktime"]
 
 
 @pytest.mark.parametrize("cpu", ["AuthenticAMD:sse2,avx,avx2,fma", "GenuineIntel:sse2,avx2,fma,avx512f"])
@@ -144,41 +124,3 @@ def test_the_math_threads_follow_the_users_choice_and_paddles_own_one_is_no_choi
     for bad in ("abc", "-1", "inf", str(cores + 1)):
         with pytest.raises(ConfigError, match="PADDLE_VIT_MATH_THREADS"):
             runtime.math_threads_wanted({"PADDLE_VIT_MATH_THREADS": bad})
-
-
-def test_idle_math_threads_sleep_at_once_unless_the_user_chose():
-    from paddle_vit import runtime
-    from paddle_vit.errors import ConfigError
-
-    assert runtime.omp_blocktime_wanted({}) == 0
-    assert runtime.omp_blocktime_wanted({"PADDLE_VIT_OMP_BLOCKTIME": " 30 "}) == 30
-    assert runtime.omp_blocktime_wanted({"PADDLE_VIT_OMP_BLOCKTIME": "off"}) is None
-    assert runtime.omp_blocktime_wanted({"KMP_BLOCKTIME": "50"}) is None  # the user's: the runtime reads it
-    assert runtime.omp_blocktime_wanted({"KMP_BLOCKTIME": "50", "PADDLE_VIT_OMP_BLOCKTIME": "30"}) is None
-    for bad in ("abc", "-1", "inf", "1.5", str(2 ** 31)):
-        with pytest.raises(ConfigError, match="PADDLE_VIT_OMP_BLOCKTIME"):
-            runtime.omp_blocktime_wanted({"PADDLE_VIT_OMP_BLOCKTIME": bad})
-
-
-def test_a_paddle_inference_predictor_runs_with_the_blocktime_the_runtime_had_before(monkeypatch):
-    """Its oneDNN graph of short ops pays a wake-up per op when idle threads sleep at once: the
-    predictor's run gets the value from before `set_omp_blocktime`, the setting comes back after."""
-    import types
-
-    import numpy as np
-
-    from paddle_vit import runtime
-    from paddle_vit.deploy.inference import PaddlePredictor
-
-    current = [0]
-    monkeypatch.setitem(runtime.APPLIED, "omp_blocktime", 0)
-    monkeypatch.setattr(runtime, "_OMP_BLOCKTIME", {"set": lambda ms: current.__setitem__(0, ms), "before": 200})
-    during_run = []
-    handle = types.SimpleNamespace(reshape=lambda shape: None, copy_from_cpu=lambda batch: None,
-                                   copy_to_cpu=lambda: np.zeros((1, 3), np.float32))
-    predictor = PaddlePredictor.__new__(PaddlePredictor)
-    predictor.input, predictor.output_name = handle, "logits"
-    predictor.predictor = types.SimpleNamespace(run=lambda: during_run.append(current[0]),
-                                                get_output_handle=lambda name: handle)
-    predictor(np.zeros((1, 3, 4, 4), np.float32))
-    assert during_run == [200] and current == [0]

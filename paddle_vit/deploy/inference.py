@@ -38,7 +38,7 @@ from .. import runtime
 from ..preprocess import Preprocess
 from ..device import GPU_INSTALL
 from ..errors import ConfigError, ExportError, check_choice
-from ..runtime import check_thread_count, openmp_spin_kept, usable_cores
+from ..runtime import check_thread_count, usable_cores
 from .engine_choice import default_engine
 from .export import EXPORT_FORMAT, METADATA_FILE, MODEL_PREFIX
 from .onnx_runtime import FP32_FILE, INT8_FILE, OnnxSession, session_for_model
@@ -183,8 +183,7 @@ class PaddlePredictor:
     def __call__(self, batch):
         self.input.reshape(list(batch.shape))
         self.input.copy_from_cpu(batch)
-        with openmp_spin_kept():
-            self.predictor.run()
+        self.predictor.run()
         return self.predictor.get_output_handle(self.output_name).copy_to_cpu()
 
 

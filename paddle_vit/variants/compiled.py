@@ -238,7 +238,7 @@ def _build_in_child(folder, name, target_flags):
     """Paddle's builder (`cpp_extension.load`) run in a child process on the sources copied into
     `folder`, its output added to build.log under a line naming the build."""
     arguments = dict(name=name, sources=_copy_sources(folder), build_directory=folder,
-                     extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread"])
+                     extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread", "-ldl"])
     log_path = os.path.join(folder, LOG)
     with open(log_path, "a") as log:
         log.write(f"{BUILD_HEADER} {name} by process {os.getpid()}\n")

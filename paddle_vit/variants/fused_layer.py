@@ -34,9 +34,10 @@ backward pass keeps the modules), where the dropouts pass their input through at
 default mode, upscale_in_train; downscale_in_infer scales it) and drop path does nothing. Why:
 the modules' eager evaluation starts some 40 ops a layer from Python, adds each bias inside its
 product (`addmm`, 10% slower than the product alone at these shapes) and runs the attention's
-head split, softmax and GELU as passes of their own over memory; the op is 1.15-1.2x the modules
-for ViT-S/16 (docs/benchmarks.md, "Eager evaluation on an AMX Xeon"). Everywhere else it is the
-layer of modules (with their own CPU variants).
+head split, softmax and GELU as passes of their own over memory; a model's evaluation with the op
+ran 1.08x (ViT-S/16, B/16) to 1.16x (Ti/16) the modules with their compiled softmax and GELU
+(docs/benchmarks.md, "Eager evaluation on an AMX Xeon"). Everywhere else it is the layer of
+modules (with their own CPU variants).
 """
 import dataclasses
 
