@@ -175,25 +175,25 @@ class FusedCpuEncoderLayer(EncoderLayer):
         return self.drop_path(ones).reshape([x.shape[0]])
 
     def _library_for(self, x):
-        """The compiled kernels where the compiled layer computes what this layer does, else None."""
-        if not (self.training and x.ndim == 3 and eager_cpu_float32(x) and applies(COMPILED_KERNELS)
-                and computes_the_modules(self)):
+        """The compiled kernels where the training op computes what this layer does, else None;
+        with no gradient recorded the layer of modules keeps nothing for a backward pass either."""
+        if not (self.training and records_gradient(x, *self.parameters())):
             return None
-        if paddle.amp.is_autocast_enabled():  # the layer of modules casts its products; this one would not
-            return None
-        if not records_gradient(x, *self.parameters()):
-            return None  # nothing to differentiate: the layer of modules keeps nothing for a backward pass
-        return kernel_library()
+        return self._kernels_if_computed(x, evaluation=False)
 
     def _inference_library_for(self, x):
         """The compiled kernels where the inference op computes what this layer does in evaluation
         (no gradient recorded), else None."""
         if self.training or records_gradient(x, *self.parameters()):
             return None
+        return self._kernels_if_computed(x, evaluation=True)
+
+    def _kernels_if_computed(self, x, evaluation):
+        """The compiled kernels where an op computes this layer's modules on `x` [B, N, D], else None."""
         if not (x.ndim == 3 and eager_cpu_float32(x) and applies(COMPILED_KERNELS)
-                and computes_the_modules(self, evaluation=True)):
+                and computes_the_modules(self, evaluation)):
             return None
-        if paddle.amp.is_autocast_enabled():
+        if paddle.amp.is_autocast_enabled():  # the layer of modules casts its products; an op would not
             return None
         return kernel_library()
 

@@ -26,9 +26,11 @@ inline float Erf(float z) {
 constexpr float kInverseSqrt2 = 0.70710678118654752f;
 constexpr float kInverseSqrt2Pi = 0.39894228040143268f;
 
+inline float GeluOf(float x) { return 0.5f * x * (1.0f + Erf(x * kInverseSqrt2)); }
+
 void GeluElements(const float* x, float* y, int64_t first, int64_t last) {
 #pragma omp simd
-  for (int64_t i = first; i < last; ++i) y[i] = 0.5f * x[i] * (1.0f + Erf(x[i] * kInverseSqrt2));
+  for (int64_t i = first; i < last; ++i) y[i] = GeluOf(x[i]);
 }
 
 // GELU(x + bias) in place over rows [M, W] of x, bias [W]
@@ -36,10 +38,7 @@ void BiasedGeluRows(float* x, const float* bias, int64_t first, int64_t last, in
   for (int64_t row = first; row < last; ++row) {
     float* x_row = x + row * width;
 #pragma omp simd
-    for (int64_t j = 0; j < width; ++j) {
-      const float h = x_row[j] + bias[j];
-      x_row[j] = 0.5f * h * (1.0f + Erf(h * kInverseSqrt2));
-    }
+    for (int64_t j = 0; j < width; ++j) x_row[j] = GeluOf(x_row[j] + bias[j]);
   }
 }
 
