@@ -5,6 +5,10 @@ value of every ViTConfig field either computed as the modules compute it or maki
 step aside, and every sublayer it does not know (swapped, added, hooked) making it step aside."""
 import contextlib
 import copy
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import paddle
@@ -18,6 +22,7 @@ from paddle_vit.variants import fused_layer, paddle_versions
 from paddle_vit.variants.slice_random import slice_stream
 
 from kernel_calls import count_calls
+from repo_paths import REPO
 
 pytestmark = pytest.mark.skipif(not variants.compiled.build_possible(),
                                 reason="no C++ compiler: the layer of modules is kept")
@@ -479,9 +484,10 @@ def openmp_blocktime():
 
 
 @pytest.mark.parametrize("mode", ["training", "evaluation"])
-def test_the_ops_give_the_openmp_runtime_its_blocktime_back(monkeypatch, mode):
-    """Inside the ops the math library's idle threads sleep at once (vector_math.h); after them
-    Paddle's own ops find the runtime's value as it was."""
+def test_the_ops_leave_the_openmp_runtimes_blocktime_alone(monkeypatch, mode):
+    """The kernels share the products' team of threads and leave its setting as they found it: a
+    team put to sleep after each kernel woke for each product (vector_math.h), and Paddle's own
+    graphs of many short products need the spin (docs/design.md)."""
     before = openmp_blocktime()
     if before is None:
         pytest.skip("Paddle's wheel has no Intel OpenMP runtime here")
@@ -497,3 +503,50 @@ def test_the_ops_give_the_openmp_runtime_its_blocktime_back(monkeypatch, mode):
         with paddle.no_grad():
             layer(x)
     assert called[0] == 1 and openmp_blocktime() == before
+
+
+THREADS_AFTER_KERNELS = """
+import os, sys
+import numpy as np, paddle
+from paddle_vit.variants import compiled
+paddle.base.core.set_num_threads(2)
+library = compiled.kernel_library()
+scores = paddle.to_tensor(np.random.default_rng(0).normal(size=(8, 6, 197, 197)).astype("float32"))
+paddle.matmul(scores, scores)  # the products' team started
+products_only = len(os.listdir("/proc/self/task"))
+for _ in range(3):
+    library.paddle_vit_softmax(scores, 2)
+    library.paddle_vit_gelu(scores, 2)
+print(products_only, len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the process's threads in Linux's /proc")
+def test_the_kernels_keep_no_threads_of_their_own():
+    """After the kernels the process has no thread more than the products' team gave it: where
+    Paddle runs its products on Intel's OpenMP runtime the kernels run on that team, and
+    elsewhere their threads are joined before each call returns (a pool or a team of their own
+    would take the cores from the products')."""
+    output = subprocess.run([sys.executable, "-c", THREADS_AFTER_KERNELS], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": REPO}, check=True).stdout.split()
+    assert int(output[1]) == int(output[0])
+
+
+def needed_libraries(path):
+    """The shared libraries an ELF file names as needed (its dynamic section, read by readelf)."""
+    listing = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return [line.split("[")[1].split("]")[0] for line in listing.splitlines() if "(NEEDED)" in line]
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="reads the library's dynamic section with readelf")
+def test_the_kernels_are_linked_to_the_runtime_that_runs_paddles_products():
+    """Built where Paddle's wheel has Intel's OpenMP runtime (its x86 builds), the kernels are
+    OpenMP regions linked to that library and no other OpenMP runtime; without it, none."""
+    library = variants.compiled.kernel_library()
+    needed = needed_libraries(library.__file__)
+    if variants.compiled.openmp_runtime() is None:
+        assert "-fopenmp" not in variants.compiled.machine_flags()
+        assert not [name for name in needed if "omp" in name]
+    else:
+        assert {"-fopenmp", "-DPADDLE_VIT_OPENMP"} <= set(variants.compiled.machine_flags())
+        assert [name for name in needed if "omp" in name] == ["libiomp5.so"]

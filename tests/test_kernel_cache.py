@@ -12,7 +12,7 @@ import pytest
 from paddle_vit.variants import compiled
 from repo_paths import REPO
 
-KEY = compiled.build_key(compiled.instruction_sets())
+KEY = compiled.build_key(compiled.machine_flags())
 
 
 def a_built_folder(cache, library=b"\x7fELF a library", record=True):

@@ -436,7 +436,7 @@ def test_a_build_killed_half_way_is_started_again_from_an_empty_folder(tmp_path,
     be cut short: the build folder is emptied (its lock and log kept) and the build run once more,
     before anything is loaded."""
     builds = []
-    key = variants.compiled.build_key(variants.compiled.instruction_sets())
+    key = variants.compiled.build_key(variants.compiled.machine_flags())
 
     def build_in_child(folder, name, target_flags):
         builds.append(sorted(os.listdir(folder)))

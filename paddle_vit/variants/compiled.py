@@ -1,6 +1,7 @@
 """CPU kernels that Paddle 3.3 runs on one thread, written in C++ (kernels/*.cc) and compiled on
 this machine at first use with Paddle's own extension builder (`paddle.utils.cpp_extension`:
-the system's C++ compiler, Paddle's headers from the wheel; threads of the C++ library).
+the system's C++ compiler, Paddle's headers from the wheel; the threads of the OpenMP runtime that
+runs Paddle's products where the wheel has Intel's, else of the C++ library).
 
 The build happens once per machine and source: into the cache folder
 ($XDG_CACHE_HOME or ~/.cache)/paddle_vit/kernels/<key>, the key a hash of the sources, Paddle's and
@@ -112,6 +113,39 @@ def instruction_sets():
     return ["-mavx2", "-mfma"] + ([f"-m{name}" for name in sorted(AVX512)] if AVX512 <= set(flags) else [])
 
 
+OPENMP_MACRO = "-DPADDLE_VIT_OPENMP"
+
+
+def openmp_runtime():
+    """The OpenMP runtime that runs Paddle's matrix products, when the kernels can run on it too:
+    the path of Intel's libiomp5.so in Paddle's wheel (its x86 builds, with MKL), which also serves
+    the calls GCC's OpenMP code makes. None in a build without it (another BLAS, another CPU)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(paddle.__file__)), "libs", "libiomp5.so")
+    return path if os.path.isfile(path) else None
+
+
+def threading_flags():
+    """How a kernel shares a call out over threads: where Paddle's products run on Intel's OpenMP
+    runtime, as OpenMP regions on that same runtime (built with -fopenmp, linked to that library),
+    so that the products and the kernels between them take turns on one team of threads that
+    stays awake between them; elsewhere threads started per call (vector_math.h)."""
+    return ["-fopenmp", OPENMP_MACRO] if openmp_runtime() else []
+
+
+def machine_flags():
+    """The compiler flags that depend on this machine: its instruction sets and the threading."""
+    return instruction_sets() + threading_flags()
+
+
+def link_flags(target_flags):
+    """The linker's flags: Intel's OpenMP runtime named when the kernels run on it (never GCC's
+    own, which would start a second team of threads beside the products')."""
+    flags = ["-pthread"]
+    if OPENMP_MACRO in target_flags:
+        flags += [f"-L{os.path.dirname(openmp_runtime())}", "-liomp5"]
+    return flags
+
+
 def build_key(target_flags):
     digest = hashlib.sha256()
     for source in SOURCES + HEADERS:
@@ -122,8 +156,8 @@ def build_key(target_flags):
 
 
 def _build(cache):
-    target_flags = instruction_sets()
-    key = build_key(target_flags)
+    flags = machine_flags()
+    key = build_key(flags)
     folder = os.path.join(cache, key)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, LOCK), "w") as lock:
@@ -131,7 +165,7 @@ def _build(cache):
         if not library_intact(folder, key):
             logger.info("building the compiled CPU kernels, once for this machine and source (25-80 s; its "
                         "output: %s; %s=0 skips it)", os.path.join(folder, LOG), SWITCH_VARIABLE)
-            _build_afresh(folder, key, target_flags)
+            _build_afresh(folder, key, flags)
         _remove_files_left_by_processes(folder, key)
         with _quiet_builder_log():  # Paddle's loader notes each op it registers
             return load_library(library_name(key), library_path(folder, key))
@@ -238,7 +272,7 @@ def _build_in_child(folder, name, target_flags):
     """Paddle's builder (`cpp_extension.load`) run in a child process on the sources copied into
     `folder`, its output added to build.log under a line naming the build."""
     arguments = dict(name=name, sources=_copy_sources(folder), build_directory=folder,
-                     extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=["-pthread", "-ldl"])
+                     extra_cxx_cflags=[*CXX_FLAGS, *target_flags], extra_ldflags=link_flags(target_flags))
     log_path = os.path.join(folder, LOG)
     with open(log_path, "a") as log:
         log.write(f"{BUILD_HEADER} {name} by process {os.getpid()}\n")

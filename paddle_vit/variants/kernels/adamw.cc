@@ -2,7 +2,10 @@
 // clipping folded in: one op for the whole model instead of Paddle's clip (a norm, a sum and a
 // multiplication per parameter) and one adamw kernel per parameter, each started from Python,
 // on one thread (about 30 ms a step of ViT-Ti/16's 152 parameters). The elements of all the
-// parameters are shared out over threads as one range. For parameter i, with
+// parameters are shared out over threads as one range, threads started for the call: the
+// update runs between the training step's passes, which run on threads of their own
+// (batch_threads.py), so a team of the math library's left spinning after it took a core from
+// them (ViT-Ti/16's step about 1.08x as long). For parameter i, with
 // lr_i = lr * lr_ratio_i and its beta powers b1p, b2p (beta^t: Paddle's accumulators):
 //   c    = max_norm / max(||g||, max_norm)        (||g|| over every gradient; c = 1 without clipping)
 //   g    = c * grad
@@ -22,7 +25,7 @@
 namespace {
 
 using paddle::Tensor;
-using paddle_vit_kernels::InThreads;
+using paddle_vit_kernels::InStartedThreads;
 
 // work(i, first, last) over the elements [first, last) of tensor i, for the part [begin, end) of
 // all the tensors' elements taken as one range (`starts`: each tensor's first element in it).
@@ -73,7 +76,7 @@ void FusedAdamW(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
   float clip = 1.0f;
   if (max_norm > 0.0f) {
     std::vector<double> partial(blocks, 0.0);
-    InThreads(blocks, blocks, [&](int64_t first_block, int64_t last_block) {
+    InStartedThreads(blocks, blocks, [&](int64_t first_block, int64_t last_block) {
       for (int64_t block = first_block; block < last_block; ++block) {
         double sum = 0.0;
         OverSpan(starts, total * block / blocks, total * (block + 1) / blocks, [&](size_t i, int64_t first, int64_t last) {
@@ -101,7 +104,7 @@ void FusedAdamW(std::vector<Tensor>& params, const std::vector<Tensor>& grads, s
     step_sizes[i] = lr * std::sqrt(1.0f - beta2_pow) / (1.0f - beta1_pow);
     epsilon_hats[i] = epsilon * std::sqrt(1.0f - beta2_pow);
   }
-  InThreads(blocks, blocks, [&](int64_t first_block, int64_t last_block) {
+  InStartedThreads(blocks, blocks, [&](int64_t first_block, int64_t last_block) {
     for (int64_t block = first_block; block < last_block; ++block) {
       OverSpan(starts, total * block / blocks, total * (block + 1) / blocks, [&](size_t i, int64_t first, int64_t last) {
         UpdateElements(params[i].data<float>(), grads[i].data<float>(), moment1[i].data<float>(),

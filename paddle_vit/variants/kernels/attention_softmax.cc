@@ -3,7 +3,7 @@
 // elementwise passes with three temporaries):
 //   forward   p = exp(s - max_j s) / sum_j exp(s - max_j s)
 //   backward  ds = p * (dp - sum_j dp * p)
-// exp is vector_math.h's. The rows are shared out over threads started per call.
+// exp is vector_math.h's, and so is the sharing of the rows out over threads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

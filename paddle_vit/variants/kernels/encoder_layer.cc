@@ -29,7 +29,6 @@
 namespace {
 
 using paddle::Tensor;
-using paddle_vit_kernels::IdleThreadsAsleep;
 using paddle_vit_kernels::InThreads;
 
 Tensor Empty(const std::vector<int64_t>& shape, const Tensor& like) {
@@ -236,7 +235,6 @@ std::vector<Tensor> EncoderLayerForward(const Tensor& x, const Tensor& ln1_w, co
                                         const Tensor& fc1_w, const Tensor& fc1_b, const Tensor& fc2_w,
                                         const Tensor& fc2_b, const Tensor& keep1, const Tensor& keep2, int heads,
                                         float scale, float epsilon, int threads) {
-  IdleThreadsAsleep asleep;
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
   Tensor mean1 = Empty({rows}, x), variance1 = Empty({rows}, x);
@@ -270,7 +268,6 @@ std::vector<Tensor> EncoderLayerInference(const Tensor& x, const Tensor& ln1_w, 
                                           const Tensor& proj_b, const Tensor& ln2_w, const Tensor& ln2_b,
                                           const Tensor& fc1_w, const Tensor& fc1_b, const Tensor& fc2_w,
                                           const Tensor& fc2_b, int heads, float scale, float epsilon, int threads) {
-  IdleThreadsAsleep asleep;
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
   Tensor mean = Empty({rows}, x), variance = Empty({rows}, x);
@@ -308,7 +305,6 @@ std::vector<Tensor> EncoderLayerBackward(const Tensor& x, const Tensor& ln1_w, c
                                          const Tensor& weights, const Tensor& activated, const Tensor& keep1,
                                          const Tensor& keep2, const Tensor& grad_out, int heads, float scale,
                                          float epsilon, int threads) {
-  IdleThreadsAsleep asleep;
   const HeadLayout layout = LayoutOf(x, heads);
   const int64_t rows = layout.batch * layout.tokens, width = layout.Width();
   // the MLP: out = x1 + keep2 * fc2(GELU(fc1(LN2(x1))))

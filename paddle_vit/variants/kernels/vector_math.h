@@ -1,17 +1,23 @@
 // What the compiled CPU kernels share: a vectorisable exp and the threads a call's rows or
-// elements are shared out over (started per call and joined before it returns: an OpenMP team's
-// workers spin after a region and take the cores from the matrix products that run next,
-// docs/benchmarks.md, "The training step against timm").
+// elements are shared out over. Built with PADDLE_VIT_OPENMP (compiled.py: where Paddle's wheel
+// runs its matrix products on Intel's OpenMP runtime), a call is one OpenMP region on that same
+// runtime, so that the products and the kernels between them take turns on one team of threads,
+// which stays awake between them (200 ms, the runtime's blocktime). Two teams took the cores
+// from each other: threads of their own (GCC's OpenMP runtime, or threads started per call while
+// the products' team spun) slowed the products that followed, and putting the products' team to
+// sleep around the encoder layer's ops (2026-12-05) made each product wake it again: on
+// ViT-S/16 in evaluation the layers' products took 214 ms a pass against 180 alone
+// (docs/benchmarks.md, "Eager evaluation"). Elsewhere threads are started per call and joined.
 #pragma once
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
+#ifdef PADDLE_VIT_OPENMP
+#include <omp.h>
+#endif
 
 namespace paddle_vit_kernels {
 
@@ -36,9 +42,10 @@ inline float ExpNonPositive(float x) {
   return e * scale;
 }
 
-// work(first, last) over [0, count) in `threads` blocks, the first on the calling thread.
+// work(first, last) over [0, count) in `threads` blocks on threads started for the call and
+// joined before it returns, the first block on the calling thread.
 template <typename Rows>
-void InThreads(int64_t count, int threads, Rows work) {
+void InStartedThreads(int64_t count, int threads, Rows work) {
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, count));
   std::vector<std::thread> workers;
   for (int64_t b = 1; b < blocks; ++b) workers.emplace_back(work, count * b / blocks, count * (b + 1) / blocks);
@@ -46,47 +53,24 @@ void InThreads(int64_t count, int threads, Rows work) {
   for (auto& worker : workers) worker.join();
 }
 
-// Intel's OpenMP runtime, which runs MKL's products in Paddle's wheel, lets a team's threads spin
-// 200 ms after each product before they sleep; the kernels' own threads that run between the
-// products then shared the cores with them (inside the evaluation op of ViT-S/16 the GELU took
-// 24-28 ms a pass with the spin and 15 without). While an op that calls products and kernels in
-// turn runs, the threads sleep at once; the runtime's value comes back when it returns, so that
-// Paddle's own graphs of many short products keep the spin that pays for them (a small model's
-// training took 1.5x as long with the spin off for the whole process). Nothing where the runtime
-// is not loaded or the user set KMP_BLOCKTIME.
-class IdleThreadsAsleep {
- public:
-  IdleThreadsAsleep() {
-    const Runtime& runtime = Found();
-    if (runtime.set == nullptr) return;
-    before_ = runtime.get();
-    runtime.set(0);
+// The same blocks on the products' team of threads where the build has it (the first block on
+// the calling thread there too), else as InStartedThreads.
+template <typename Rows>
+void InThreads(int64_t count, int threads, Rows work) {
+#ifdef PADDLE_VIT_OPENMP
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(threads, count));
+  if (blocks == 1) {
+    work(0, count);
+    return;
   }
-  ~IdleThreadsAsleep() {
-    if (before_ >= 0) Found().set(before_);
+#pragma omp parallel num_threads(blocks)
+  {
+    const int64_t block = omp_get_thread_num(), team = omp_get_num_threads();  // the team may be smaller
+    work(count * block / team, count * (block + 1) / team);
   }
-  IdleThreadsAsleep(const IdleThreadsAsleep&) = delete;
-  IdleThreadsAsleep& operator=(const IdleThreadsAsleep&) = delete;
-
- private:
-  struct Runtime {
-    void (*set)(int) = nullptr;  // kmp_set_blocktime: for the teams the calling thread starts
-    int (*get)() = nullptr;
-  };
-  static const Runtime& Found() {
-    static const Runtime runtime = [] {
-      Runtime found;
-      if (std::getenv("KMP_BLOCKTIME") != nullptr) return found;
-      void* library = dlopen("libiomp5.so", RTLD_LAZY | RTLD_NOLOAD);  // the copy Paddle loaded, never another
-      if (library == nullptr) return found;
-      found.set = reinterpret_cast<void (*)(int)>(dlsym(library, "kmp_set_blocktime"));
-      found.get = reinterpret_cast<int (*)()>(dlsym(library, "kmp_get_blocktime"));
-      if (found.set == nullptr || found.get == nullptr) found = Runtime();
-      return found;
-    }();
-    return runtime;
-  }
-  int before_ = -1;
-};
+#else
+  InStartedThreads(count, threads, work);
+#endif
+}
 
 }  // namespace paddle_vit_kernels
