@@ -656,3 +656,19 @@ def test_timm_int8_off_x86_keeps_the_default_engine():
     torch = _FakeQuantizedTorch(["qnnpack"], {}, default="qnnpack")
     model, engine = timm_worker._fastest_dynamic_int8(torch, {"weights": 1}, images=None)
     assert engine == "qnnpack" and torch.quantized_with == ["qnnpack"]
+
+
+def test_the_side_by_side_table_names_the_engine_of_timms_int8_row():
+    """The int8 a PyTorch user has: its row's engine said under the table, as `--compare timm` says it."""
+    def row(name, images, **extra):
+        return {"name": name, "images_per_sec": {"median": images}, "vs_timm_fp32": images / 28.0,
+                "vs_timm_int8": images / 56.0, "gflops": 9.2 * images, "fraction_of_limit": None, **extra}
+    result = {"model": "vit_small_patch16_224", "batch_size": 8, "image_size": 224, "threads": 2, "rounds": 4,
+              "iters": 3, "flops_per_image": 9.2e9, "limits": {"size": 2048}, "load_average_1min": [0.1, 0.2],
+              "paths": [row("timm fp32", 28.0), row("timm int8", 56.0, quantized_engine="onednn"),
+                        row("paddle eager fp32", 31.0)]}
+    lines = bench.format_side_by_side(result).splitlines()
+    assert lines[3].split()[:4] == ["timm", "int8", "56.0", "2.00x"]
+    assert lines[5] == "timm int8: PyTorch's quantized engine onednn, the fastest here (each engine timed first)"
+    del result["paths"][1]["quantized_engine"]  # a result written before the engine was recorded: no line
+    assert not any(line.startswith("timm int8:") for line in bench.format_side_by_side(result).splitlines())

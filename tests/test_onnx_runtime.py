@@ -233,7 +233,8 @@ def test_side_by_side_times_every_cpu_path_against_timm_fp32():
     int8 = result["paths"][-1]
     assert int8["limit_gflops"] == 2.0 and int8["fraction_of_limit"] == pytest.approx(int8["gflops"] / 2.0)
     assert all(path["iterations"] == 2 and path["images_per_sec"]["median"] > 0 for path in result["paths"])
-    assert "timm int8" in bench.format_side_by_side(result)
+    engine = result["paths"][1]["quantized_engine"]  # the fastest of PyTorch's engines, named in the table
+    assert f"timm int8: PyTorch's quantized engine {engine}," in bench.format_side_by_side(result)
 
 
 def test_paddle2onnx_child_starts_without_the_allocator_a_tools_relaunch_preloaded(monkeypatch, tmp_path):

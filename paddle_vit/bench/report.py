@@ -103,6 +103,9 @@ def format_side_by_side(result):
         lines.append(f"{path['name']:<18} {path['images_per_sec']['median']:9.1f} {path['vs_timm_fp32']:12.2f}x "
                      f"{path['vs_timm_int8']:12.2f}x {path['gflops']:8.1f} {share:>9}")
     limits = result["limits"]
+    engines = [path["quantized_engine"] for path in result["paths"] if path.get("quantized_engine")]
+    if engines:
+        lines.append(f"timm int8: PyTorch's quantized engine {engines[0]}, the fastest here (each engine timed first)")
     lines.append("limits (GFLOP/s, {0}x{0} product): fp32 {1}, bf16 {2}, int8 {3} GOP/s".format(
         limits["size"], *(f"{value:.1f}" if value else "n/a"
                           for value in (machine_limit(limits, "fp32"), machine_limit(limits, "bf16"),

@@ -137,6 +137,8 @@ def run_side_by_side(settings, torch_python, worker_script=TIMM_WORKER, limits=N
                 subject = PaddleSubject(path_settings)
                 subject.timed(settings.warmup)
             paths.append({"name": name, "framework": framework, "engine": engine, "dtype": dtype})
+            if framework == "timm" and subject.versions.get("quantized_engine"):  # int8: the fastest, timed first
+                paths[-1]["quantized_engine"] = subject.versions["quantized_engine"]
             subjects.append(subject)
         rounds = [[] for _ in subjects]
         before = sample_cpu()
