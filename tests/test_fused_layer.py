@@ -9,6 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
+import types
 
 import numpy as np
 import paddle
@@ -550,3 +553,43 @@ def test_the_kernels_are_linked_to_the_runtime_that_runs_paddles_products():
     else:
         assert {"-fopenmp", "-DPADDLE_VIT_OPENMP"} <= set(variants.compiled.machine_flags())
         assert [name for name in needed if "omp" in name] == ["libiomp5.so"]
+
+
+def test_the_training_ops_first_call_is_made_by_one_thread_at_a_time_and_later_calls_together(monkeypatch):
+    """Paddle writes the op's graph entry at its first call with gradients, unguarded and without
+    the GIL (fused_layer.py): two threads starting a step together must not both write it. The
+    op here waits 0.2 s inside each call and records how many threads were in it at once."""
+    inside, most = [0], []
+    guard = threading.Lock()
+    library = variants.compiled.kernel_library()
+
+    def slow_op(*arguments):
+        with guard:
+            inside[0] += 1
+            most.append(inside[0])
+        time.sleep(0.2)  # releases the GIL, as the op does
+        with guard:
+            inside[0] -= 1
+        return library.paddle_vit_encoder_layer(*arguments)
+    fake = types.SimpleNamespace(**{name: getattr(library, name) for name in dir(library) if name.startswith("paddle_vit_")})
+    fake.paddle_vit_encoder_layer = slow_op
+    monkeypatch.setattr(fused_layer, "kernel_library", lambda: fake)
+    monkeypatch.setitem(fused_layer._GRAPH_ENTRY, "written", False)  # a process that has not called it yet
+    layers = [perturbed_layer(), perturbed_layer()]
+
+    def step(layer):
+        x = paddle.randn([2, 5, 192])
+        x.stop_gradient = False
+        layer(x).sum().backward()
+
+    def together():
+        most.clear()
+        threads = [threading.Thread(target=step, args=(layer,)) for layer in layers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return max(most)
+    assert together() == 1  # the first calls: one after the other
+    assert fused_layer._GRAPH_ENTRY["written"]
+    assert together() == 2  # the entry written: the threads' calls overlap

@@ -40,6 +40,7 @@ ran 1.08x (ViT-S/16, B/16) to 1.16x (Ti/16) the modules with their compiled soft
 modules (with their own CPU variants).
 """
 import dataclasses
+import threading
 
 import paddle
 import paddle.nn as nn
@@ -128,6 +129,16 @@ CONFIG_FIELDS = {
 # the fields at their OFF value in training that evaluation computes at any value: the modules'
 # dropouts pass their input through in eval mode (settings_computed checks each module's mode)
 EVALUATION_IGNORES = ("dropout", "attention_dropout")
+
+# Paddle 3.3 records how a custom op's forward outputs feed its backward op in a map of the whole
+# process, written at the op's first call that records a gradient (eager_api_run_custom_op's
+# ConstructFwdAndBwdMap), with the GIL released and no lock. Two batch threads (batch_threads.py)
+# making that first call together corrupted the map and looped in it for good (a ViT-B/16
+# benchmark, 2026-12-05: both threads in the op after 20 minutes of a 3-second step). So one
+# thread at a time makes the first call; once one has returned, every call only reads the map.
+# The training op is the one op here with a backward op of its own, the one entry it writes.
+_FIRST_TRAINING_CALL = threading.Lock()
+_GRAPH_ENTRY = {"written": False}
 CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
 FIELD_NAMES = tuple(ViTConfig.field_names())
 
@@ -153,11 +164,16 @@ class FusedCpuEncoderLayer(EncoderLayer):
     def _training_op(self, library, x):
         attention, mlp = self.attn, self.mlp
         keep_attention, keep_mlp = self._drop_path_factors(x), self._drop_path_factors(x)  # drawn in the modules' order
-        out, *_kept_for_backward = library.paddle_vit_encoder_layer(
-            x, self.norm1.weight, self.norm1.bias, attention.qkv.weight, attention.qkv.bias, attention.proj.weight,
-            attention.proj.bias, self.norm2.weight, self.norm2.bias, mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight,
-            mlp.fc2.bias, keep_attention, keep_mlp, attention.num_heads, float(attention.scales),
-            float(self.norm1._epsilon), kernel_threads())
+        arguments = (x, self.norm1.weight, self.norm1.bias, attention.qkv.weight, attention.qkv.bias,
+                     attention.proj.weight, attention.proj.bias, self.norm2.weight, self.norm2.bias, mlp.fc1.weight,
+                     mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias, keep_attention, keep_mlp, attention.num_heads,
+                     float(attention.scales), float(self.norm1._epsilon), kernel_threads())
+        if _GRAPH_ENTRY["written"]:
+            out, *_kept_for_backward = library.paddle_vit_encoder_layer(*arguments)
+        else:
+            with _FIRST_TRAINING_CALL:  # Paddle writes the op's graph entry, unguarded: one thread at a time
+                out, *_kept_for_backward = library.paddle_vit_encoder_layer(*arguments)
+                _GRAPH_ENTRY["written"] = True
         return out  # [B, N, D]
 
     def _inference_op(self, library, x):

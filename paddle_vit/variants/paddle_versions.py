@@ -46,7 +46,9 @@ DEPENDENCIES = {
         "reads them, and the builder's private loader (cpp_extension.extension_utils._import_module_from_library); "
         "nn.GELU's _approximate, nn.Softmax's _axis and _dtype and nn.LayerNorm's _epsilon and _normalized_shape; "
         "nn.Layer's _forward_pre_hooks and _forward_post_hooks (a hook a kernel called in a layer's place would not "
-        "call); nn.Dropout's p and mode (a dropout that passes its input through in eval mode)",
+        "call); nn.Dropout's p and mode (a dropout that passes its input through in eval mode); that a custom op's first "
+        "call with gradients writes its graph entry unguarded and later calls only read it (the training op's "
+        "first call made by one thread at a time)",
         ("3.3",), "compiled.kernel_library and every kernel's caller: FastCpuLayerNorm, FastCpuGELU, "
         "RecomputedAttention's softmax and FastCpuAttention's in evaluation, FusedCpuEncoderLayer (training and "
         "evaluation), FusedCpuAdamW",
