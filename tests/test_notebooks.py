@@ -210,6 +210,7 @@ def test_notebook_opened_alone_runs_on_the_installed_package_not_the_checkout(tm
     executed = execute_notebooks.execute(str(student / NAMES[0]), quick=True, timeout=600)
     assert_ran_clean(executed)
     assert len(pngs(executed)) == FIGURES[NAMES[0]]
-    where = code_cells(executed)[-1].outputs[0].text.split()
+    # the kernel may send one print as several stream messages (it flushes on a timer)
+    where = "".join(output.get("text", "") for output in code_cells(executed)[-1].outputs).split()
     assert where == [str(site / "paddle_vit" / "__init__.py"),
                      str(site / "paddle_vit" / "configs" / "vit_walkthrough_digits_28.yaml")]
