@@ -251,7 +251,7 @@ def test_writing_again_gives_the_committed_folder(case, tmp_path):
 
 
 @pytest.mark.parametrize("case", sorted(PUBLISH_CASES))
-def test_transformers_reads_our_folder_and_computes_our_outputs(case):
+def test_transformers_reads_our_folder_and_computes_our_outputs(case, photos):
     """transformers' DINOv3ViTModel.from_pretrained found no missing or unexpected key, and its
     last_hidden_state / pooler_output at 64 x 64 and 56 x 72 are the written model's; its processor's
     pixels are what the folder's preprocessing makes here."""
@@ -266,19 +266,9 @@ def test_transformers_reads_our_folder_and_computes_our_outputs(case):
             hidden, pooled = outputs(computed, PUBLISH_REFERENCE[f"input/{size}"])
             assert np.abs(hidden - PUBLISH_REFERENCE[f"{case}/{size}/last_hidden_state"]).max() < TOLERANCE
             assert np.abs(pooled - PUBLISH_REFERENCE[f"{case}/{size}/pooler_output"]).max() < TOLERANCE
-    china = make_photos_once()["china.jpg"]
+    china = photos["china.jpg"]
     pixels = reread.preprocess.read(china)[None]
     assert np.abs(pixels - PUBLISH_REFERENCE[f"{case}/china.jpg/pixel_values"]).max() < PIXEL_TOLERANCE
-
-
-_PHOTOS = {}
-
-
-def make_photos_once():
-    if not _PHOTOS:
-        import tempfile
-        _PHOTOS.update(make_photos(tempfile.mkdtemp(prefix="dinov3_photos_")))
-    return _PHOTOS
 
 
 @pytest.mark.parametrize("name, overrides, expected", [

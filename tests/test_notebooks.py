@@ -167,7 +167,8 @@ def test_execute_notebooks_refuses_an_unknown_notebook_in_one_line(capsys):
 @pytest.mark.slow
 @pytest.mark.notebooks
 @pytest.mark.parametrize("name", QUICK_RUNS)
-def test_notebook_runs_top_to_bottom_in_its_quick_setting(name, tmp_path):
+def test_notebook_runs_top_to_bottom_in_its_quick_setting(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's: the run folders a notebook makes land here
     notebook = None
     try:
         # raises nbclient's CellExecutionError, naming the cell, on the first error
@@ -207,6 +208,7 @@ def test_notebook_opened_alone_runs_on_the_installed_package_not_the_checkout(tm
     nbformat.write(notebook, str(student / NAMES[0]))
     monkeypatch.setenv("PYTHONPATH", str(site))  # the kernel's; the checkout is neither on it nor its folder
     monkeypatch.delenv("PADDLE_VIT_SOURCE", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's: the run folders a notebook makes land here
     executed = execute_notebooks.execute(str(student / NAMES[0]), quick=True, timeout=600)
     assert_ran_clean(executed)
     assert len(pngs(executed)) == FIGURES[NAMES[0]]
