@@ -139,6 +139,7 @@ EVALUATION_IGNORES = ("dropout", "attention_dropout")
 # The training op is the one op here with a backward op of its own, the one entry it writes.
 _FIRST_TRAINING_CALL = threading.Lock()
 _GRAPH_ENTRY = {"written": False}
+
 CHECKED_FIELDS = tuple((name, role.values) for name, role in CONFIG_FIELDS.items() if role.values is not None)
 FIELD_NAMES = tuple(ViTConfig.field_names())
 
