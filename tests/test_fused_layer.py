@@ -283,9 +283,12 @@ def model_outputs(model, images, grad_out):
         (name, parameter.grad.numpy()) for name, parameter in model.named_parameters() if parameter.grad is not None]
 
 
-@pytest.mark.parametrize("name, overrides", [pytest.param(name, overrides, id=f"{name}={overrides.get(name)!r}")
-                                             for name in ViTConfig.field_names()
-                                             for overrides in NON_DEFAULT.get(name, [{}])])
+# each ViTConfig field at each value NON_DEFAULT gives it: the training op's test and the inference op's
+EVERY_FIELD_AT_ANOTHER_VALUE = [pytest.param(name, overrides, id=f"{name}={overrides.get(name)!r}")
+                                for name in ViTConfig.field_names() for overrides in NON_DEFAULT.get(name, [{}])]
+
+
+@pytest.mark.parametrize("name, overrides", EVERY_FIELD_AT_ANOTHER_VALUE)
 def test_a_value_of_every_config_field_is_computed_as_the_modules_compute_it_or_makes_the_layer_step_aside(
         calls, name, overrides):
     config = ViTConfig(**{**SMALL, **overrides}).validate()
@@ -454,9 +457,7 @@ def test_the_layer_of_modules_evaluates_where_the_inference_op_would_not(inferen
     assert inference_calls[0] == 0
 
 
-@pytest.mark.parametrize("name, overrides", [pytest.param(name, overrides, id=f"{name}={overrides.get(name)!r}")
-                                             for name in ViTConfig.field_names()
-                                             for overrides in NON_DEFAULT.get(name, [{}])])
+@pytest.mark.parametrize("name, overrides", EVERY_FIELD_AT_ANOTHER_VALUE)
 def test_in_evaluation_a_value_of_every_config_field_is_computed_as_the_modules_compute_it_or_makes_the_op_step_aside(
         inference_calls, name, overrides):
     config = ViTConfig(**{**SMALL, **overrides}).validate()
