@@ -3,6 +3,7 @@ import copy
 import dataclasses
 import io
 import logging
+import multiprocessing
 import os
 import pickle
 import tarfile
@@ -302,6 +303,30 @@ def test_a_late_report_of_an_abandoned_iterations_worker_is_not_raised_in_the_ne
     with pytest.raises(RuntimeError, match="transform bug"):
         list(loader)
     dataset.transform = working
+
+
+def reader_threads():
+    return [thread for thread in threading.enumerate() if "_thread_loop" in thread.name]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_loop_stopped_early_leaves_no_reader_thread_or_worker_behind(num_workers):
+    """Paddle 3.3 leaves an abandoned iterator's reader thread (and its workers) running for the
+    process's life, still turning prefetched batches into tensors while the next loop forks: the
+    fork that once hung a worker on a lock that thread held."""
+    dataset = synthetic_train(size=32)
+    loader = build_dataloader(dataset, 4, shuffle=False, drop_last=False, num_workers=num_workers)
+    before = reader_threads()
+    for _ in range(3):
+        for images, labels in loader:
+            break
+        assert reader_threads() == before
+        assert multiprocessing.active_children() == []
+    batches = iter(loader)
+    next(batches)
+    del batches  # abandoned without a loop's break: closing the generator ends it too
+    assert reader_threads() == before and multiprocessing.active_children() == []
+    assert [labels.tolist() for _, labels in loader][0] == labels.tolist()  # and the loader reads again
 
 
 def build_imagefolder(root):

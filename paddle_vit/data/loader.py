@@ -41,16 +41,19 @@ of an image are neighbours in one batch (as DeiT on one GPU). A checkpoint carri
 in images, so a resume on another number of processes continues at the same entry of the same
 `repeated` list. `repeats` = 1 is the order above exactly.
 """
+import gc
 import logging
 import math
 import numbers
 import os
 import signal
+import threading
 
 import numpy as np
 import paddle
 
 from ..errors import DataError
+from ..variants.paddle_versions import DATALOADER_ITERATOR, applies
 from .rng import shuffle_rng, tag_copy
 
 logger = logging.getLogger("paddle_vit")
@@ -190,8 +193,12 @@ class ResumableDataLoader:
             self.dataset.set_epoch(self.batch_sampler.epoch)
         if hasattr(self.dataset, "begin_iteration"):
             self.dataset.begin_iteration()  # reports an abandoned iteration's workers still write are ignored
+        if self.num_workers > 0 and _AN_ITERATOR_STOPPED.is_set():
+            _AN_ITERATOR_STOPPED.clear()
+            gc.collect()  # a stopped iterator's garbage freed here, not in a worker (see end_iteration)
+        iterator = iter(self._loader)
         try:
-            for images, labels in self._loader:
+            for images, labels in iterator:
                 # a worker's error arrives through shared memory (see AugmentedDataset)
                 self._raise_worker_error()
                 yield images, labels
@@ -200,7 +207,49 @@ class ResumableDataLoader:
         except Exception:
             self._raise_worker_error()
             raise
+        finally:  # also when the caller stops early (a break closes this generator)
+            end_iteration(iterator)
         self._raise_worker_error()
+
+
+READER_JOIN_SECONDS = 30.0
+_AN_ITERATOR_STOPPED = threading.Event()  # set by end_iteration, cleared by the next loop with workers
+
+
+def end_iteration(iterator):
+    """Stop a paddle.io.DataLoader iterator whose loop stopped early (a break, an error): its
+    reader thread ended and its worker processes shut down before this returns.
+
+    Why: Paddle 3.3 leaves both running after such a loop, for the process's life (the reader
+    thread holds the iterator, so the iterator's `__del__` never runs): two more workers and a
+    thread per `break`, each later logging "DataLoader 2 workers exit unexpectedly". And the
+    reader goes on taking the workers' prefetched batches into Paddle tensors while the next loop
+    forks its own workers: a thread that holds one of Paddle's locks at the moment of a fork (its
+    host-memory statistics lock, taken at every allocation and free) leaves it held in the child
+    for ever, and the worker hangs at its first free, the loop with it (seen once in the test
+    suite). An iterator that ran to its end is already shut down by Paddle; its reader only waits
+    out its queue's 5-second timeout, holding nothing, and is left to it.
+
+    A stopped iterator is then garbage in reference cycles, holding Paddle's reader objects whose
+    threads wait on condition variables: the next loop with workers collects it before it forks
+    (`gc.collect()`), since a worker that collected it would wait for ever in
+    pthread_cond_destroy, for threads that exist only in the parent (seen 1 run in 3 of this
+    module's test without it)."""
+    if not applies(DATALOADER_ITERATOR) or getattr(iterator, "_shutdown", True):
+        return
+    iterator._exit_thread_expectedly()  # the reader's stop flag set, its queue to the loop closed
+    with_workers = hasattr(iterator, "_workers")
+    if with_workers:  # wake the reader where it waits for the workers' next batch (5 s at most)
+        from paddle.io.dataloader.worker import _ResumeIteration
+        iterator._data_queue.put((_ResumeIteration(), None, None))
+    reader = getattr(iterator, "_thread", None)
+    if reader is not None and reader is not threading.current_thread():
+        reader.join(READER_JOIN_SECONDS)
+        if reader.is_alive():
+            logger.warning("a DataLoader reader thread did not end within %.0f s of its loop", READER_JOIN_SECONDS)
+    if with_workers:
+        iterator._try_shutdown_all()  # each worker told to stop, then joined
+    _AN_ITERATOR_STOPPED.set()
 
 
 def leave_stop_signals_to_the_main_process(worker_id):

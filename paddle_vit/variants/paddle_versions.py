@@ -1,4 +1,4 @@
-"""Every workaround of a Paddle release and every private Paddle API the variants use, in one
+"""Every workaround of a Paddle release and every private Paddle API the package uses, in one
 table, each with the Paddle releases it was written and tested for.
 
 Why: a private API (`paddle._legacy_C_ops`, a layer's `_epsilon`, an optimizer's accumulators)
@@ -29,6 +29,7 @@ COMPILED_KERNELS = "compiled kernels"
 ADAMW_STATE = "AdamW's state"
 SEEDED_DROPOUT = "seeded dropout op"
 SHARED_REPLICAS = "replicas sharing memory"
+DATALOADER_ITERATOR = "DataLoader iterator's shutdown"
 
 DEPENDENCIES = {
     WORKAROUND_FROZEN_LAYER_NORM_WEIGHT: PaddleDependency(
@@ -68,6 +69,13 @@ DEPENDENCIES = {
         "Tensor._share_buffer_to, Tensor._copy_gradient_from, paddle.base.core.set_num_threads",
         ("3.3",), "batch_threads (plan_batch_threads says a step is not split)",
         "private methods: they may change in any release"),
+    DATALOADER_ITERATOR: PaddleDependency(
+        "paddle.io.DataLoader's iterators: _exit_thread_expectedly(), _try_shutdown_all(), _thread (the reader "
+        "thread), _workers, _shutdown and _data_queue, and that a (_ResumeIteration(), None, None) on that queue returns the "
+        "reader to its stop flag",
+        ("3.3",), "data.loader.end_iteration (a loop's workers and reader thread ended when the loop ends; on "
+        "another release Paddle ends them when it does)",
+        "private methods and attributes: they may change in any release"),
 }
 
 _SAID = set()  # (entry, release) already said in the log
