@@ -16,7 +16,8 @@ from paddle_vit import runtime, variants
 from paddle_vit.config import load_config
 from paddle_vit.engine import step
 from paddle_vit.engine.trainer import Trainer
-from paddle_vit.variants import compiled, paddle_versions
+from paddle_vit import paddle_versions
+from paddle_vit.variants import compiled
 from paddle_vit.variants.batch_threads import (MIN_SLICE_ELEMENTS, BatchThreads, plan_batch_threads,
                                                reason_not_to_split, slice_bounds, slice_elements)
 

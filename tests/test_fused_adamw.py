@@ -13,7 +13,8 @@ import pytest
 import paddle_vit
 from paddle_vit.config import OptimizerConfig
 from paddle_vit.engine import optim
-from paddle_vit.variants import compiled, fused_adamw, paddle_versions
+from paddle_vit import paddle_versions
+from paddle_vit.variants import compiled, fused_adamw
 from paddle_vit.variants.fused_adamw import FusedCpuAdamW
 
 from kernel_calls import count_calls

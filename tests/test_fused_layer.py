@@ -21,7 +21,8 @@ import paddle_vit
 from paddle_vit import variants
 from paddle_vit.models.config import ViTConfig
 from paddle_vit.models.encoder import DropPath, EncoderLayer
-from paddle_vit.variants import fused_layer, paddle_versions
+from paddle_vit import paddle_versions
+from paddle_vit.variants import fused_layer
 from paddle_vit.variants.slice_random import slice_stream
 
 from kernel_calls import count_calls

@@ -14,7 +14,7 @@ import paddle_vit
 from paddle_vit import ViT, variants
 from paddle_vit.models import Attention
 from paddle_vit.variants import cpu as cpu_variants
-from paddle_vit.variants import paddle_versions
+from paddle_vit import paddle_versions
 from tiny_models import OTHER_CODES_OPTIONS, perturbed_tiny_vit, tiny_vit
 
 def test_a_variant_keeps_the_parameters_and_undoing_gives_the_modules_back():

@@ -53,7 +53,7 @@ import numpy as np
 import paddle
 
 from ..errors import DataError
-from ..variants.paddle_versions import DATALOADER_ITERATOR, applies
+from ..paddle_versions import DATALOADER_ITERATOR, applies
 from .rng import shuffle_rng, tag_copy
 
 logger = logging.getLogger("paddle_vit")

@@ -33,7 +33,7 @@ from .. import runtime
 from ..models.config import ViTConfig
 from .compiled import kernel_threads_for_this_thread
 from .cpu import dense_transposes, runs_on_cpu
-from .paddle_versions import DEPENDENCIES, SHARED_REPLICAS, applies
+from ..paddle_versions import DEPENDENCIES, SHARED_REPLICAS, applies
 from .slice_random import SeededDropout, SeededDropPath, draw_base_seed, draws_seeded, draws_unseeded, slice_stream
 
 # Below this many elements in a slice's [b, N, D] activations the kernels are so short that the

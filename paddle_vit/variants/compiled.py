@@ -40,7 +40,7 @@ import paddle
 from paddle.utils.cpp_extension import extension_utils
 
 from .. import fileio, runtime
-from .paddle_versions import COMPILED_KERNELS, applies
+from ..paddle_versions import COMPILED_KERNELS, applies
 
 logger = logging.getLogger("paddle_vit")
 

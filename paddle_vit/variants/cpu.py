@@ -11,7 +11,7 @@ from ..models.attention import Attention
 from ..models.rope import rotate_qk
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
-from .paddle_versions import COMPILED_KERNELS, LEGACY_LAYER_NORM, WORKAROUND_FROZEN_LAYER_NORM_WEIGHT, applies
+from ..paddle_versions import COMPILED_KERNELS, LEGACY_LAYER_NORM, WORKAROUND_FROZEN_LAYER_NORM_WEIGHT, applies
 
 KERNEL_MIN_WIDTH = 128  # the compiled kernels for ViT-Ti's 192 and wider, not the walkthrough's 64
 GELU_KERNEL_MIN_WIDTH = 4 * KERNEL_MIN_WIDTH  # GELU sees the MLP's hidden width: mlp_ratio 4 of a model 128 wide

@@ -18,7 +18,7 @@ import paddle
 import paddle.nn as nn
 
 from .compiled import kernel_library, kernel_threads
-from .paddle_versions import ADAMW_STATE, applies
+from ..paddle_versions import ADAMW_STATE, applies
 
 
 class FusedCpuAdamW(paddle.optimizer.AdamW):

@@ -51,7 +51,7 @@ from ..models.encoder import DropPath, EncoderLayer, Mlp
 from .compiled import kernel_library, kernel_threads
 from .cpu import (GELU_KERNEL_MIN_WIDTH, KERNEL_MIN_WIDTH, AddmmLinear, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm,
                   eager_cpu_float32, records_gradient)
-from .paddle_versions import COMPILED_KERNELS, applies
+from ..paddle_versions import COMPILED_KERNELS, applies
 from .slice_random import SeededDropout, SeededDropPath
 
 LAYER_NORMS = (nn.LayerNorm, FastCpuLayerNorm)

@@ -16,7 +16,7 @@ import paddle
 import paddle.nn as nn
 
 from ..models.encoder import DropPath
-from .paddle_versions import SEEDED_DROPOUT, applies
+from ..paddle_versions import SEEDED_DROPOUT, applies
 
 _STREAM = threading.local()  # .base, .index, .calls while this thread steps a slice
 SEED_RANGE = 2 ** 31 - 1
