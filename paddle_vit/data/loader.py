@@ -41,7 +41,6 @@ of an image are neighbours in one batch (as DeiT on one GPU). A checkpoint carri
 in images, so a resume on another number of processes continues at the same entry of the same
 `repeated` list. `repeats` = 1 is the order above exactly.
 """
-import gc
 import logging
 import math
 import numbers
@@ -193,15 +192,15 @@ class ResumableDataLoader:
             self.dataset.set_epoch(self.batch_sampler.epoch)
         if hasattr(self.dataset, "begin_iteration"):
             self.dataset.begin_iteration()  # reports an abandoned iteration's workers still write are ignored
-        if self.num_workers > 0 and _AN_ITERATOR_STOPPED.is_set():
-            _AN_ITERATOR_STOPPED.clear()
-            gc.collect()  # a stopped iterator's garbage freed here, not in a worker (see end_iteration)
+        batches = len(self.batch_sampler) - getattr(self.batch_sampler, "start_batch", 0)  # before it restarts
         iterator = iter(self._loader)
         try:
-            for images, labels in iterator:
+            for number, (images, labels) in enumerate(iterator, 1):
                 # a worker's error arrives through shared memory (see AugmentedDataset)
                 self._raise_worker_error()
                 yield images, labels
+                if number == batches:  # the last: the iterator ended by end_iteration, not by Paddle's own end
+                    break
         except DataError:
             raise
         except Exception:
@@ -213,27 +212,29 @@ class ResumableDataLoader:
 
 
 READER_JOIN_SECONDS = 30.0
-_AN_ITERATOR_STOPPED = threading.Event()  # set by end_iteration, cleared by the next loop with workers
 
 
 def end_iteration(iterator):
-    """Stop a paddle.io.DataLoader iterator whose loop stopped early (a break, an error): its
-    reader thread ended and its worker processes shut down before this returns.
+    """End a paddle.io.DataLoader iterator now: its reader thread ended and its worker processes
+    shut down before this returns. The loader's every loop ends through here, after its last
+    batch as after a `break` or an error.
 
-    Why: Paddle 3.3 leaves both running after such a loop, for the process's life (the reader
-    thread holds the iterator, so the iterator's `__del__` never runs): two more workers and a
-    thread per `break`, each later logging "DataLoader 2 workers exit unexpectedly". And the
-    reader goes on taking the workers' prefetched batches into Paddle tensors while the next loop
-    forks its own workers: a thread that holds one of Paddle's locks at the moment of a fork (its
-    host-memory statistics lock, taken at every allocation and free) leaves it held in the child
-    for ever, and the worker hangs at its first free, the loop with it (seen once in the test
-    suite). An iterator that ran to its end is already shut down by Paddle; its reader only waits
-    out its queue's 5-second timeout, holding nothing, and is left to it.
+    Why: Paddle 3.3 leaves both running after a loop that stops early, for the process's life
+    (the reader thread holds the iterator, so the iterator's `__del__` never runs): two more
+    workers and a thread per `break`, each later logging "DataLoader 2 workers exit
+    unexpectedly". And at its own end of a loop Paddle leaves the reader thread to finish by
+    itself, freeing its last batch's tensors, up to 5 s later. A thread that frees or allocates
+    Paddle memory at the moment the next loop forks its workers can hold Paddle's host-memory
+    statistics lock (taken at every allocation and free), which then stays held in the child for
+    ever: the worker hangs at its first free, and the loop with it (seen twice in the test
+    suite's runs, once after a loop stopped early, once after one that ran to its end). So the
+    reader is woken where it waits for the workers' next batch (a message on their queue;
+    otherwise it would notice its stop flag within 5 s) and joined, before the workers are.
 
-    A stopped iterator is then garbage in reference cycles, holding Paddle's reader objects whose
-    threads wait on condition variables: the next loop with workers collects it before it forks
-    (`gc.collect()`), since a worker that collected it would wait for ever in
-    pthread_cond_destroy, for threads that exist only in the parent (seen 1 run in 3 of this
+    The iterator is then garbage in reference cycles, left to Python's collector, which may run in
+    a worker after the next fork: its reader and queue, whose threads wait on condition variables,
+    are released here, in this process, since a worker that destroyed them would wait for ever in
+    pthread_cond_destroy for threads that exist only in the parent (seen 1 run in 3 of this
     module's test without it)."""
     if not applies(DATALOADER_ITERATOR) or getattr(iterator, "_shutdown", True):
         return
@@ -247,9 +248,10 @@ def end_iteration(iterator):
         reader.join(READER_JOIN_SECONDS)
         if reader.is_alive():
             logger.warning("a DataLoader reader thread did not end within %.0f s of its loop", READER_JOIN_SECONDS)
+    iterator._reader.shutdown()  # its read-ahead threads stopped, as at Paddle's own end
     if with_workers:
         iterator._try_shutdown_all()  # each worker told to stop, then joined
-    _AN_ITERATOR_STOPPED.set()
+    iterator._reader = iterator._blocking_queue = None  # freed now, here (the docstring's last paragraph)
 
 
 def leave_stop_signals_to_the_main_process(worker_id):
