@@ -71,8 +71,8 @@ DEPENDENCIES = {
         "private methods: they may change in any release"),
     DATALOADER_ITERATOR: PaddleDependency(
         "paddle.io.DataLoader's iterators: _exit_thread_expectedly(), _try_shutdown_all(), _thread (the reader "
-        "thread), _reader.shutdown(), _workers, _shutdown and _data_queue, and that a (_ResumeIteration(), None, None) on that queue "
-        "returns the reader to its stop flag",
+        "thread), _reader and its shutdown(), _blocking_queue, _workers, _shutdown and _data_queue, and that a "
+        "(_ResumeIteration(), None, None) on that queue returns the reader to its stop flag",
         ("3.3",), "data.loader.end_iteration (a loop's workers and reader thread ended when the loop ends; on "
         "another release Paddle ends them when it does)",
         "private methods and attributes: they may change in any release"),
