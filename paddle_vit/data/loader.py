@@ -46,7 +46,6 @@ import math
 import numbers
 import os
 import signal
-import threading
 
 import numpy as np
 import paddle
@@ -192,7 +191,7 @@ class ResumableDataLoader:
             self.dataset.set_epoch(self.batch_sampler.epoch)
         if hasattr(self.dataset, "begin_iteration"):
             self.dataset.begin_iteration()  # reports an abandoned iteration's workers still write are ignored
-        batches = len(self.batch_sampler) - getattr(self.batch_sampler, "start_batch", 0)  # before it restarts
+        batches = len(self.batch_sampler) - self.batch_sampler.start_batch  # read before the sampler resets it
         iterator = iter(self._loader)
         try:
             for number, (images, labels) in enumerate(iterator, 1):
@@ -236,18 +235,16 @@ def end_iteration(iterator):
     are released here, in this process, since a worker that destroyed them would wait for ever in
     pthread_cond_destroy for threads that exist only in the parent (seen 1 run in 3 of this
     module's test without it)."""
-    if not applies(DATALOADER_ITERATOR) or getattr(iterator, "_shutdown", True):
+    if not applies(DATALOADER_ITERATOR) or iterator._shutdown:
         return
     iterator._exit_thread_expectedly()  # the reader's stop flag set, its queue to the loop closed
     with_workers = hasattr(iterator, "_workers")
     if with_workers:  # wake the reader where it waits for the workers' next batch (5 s at most)
         from paddle.io.dataloader.worker import _ResumeIteration
         iterator._data_queue.put((_ResumeIteration(), None, None))
-    reader = getattr(iterator, "_thread", None)
-    if reader is not None and reader is not threading.current_thread():
-        reader.join(READER_JOIN_SECONDS)
-        if reader.is_alive():
-            logger.warning("a DataLoader reader thread did not end within %.0f s of its loop", READER_JOIN_SECONDS)
+    iterator._thread.join(READER_JOIN_SECONDS)
+    if iterator._thread.is_alive():
+        logger.warning("a DataLoader reader thread did not end within %.0f s of its loop", READER_JOIN_SECONDS)
     iterator._reader.shutdown()  # its read-ahead threads stopped, as at Paddle's own end
     if with_workers:
         iterator._try_shutdown_all()  # each worker told to stop, then joined
