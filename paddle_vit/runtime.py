@@ -23,7 +23,9 @@ for other code in the process and what it was measured to give: docs/benchmarks.
 | the allocator | train, eval, benchmark restart with tcmalloc or oneTBB's malloc | ``PADDLE_VIT_ALLOCATOR=system`` |
 
 ``PADDLE_VIT_ALLOCATOR``: unset or ``auto`` (tcmalloc when installed, else oneTBB's from the `tbb`
-wheel), ``system`` (never restart), or the file name of another malloc library. This module
+wheel), ``system`` (never restart), or the file name of another malloc library. With oneTBB's,
+the restart also sets ``TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD`` (1 MiB) unless it is set: freed
+blocks from that size up are kept for reuse. This module
 imports no Paddle at its top: it is imported, and `configure()` runs, before Paddle is loaded.
 """
 import ctypes
@@ -52,6 +54,15 @@ KNOWN_ALLOCATORS = ("tcmalloc", "tbbmalloc", "jemalloc", "mimalloc")
 # oneTBB's scalable malloc, shipped by the `tbb` wheel (a dependency on Linux x86-64) into
 # <prefix>/lib: the proxy replaces malloc and needs the allocator itself loaded first
 TBB_LIBRARIES = ("libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")
+# oneTBB's malloc hands a freed block of a few MiB back to the kernel (munmap), and the next tensor
+# of that size page-faults on every page it touches: a ViT-B/16 evaluation pass at batch 8 made
+# 68,000 page faults and spent 110 ms in the kernel. From this size up a freed block counts as
+# "huge" and stays cached for reuse (the variable oneTBB's malloc reads when it starts; its
+# scalable_allocation_mode parameter TBBMALLOC_SET_HUGE_SIZE_THRESHOLD). docs/benchmarks.md,
+# "oneTBB's malloc and large tensors".
+TBB_HUGE_SIZE_VARIABLE = "TBB_MALLOC_SET_HUGE_SIZE_THRESHOLD"
+TBB_HUGE_SIZE_BYTES = 2 ** 20
+RELAUNCH_ADDED_VARIABLE = "PADDLE_VIT_RELAUNCH_ADDED"  # the other variables relaunch_environment added
 APPLIED = {}  # what configure() set in this process, setting by setting
 GLOG_VARIABLE = "GLOG_minloglevel"
 # the warnings that are not the user's to act on (quiet_paddle)
@@ -306,7 +317,12 @@ def relaunch_environment(environ=None, find_library=ctypes.util.find_library):
     library = find_allocator_library(environ, find_library)
     if library is None:
         return None
-    return dict(environ, LD_PRELOAD=library, **{PRELOADED_VARIABLE: library})
+    added = {}
+    if "libtbbmalloc" in os.path.basename(library.split(":")[-1]) and TBB_HUGE_SIZE_VARIABLE not in environ:
+        added[TBB_HUGE_SIZE_VARIABLE] = str(TBB_HUGE_SIZE_BYTES)  # the user's own value wins
+    if added:
+        added[RELAUNCH_ADDED_VARIABLE] = ",".join(added)
+    return dict(environ, LD_PRELOAD=library, **{PRELOADED_VARIABLE: library}, **added)
 
 
 def relaunch_with_allocator():
@@ -333,6 +349,8 @@ def environment_without_relaunch(environ=None):
     library = environ.pop(PRELOADED_VARIABLE, None)
     if library is not None and environ.get("LD_PRELOAD") == library:
         del environ["LD_PRELOAD"]
+    for name in filter(None, environ.pop(RELAUNCH_ADDED_VARIABLE, "").split(",")):
+        environ.pop(name, None)
     return environ
 
 
