@@ -98,6 +98,16 @@ def weights(path):
     return {name: value.numpy() for name, value in paddle.load(str(path)).items()}
 
 
+def without_key_bias(named_weights):
+    """The weights with each packed q/k/v bias [3 D] cut to its q and v parts [2 D]."""
+    def cut(name, value):
+        if not name.endswith("attn.qkv.bias"):
+            return value
+        width = value.shape[0] // 3
+        return np.concatenate([value[:width], value[2 * width:]])
+    return {name: cut(name, value) for name, value in named_weights.items()}
+
+
 def assert_same_weights(actual, expected, tolerance=1e-5):
     assert actual.keys() == expected.keys()
     worst = max(float(np.abs(actual[name] - expected[name]).max()) for name in expected)
@@ -275,9 +285,12 @@ def test_a_killed_rank_stops_the_job_in_one_line_and_resume_continues_from_the_l
     resumed.fit()
     unbroken = tmp_path / "unbroken"
     Trainer(load_config(recipe, [f"train.output_dir={unbroken}", "train.batch_size=16"])).fit()
-    # 200 steps of batches summed as 2 x 8 rather than 16 apart: float32 rounding, not a different run
-    assert_same_weights(weights(folder / "checkpoints" / "last.pdparams"),
-                        weights(unbroken / "checkpoints" / "last.pdparams"), tolerance=2e-4)
+    # 200 steps of batches summed as 2 x 8 rather than 16 apart: float32 rounding, not a different run.
+    # The keys' bias is left out: its gradient is zero but for rounding (adding one vector to every key
+    # adds the same number to a query's every score, which the softmax ignores), and AdamW turns
+    # that noise into steps of the learning rate's size (2e-4 apart after 200 steps, the rest 8e-6).
+    assert_same_weights(without_key_bias(weights(folder / "checkpoints" / "last.pdparams")),
+                        without_key_bias(weights(unbroken / "checkpoints" / "last.pdparams")), tolerance=5e-5)
     assert_same_metrics(metrics(folder), metrics(unbroken))
 
 
