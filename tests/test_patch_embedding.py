@@ -8,7 +8,8 @@ import paddle
 import pytest
 
 import paddle_vit
-from paddle_vit import ViT, ViTConfig
+from paddle_vit import ViT, ViTConfig, variants
+from paddle_vit.variants import walkthrough_class
 from paddle_vit.models import PatchEmbedding
 from paddle_vit.models.token_embed import (WALKTHROUGH_EMBEDDING, AddPatchPositionEmbedding, AddPositionEmbedding,
                                            DynamicSize, FixedSize, HybridEmbedding, NoPositionEmbedding,
@@ -78,7 +79,9 @@ def test_patch_embedding_forward_is_the_walkthroughs_steps_written_out():
 
 def test_the_paper_and_walkthrough_models_are_built_with_the_walkthroughs_class():
     for name in ("vit_walkthrough", "vit_base_patch16_224"):
-        assert type(paddle_vit.create_model(name, depth=1).patch_embed) is PatchEmbedding, name
+        embedding = paddle_vit.create_model(name, depth=1).patch_embed  # on a CPU, with its fast path's class
+        assert walkthrough_class(type(embedding)) is PatchEmbedding, name
+        assert type(variants.use_walkthrough_modules(embedding)) is PatchEmbedding, name
 
 
 def test_every_config_field_is_the_walkthroughs_an_embedding_option_or_not_the_embeddings():

@@ -141,6 +141,67 @@ def test_a_graph_traced_with_the_traceable_variants_computes_the_eager_numbers(o
         np.testing.assert_allclose(traced(x).numpy(), eager, atol=1e-4)
 
 
+# each way the embedding adds a table to every sample: (ViT overrides, the variant that adds it)
+EMBEDDING_ADDS = [
+    ({}, cpu_variants.ExpandedAddPatchEmbedding),  # the walkthrough's PatchEmbedding
+    (dict(position_embedding="learned_2d"), cpu_variants.ExpandedAddPositionEmbedding),  # TokenEmbedding
+    (dict(no_embed_class=True, register_tokens=2), cpu_variants.ExpandedAddPatchPositionEmbedding),
+]
+
+
+@pytest.mark.parametrize("overrides, variant", EMBEDDING_ADDS, ids=["walkthrough", "token_embedding", "no_embed_class"])
+def test_the_embeddings_expanded_adds_give_the_modules_numbers_and_gradients(overrides, variant):
+    """The Conv2D's bias and the position embedding added expanded to the batch: the same tokens
+    to the bit as the stock modules' broadcast adds, the same gradients within float rounding."""
+    paddle.seed(3)
+    fast = variants.use_cpu_fast_paths(ViT(image_size=32, patch_size=8, embed_dim=48, depth=1, num_heads=3,
+                                           num_classes=7, **overrides))
+    kinds = {type(layer) for layer in fast.patch_embed.sublayers(include_self=True)}
+    assert variant in kinds and cpu_variants.ExpandedBiasConv2D in kinds
+    with paddle.no_grad():
+        for parameter in fast.patch_embed.parameters():  # the prefix tokens and the bias off zero
+            parameter.set_value(paddle.randn(parameter.shape))
+    reference = variants.use_walkthrough_modules(copy.deepcopy(fast))
+    assert not {type(layer) for layer in reference.sublayers()} & {variant, cpu_variants.ExpandedBiasConv2D}
+    images = paddle.randn([3, 3, 32, 32])
+    ours, theirs = fast.patch_embed(images), reference.patch_embed(images)
+    assert np.array_equal(ours.numpy(), theirs.numpy())
+    weights = paddle.randn(ours.shape)
+    our_grads = paddle.grad((ours * weights).sum(), fast.patch_embed.parameters())
+    their_grads = paddle.grad((theirs * weights).sum(), reference.patch_embed.parameters())
+    for (name, _), a, b in zip(fast.patch_embed.named_parameters(), our_grads, their_grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+# (Conv2D arguments, the input, whether the bias is added expanded): each setting it steps aside for
+CONV_CASES = [
+    (dict(), "float32", True),
+    (dict(padding=1), "float32", True),
+    (dict(bias_attr=False), "float32", False),  # no bias: nothing to add
+    (dict(padding=1, padding_mode="reflect"), "float32", False),
+    (dict(data_format="NHWC"), "float32", False),
+    (dict(), "float64", False),
+]
+
+
+@pytest.mark.parametrize("arguments, dtype, expanded", CONV_CASES,
+                         ids=["plain", "padded", "no bias", "reflect", "channels last", "float64"])
+def test_the_expanded_bias_conv2d_computes_the_stock_layer_and_steps_aside_where_it_would_not(
+        monkeypatch, arguments, dtype, expanded):
+    paddle.seed(4)
+    stock = nn.Conv2D(3, 8, 4, stride=4, **arguments)
+    stock.to(dtype=dtype)
+    fast = copy.deepcopy(stock)
+    fast.__class__ = cpu_variants.ExpandedBiasConv2D
+    calls = []
+    original = cpu_variants.expanded_to
+    monkeypatch.setattr(cpu_variants, "expanded_to", lambda *args: calls.append(1) or original(*args))
+    shape = [2, 12, 12, 3] if arguments.get("data_format") == "NHWC" else [2, 3, 12, 12]
+    images = paddle.randn(shape).astype(dtype)
+    assert np.array_equal(fast(images).numpy(), stock(images).numpy())
+    assert bool(calls) == expanded
+
+
 def test_create_model_on_a_cpu_computes_with_the_fast_paths_and_the_walkthroughs_numbers():
     paddle.seed(11)
     model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, num_classes=3)

@@ -4,8 +4,10 @@ attention kernel); what Paddle on a CPU, or a traced graph, needs besides lives 
 
 - `use_cpu_fast_paths(model)`: eager float32 on a CPU (cpu.py): attention from the packed q/k/v
   projection with one transpose, its weights recomputed in the backward pass of training; Linear
-  layers with the bias inside the matrix product; in training, LayerNorm's backward pass by a
-  kernel compiled on this machine at first use (compiled.py; what each saves: docs/benchmarks.md);
+  layers with the bias inside the matrix product; the embedding's Conv2D bias and position
+  embedding added expanded to the batch (Paddle's broadcast add is slow there); in training,
+  LayerNorm's backward pass by a kernel compiled on this machine at first use (compiled.py; what
+  each saves: docs/benchmarks.md);
   dropout and drop path that draw from a seed stream of their own inside a slice of
   batch_threads.py (slice_random.py). The tools apply it to every model they build.
 - `batch_threads.BatchThreads`: a training step's batch in slices, one thread each, on replicas
@@ -25,8 +27,9 @@ variant to its module's numbers.
 """
 import contextlib
 
-from .cpu import (AddmmLinear, DenseTransposeViT, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm, RecomputedAttention,
-                  dense_transposes, runs_on_cpu)
+from .cpu import (AddmmLinear, DenseTransposeViT, ExpandedAddPatchEmbedding, ExpandedAddPatchPositionEmbedding,
+                  ExpandedAddPositionEmbedding, ExpandedBiasConv2D, FastCpuAttention, FastCpuGELU, FastCpuLayerNorm,
+                  RecomputedAttention, dense_transposes, runs_on_cpu)
 from .fused_layer import FusedCpuEncoderLayer
 from .graph import (ONNX_GRAPH, TRACEABLE, OnnxAttention, TraceableDynamicSize, TraceableStdConv2D, TraceableViT,
                     TracedCpuAttention, WrittenOutGroupNorm, WrittenOutTanhGELU, mean_over)
@@ -34,7 +37,8 @@ from .slice_random import SeededDropout, SeededDropPath
 
 # SeededDropout/SeededDropPath are the stock modules outside a slice of batch_threads.py
 CPU_FAST_PATHS = (FastCpuAttention, AddmmLinear, FastCpuLayerNorm, FastCpuGELU, DenseTransposeViT, SeededDropout,
-                  SeededDropPath, FusedCpuEncoderLayer)
+                  SeededDropPath, FusedCpuEncoderLayer, ExpandedBiasConv2D, ExpandedAddPatchEmbedding,
+                  ExpandedAddPositionEmbedding, ExpandedAddPatchPositionEmbedding)
 
 
 def walkthrough_class(cls):
@@ -102,9 +106,10 @@ def use_walkthrough_modules(model):
     return model
 
 
-__all__ = ["AddmmLinear", "CPU_FAST_PATHS", "DenseTransposeViT", "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm",
-           "FusedCpuEncoderLayer", "OnnxAttention", "RecomputedAttention", "TraceableDynamicSize",
-           "TraceableStdConv2D", "TraceableViT",
-           "TracedCpuAttention", "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
+__all__ = ["AddmmLinear", "CPU_FAST_PATHS", "DenseTransposeViT", "ExpandedAddPatchEmbedding",
+           "ExpandedAddPatchPositionEmbedding", "ExpandedAddPositionEmbedding", "ExpandedBiasConv2D",
+           "FastCpuAttention", "FastCpuGELU", "FastCpuLayerNorm", "FusedCpuEncoderLayer", "OnnxAttention",
+           "RecomputedAttention", "TraceableDynamicSize", "TraceableStdConv2D", "TraceableViT", "TracedCpuAttention",
+           "WrittenOutGroupNorm", "WrittenOutTanhGELU", "dense_transposes", "mean_over", "onnx_traceable",
            "runs_on_cpu", "traceable", "use_cpu_fast_paths", "use_traceable_variants", "use_walkthrough_modules",
            "walkthrough_class"]

@@ -8,7 +8,9 @@ import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from ..models.attention import Attention
+from ..models.patch_embed import PatchEmbedding
 from ..models.rope import rotate_qk
+from ..models.token_embed import AddPatchPositionEmbedding, AddPositionEmbedding
 from ..models.vit import ViT
 from .compiled import kernel_library, kernel_threads
 from ..paddle_versions import COMPILED_KERNELS, LEGACY_LAYER_NORM, WORKAROUND_FROZEN_LAYER_NORM_WEIGHT, applies
@@ -272,6 +274,81 @@ class FastCpuGELU(nn.GELU):
     def _uses_kernel(self, x):
         return (x.ndim > 0 and x.shape[-1] >= GELU_KERNEL_MIN_WIDTH and eager_cpu_float32(x)
                 and applies(COMPILED_KERNELS) and not self._approximate)
+
+
+# ---- the embedding's adds: a table added to every sample of the batch ----------------------------
+# Paddle 3.3's eager CPU add of a tensor broadcast over other axes than the last runs a generic
+# indexing path: ViT-S/16 at batch 8, the Conv2D's bias ([B, 384, 14, 14] + [1, 384, 1, 1]) 5.7 ms
+# and the position embedding ([B, 197, 384] + [1, 197, 384]) 3.4 ms, where the table expanded to
+# the batch's shape first (a copy) and added elementwise takes 0.6 and 0.4 ms, 1.5 and 1.6 ms with
+# the backward pass against 13.2 and 11.8 (docs/benchmarks.md, "The embedding's adds"). The same
+# numbers: each output element is the same one sum.
+
+
+def expanded_to(table, x):
+    """`table` [1, ...] in x's dtype, expanded to x's shape [B, ...] (materialised: `expand` copies)."""
+    return table.astype(x.dtype).expand(x.shape)
+
+
+class ExpandedBiasConv2D(nn.Conv2D):
+    """`nn.Conv2D` whose bias, in eager float32 on a CPU, is added after the convolution, expanded to
+    its output's shape: the patch embedding's [B, D, H/P, W/P] + [1, D, 1, 1]. Steps aside (the
+    stock layer) for no bias, another padding mode than zeros, channels last, a distributed
+    tensor, and anything not eager float32 on a CPU."""
+
+    variant_of = nn.Conv2D
+
+    def forward(self, x):
+        if not self._expands_bias(x):
+            return super().forward(x)
+        out = F.conv2d(x, self.weight, None, self._stride, self._padding, self._dilation, self._groups,
+                       self._data_format)  # [B, C_out, H', W']
+        return out + expanded_to(self.bias.reshape([1, -1, 1, 1]), out)
+
+    def _expands_bias(self, x):
+        return (self.bias is not None and self._padding_mode == "zeros" and self._data_format == "NCHW"
+                and not x.is_dist() and eager_cpu_float32(x))
+
+
+class ExpandedAddPatchEmbedding(PatchEmbedding):
+    """The walkthrough's `PatchEmbedding` whose position embedding, in eager float32 on a CPU, is
+    expanded to the batch before the add; otherwise the module's own forward."""
+
+    variant_of = PatchEmbedding
+
+    def forward(self, x):
+        if not eager_cpu_float32(x):
+            return super().forward(x)
+        # the module's steps (models/patch_embed.py), the last add with the table expanded
+        class_token = self.class_token.expand([x.shape[0], 1, self.embed_dim])  # [B, 1, D]
+        x = self.patch_embedding(x).flatten(2).transpose([0, 2, 1])  # [B, N, D]
+        x = paddle.concat([class_token.astype(x.dtype), x], axis=1)  # [B, 1 + N, D]
+        x = x + expanded_to(self.position_embedding, x)  # [B, 1 + N, D]
+        return self.dropout(x)
+
+
+class ExpandedAddPositionEmbedding(AddPositionEmbedding):
+    """`AddPositionEmbedding` with the table expanded to the batch first in eager float32 on a CPU."""
+
+    variant_of = AddPositionEmbedding
+
+    def forward(self, x, position_embedding):
+        if not eager_cpu_float32(x):
+            return super().forward(x, position_embedding)
+        return x + expanded_to(position_embedding, x)  # [B, T + N, D]
+
+
+class ExpandedAddPatchPositionEmbedding(AddPatchPositionEmbedding):
+    """`AddPatchPositionEmbedding` (no_embed_class) with the table expanded to the batch's patches
+    first in eager float32 on a CPU."""
+
+    variant_of = AddPatchPositionEmbedding
+
+    def forward(self, x, position_embedding):
+        if not eager_cpu_float32(x):
+            return super().forward(x, position_embedding)
+        prefix, patches = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]  # [B, T, D], [B, N, D]
+        return paddle.concat([prefix, patches + expanded_to(position_embedding, patches)], axis=1)
 
 
 @contextlib.contextmanager
