@@ -94,6 +94,7 @@ def assert_a_full_disk_keeps_the_previous_whole(write, disk, name, replace_optio
 
 # ---- export --------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a whole predict or export run: the full suite's, out of the fast loop
 @pytest.mark.root
 def test_an_export_onto_a_mount_point_is_written_there_and_the_next_replaces_it(weights, mount_point, capsys):
     """The export was renamed over --out at its end: a mount point is busy (EBUSY)."""

@@ -70,6 +70,7 @@ def tiny_training_checkpoint(folder):
     return path
 
 
+@pytest.mark.slow  # a whole predict or export run: the full suite's, out of the fast loop
 def test_one_predict_opens_each_file_of_a_weights_folder_once(tmp_path, photo):
     for folder in (TIMM_FOLDER, HF_FOLDER):
         opens = opens_of_predict(folder, ["--weights", folder, photo])
@@ -193,6 +194,7 @@ def test_a_damaged_recorded_model_is_one_error_naming_the_file(tmp_path, photo, 
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}") and expected in err, err
 
 
+@pytest.mark.slow  # a whole predict or export run: the full suite's, out of the fast loop
 def test_a_runs_safetensors_is_evaluated_as_the_run_validated_it(tmp_path):
     """The trainer records the model and the data keys of its eval transform: the weights alone,
     without -c, evaluate to the numbers of the .pdckpt, which stores the whole recipe."""
