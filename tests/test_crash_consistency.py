@@ -87,15 +87,17 @@ def leftovers(folder):
     return inside + beside
 
 
-def each_kill(runner, tool_argv, out, prepare, record_property):
+def each_kill(runner, tool_argv, out, prepare, record_property, share=(0, 1)):
     """Yield each kill point of the tool run `tool_argv` after a kill there, `prepare()` making the
     starting state before the listing run and before each kill; the count is recorded (the
-    summary prints it)."""
+    summary prints it). `share` (index, of how many): every how-many-th point from the index-th,
+    so that tests each taking a share of the points together kill at every one."""
     prepare()
     points = crash_points.kill_points(crash_points.calls(runner, *tool_argv, out), out)
     record_property("kill_points", len(points))
     assert points, "the writer made no file-system call under its folder"
-    for point in points:
+    index, count = share
+    for point in points[index::count]:
         prepare()
         crash_points.kill(runner, *tool_argv, out, point)
         yield point
@@ -134,10 +136,12 @@ def export_outputs(folder, batch, backend):
     return load_export(folder, backend=backend).outputs(batch)
 
 
+@pytest.mark.parametrize("share", [(0, 2), (1, 2)], ids=["even kill points", "odd kill points"])
 def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_predict_works(
-        runner, two_weights, tmp_path, record_property):
+        runner, two_weights, tmp_path, record_property, share):
     """Every format at once (a Paddle-only export makes the same calls for its files, fewer of
-    them; each kill point costs a whole export, so it is not run again on its own)."""
+    them; each kill point costs a whole export, so it is not run again on its own). The points in
+    two halves, one test each, so that two test processes share the three minutes they take."""
     (old_weights, new_weights), batch, gate = two_weights
     formats = ("--format", "paddle", "--format", "onnx", "--quantize", "int8", "--gate-images", gate)
     backends = ("paddle", "onnxruntime")
@@ -155,7 +159,7 @@ def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_pr
         shutil.copytree(reference + "-old", out)
 
     argv, seen = export_argv(new_weights, out, *formats), set()
-    for point in each_kill(runner, argv, out, prepare, record_property):
+    for point in each_kill(runner, argv, out, prepare, record_property, share):
         generation = _generation(visible(out), whole, point)
         for backend in backends:  # predict works on what the kill left
             np.testing.assert_allclose(export_outputs(out, batch, backend), outputs[generation][backend],
