@@ -285,9 +285,14 @@ class FastCpuGELU(nn.GELU):
 # numbers: each output element is the same one sum.
 
 
-def expanded_to(table, x):
-    """`table` [1, ...] in x's dtype, expanded to x's shape [B, ...] (materialised: `expand` copies)."""
-    return table.astype(x.dtype).expand(x.shape)
+def expanded_to(table, shape, dtype):
+    """`table` [1, ...] in `dtype`, expanded to `shape` (materialised: `expand` copies)."""
+    return table.astype(dtype).expand(shape)
+
+
+def over_the_batch(table, x):
+    """A position embedding [1, T, D] expanded to the batch of x [B, ., D]: [B, T, D] in x's dtype."""
+    return expanded_to(table, [x.shape[0], *table.shape[1:]], x.dtype)
 
 
 class ExpandedBiasConv2D(nn.Conv2D):
@@ -303,7 +308,7 @@ class ExpandedBiasConv2D(nn.Conv2D):
             return super().forward(x)
         out = F.conv2d(x, self.weight, None, self._stride, self._padding, self._dilation, self._groups,
                        self._data_format)  # [B, C_out, H', W']
-        return out + expanded_to(self.bias.reshape([1, -1, 1, 1]), out)
+        return out + expanded_to(self.bias.reshape([1, -1, 1, 1]), out.shape, out.dtype)
 
     def _expands_bias(self, x):
         return (self.bias is not None and self._padding_mode == "zeros" and self._data_format == "NCHW"
@@ -323,7 +328,7 @@ class ExpandedAddPatchEmbedding(PatchEmbedding):
         class_token = self.class_token.expand([x.shape[0], 1, self.embed_dim])  # [B, 1, D]
         x = self.patch_embedding(x).flatten(2).transpose([0, 2, 1])  # [B, N, D]
         x = paddle.concat([class_token.astype(x.dtype), x], axis=1)  # [B, 1 + N, D]
-        x = x + expanded_to(self.position_embedding, x)  # [B, 1 + N, D]
+        x = x + over_the_batch(self.position_embedding, x)  # [B, 1 + N, D]
         return self.dropout(x)
 
 
@@ -333,22 +338,21 @@ class ExpandedAddPositionEmbedding(AddPositionEmbedding):
     variant_of = AddPositionEmbedding
 
     def forward(self, x, position_embedding):
-        if not eager_cpu_float32(x):
-            return super().forward(x, position_embedding)
-        return x + expanded_to(position_embedding, x)  # [B, T + N, D]
+        if eager_cpu_float32(x):
+            position_embedding = over_the_batch(position_embedding, x)  # the module's add, now elementwise
+        return super().forward(x, position_embedding)
 
 
 class ExpandedAddPatchPositionEmbedding(AddPatchPositionEmbedding):
-    """`AddPatchPositionEmbedding` (no_embed_class) with the table expanded to the batch's patches
-    first in eager float32 on a CPU."""
+    """`AddPatchPositionEmbedding` (no_embed_class) with the table expanded to the batch first in
+    eager float32 on a CPU."""
 
     variant_of = AddPatchPositionEmbedding
 
     def forward(self, x, position_embedding):
-        if not eager_cpu_float32(x):
-            return super().forward(x, position_embedding)
-        prefix, patches = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]  # [B, T, D], [B, N, D]
-        return paddle.concat([prefix, patches + expanded_to(position_embedding, patches)], axis=1)
+        if eager_cpu_float32(x):
+            position_embedding = over_the_batch(position_embedding, x)  # the module's add, now elementwise
+        return super().forward(x, position_embedding)
 
 
 @contextlib.contextmanager
