@@ -1,6 +1,10 @@
 """Shared test set-up."""
+import atexit
+import faulthandler
 import logging
 import os
+import tempfile
+import time
 
 from paddle_vit import runtime
 
@@ -14,6 +18,32 @@ runtime.configure()
 
 import paddle  # noqa: E402
 import pytest  # noqa: E402
+
+
+# a test still running after this many seconds ends its process (the longest take about 90 s on 2 cores)
+HUNG_TEST_SECONDS = float(os.environ.get("PADDLE_VIT_HUNG_TEST_SECONDS", "900"))
+_hung_test_report = []
+_SESSION_STARTED = time.time()
+
+
+def hung_test_report_path(pid=None):
+    """Where a hung test's process writes every thread's stack before it ends."""
+    return os.path.join(tempfile.gettempdir(), f"paddle_vit-hung-test-{pid or os.getpid()}.txt")
+
+
+@pytest.fixture(autouse=True)
+def end_a_hung_test():
+    """A test that hangs fails the run instead of holding it for ever: after HUNG_TEST_SECONDS its
+    process writes every thread's Python stack to `hung_test_report_path()` and exits (pytest-xdist
+    then reports the test as crashed and goes on with a new worker). A DataLoader worker hung once
+    in about twelve fast loops on 2026-12-05 (docs/design.md, the DataLoader's workers)."""
+    if not _hung_test_report:
+        path = hung_test_report_path()
+        _hung_test_report.append(open(path, "w"))  # kept open: faulthandler writes to it
+        atexit.register(os.remove, path)  # a process that ends by itself leaves none (a hung one skips atexit)
+    faulthandler.dump_traceback_later(HUNG_TEST_SECONDS, exit=True, file=_hung_test_report[0])
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +99,16 @@ def read_only_folder(tmp_path):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The crash tests' kill points per writer (tests/test_crash_consistency.py records them)."""
+    """The crash tests' kill points per writer (tests/test_crash_consistency.py records them), and
+    the stacks a hung test's process left (end_a_hung_test)."""
+    folder = tempfile.gettempdir()
+    reports = [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+               if name.startswith("paddle_vit-hung-test-") and name.endswith(".txt")]
+    reports = [path for path in reports if os.path.getmtime(path) >= _SESSION_STARTED and os.path.getsize(path)]
+    if reports:
+        terminalreporter.write_sep("-", f"a test hung for {HUNG_TEST_SECONDS:.0f} s: every thread's stack in")
+        for path in reports:
+            terminalreporter.write_line(path)
     counts = [(report.nodeid.split("::")[-1], value) for outcome in ("passed", "failed")
               for report in terminalreporter.stats.get(outcome, []) if report.when == "call"
               for name, value in report.user_properties if name == "kill_points"]
