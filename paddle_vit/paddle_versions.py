@@ -30,6 +30,7 @@ ADAMW_STATE = "AdamW's state"
 SEEDED_DROPOUT = "seeded dropout op"
 SHARED_REPLICAS = "replicas sharing memory"
 DATALOADER_ITERATOR = "DataLoader iterator's shutdown"
+SHARED_MEMORY_BATCHES = "DataLoader batches moved into shared memory"
 
 DEPENDENCIES = {
     WORKAROUND_FROZEN_LAYER_NORM_WEIGHT: PaddleDependency(
@@ -76,6 +77,14 @@ DEPENDENCIES = {
         ("3.3",), "data.loader.end_iteration (a loop's workers and reader thread ended when the loop ends; on "
         "another release Paddle ends them when it does)",
         "private methods and attributes: they may change in any release"),
+    SHARED_MEMORY_BATCHES: PaddleDependency(
+        "paddle.io.dataloader.collate.default_collate_fn; DenseTensor._share_filename(use_file_descriptor) and "
+        "FLAGS_dataloader_use_file_descriptor; the reducer paddle.incubate.multiprocessing registers for "
+        "DenseTensor, its (rebuild, (cls, ipc_name, ...)) and that it moves nothing already in shared memory; "
+        "that a worker hands its queue tensor.get_tensor(), which does not keep the tensor alive",
+        ("3.3",), "data.loader.collate_in_shared_memory (a worker's batch moved into shared memory by its "
+        "result queue's thread, as Paddle does)",
+        "private methods and the worker's internals: they may change in any release"),
 }
 
 _SAID = set()  # (entry, release) already said in the log

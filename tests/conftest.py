@@ -36,7 +36,7 @@ def end_a_hung_test():
     """A test that hangs fails the run instead of holding it for ever: after HUNG_TEST_SECONDS its
     process writes every thread's Python stack to `hung_test_report_path()` and exits (pytest-xdist
     then reports the test as crashed and goes on with a new worker). A DataLoader worker hung once
-    in about twelve fast loops on 2026-12-05 (docs/design.md, the DataLoader's workers)."""
+    in about twelve fast loops on 2026-12-05 (docs/design.md, "The DataLoader's workers")."""
     if not _hung_test_report:
         path = hung_test_report_path()
         _hung_test_report.append(open(path, "w"))  # kept open: faulthandler writes to it

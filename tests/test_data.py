@@ -331,6 +331,70 @@ def test_a_loop_leaves_no_reader_thread_or_worker_behind(num_workers):
     assert len(everything) == 8 and everything[0] == labels.tolist()  # every batch, from the first again
 
 
+@pytest.fixture
+def as_in_a_worker(monkeypatch):
+    """collate_in_shared_memory as a DataLoader worker runs it, in this process: the picklers'
+    table and the worker's kept batches are put back after the test."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import paddle.incubate.multiprocessing  # noqa: F401  Paddle's picklers for tensors, as a worker has them
+    from paddle_vit.data import loader
+    monkeypatch.setattr(ForkingPickler, "_extra_reducers", dict(ForkingPickler._extra_reducers))
+    monkeypatch.setattr(loader._SentBatches, "_instance", None)
+    monkeypatch.setattr(paddle.io, "get_worker_info", lambda: object())
+    return ForkingPickler
+
+
+def test_a_worker_batch_is_in_shared_memory_before_its_queue_pickles_it(as_in_a_worker):
+    """Paddle moves a worker's batch into shared memory as the worker's queue pickles it, in the
+    queue's thread, whose first free of Paddle memory takes a write lock a fork may have left
+    held: the hang of collate_in_shared_memory's docstring. The collated batch is moved already,
+    and kept until the queue has pickled it."""
+    from paddle_vit.data.loader import _SentBatches, collate_in_shared_memory
+    dataset = synthetic_train(size=8)
+    samples = [dataset[index] for index in range(4)]
+    expected = [np.stack([image for image, _ in samples]), np.array([label for _, label in samples])]
+
+    paddles_own = paddle.base.core.DenseTensor()  # what Paddle's worker makes of an array: moved by pickling
+    paddles_own.set(expected[0], paddle.CPUPlace())
+    address = paddles_own._ptr()
+    as_in_a_worker.dumps(paddles_own)
+    assert paddles_own._ptr() != address
+    paddles_own._shared_decref()  # the pickle's count, so that its shared-memory file goes with the tensor
+
+    batch = collate_in_shared_memory(samples)
+    kept = _SentBatches.in_this_worker().kept
+    assert len(kept) == 1 and kept[0][0] is batch
+    for tensor, array in zip(batch, expected):
+        np.testing.assert_array_equal(tensor.numpy(), array)
+        assert tensor.numpy().dtype == array.dtype and tensor.place.is_cpu_place()
+    addresses = [tensor.get_tensor()._ptr() for tensor in batch]
+    as_in_a_worker.dumps(batch[0].get_tensor())  # the queue pickles the images ...
+    _SentBatches.in_this_worker().release()
+    assert len(kept) == 1  # ... but not yet the labels: the batch is kept
+    as_in_a_worker.dumps(batch[1].get_tensor())
+    assert [tensor.get_tensor()._ptr() for tensor in batch] == addresses  # found shared: nothing moved
+    _SentBatches.in_this_worker().release()
+    assert _SentBatches.in_this_worker().kept == [] and _SentBatches.in_this_worker().pickled == set()
+    for tensor in batch:
+        tensor.get_tensor()._shared_decref()
+
+
+def test_batches_from_workers_are_the_batches_read_in_the_main_process():
+    """Each worker's batch is kept until its queue has pickled it: without that (the queue holds
+    a reference that does not keep the tensor alive) 84 of 320 batches arrived wrong, many as zeros."""
+    dataset = synthetic_train(size=32)
+    expected = [(images.numpy(), labels.numpy())
+                for images, labels in build_dataloader(dataset, 4, shuffle=False, drop_last=False)]
+    loader = build_dataloader(dataset, 4, shuffle=False, drop_last=False, num_workers=2)
+    for _ in range(10):
+        batches = [(images.numpy(), labels.numpy()) for images, labels in loader]
+        assert len(batches) == len(expected)
+        for (images, labels), (expected_images, expected_labels) in zip(batches, expected):
+            np.testing.assert_array_equal(images, expected_images)
+            np.testing.assert_array_equal(labels, expected_labels)
+
+
 def build_imagefolder(root):
     return build_datasets(config(dataset="imagefolder", root=str(root)), 16)
 

@@ -46,12 +46,14 @@ import math
 import numbers
 import os
 import signal
+import threading
 
 import numpy as np
 import paddle
+from paddle.io.dataloader.collate import default_collate_fn
 
 from ..errors import DataError
-from ..paddle_versions import DATALOADER_ITERATOR, applies
+from ..paddle_versions import DATALOADER_ITERATOR, SHARED_MEMORY_BATCHES, applies
 from .rng import shuffle_rng, tag_copy
 
 logger = logging.getLogger("paddle_vit")
@@ -155,6 +157,7 @@ class ResumableDataLoader:
         # workers are started per iteration (never persistent), so each sees the epoch set last
         self._loader = paddle.io.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=self.num_workers,
                                             return_list=True, persistent_workers=False,
+                                            collate_fn=collate_in_shared_memory,
                                             worker_init_fn=leave_stop_signals_to_the_main_process)
 
     @property
@@ -249,6 +252,92 @@ def end_iteration(iterator):
     if with_workers:
         iterator._try_shutdown_all()  # each worker told to stop, then joined
     iterator._reader = iterator._blocking_queue = None  # freed now, here (the docstring's last paragraph)
+
+
+def collate_in_shared_memory(samples):
+    """Paddle's default collation (a list of stacked arrays, one per field); in a DataLoader
+    worker each array then becomes a CPU tensor in shared memory here, in the worker's main thread.
+
+    Why: Paddle 3.3 moves a worker's batch into shared memory as its result queue pickles it, in
+    the queue's own thread, and frees the batch's first copy there. That thread is new in the
+    worker, and a thread's first allocation or free registers it in Paddle's host-memory
+    statistics under a write lock; a lock some thread of the main process held at the instant the
+    worker was forked stays held in the worker for ever, so the worker hung on it, and the loop
+    with it (seen twice in the test suite's runs: the queue's thread waiting in Stat::Update from
+    StatAllocator::FreeImpl). Moved here, the batch is found already shared when the queue pickles
+    it: under a debugger a worker takes that write lock twice per loop before (both times in the
+    queue's thread) and never after. A worker's main thread is the forking thread's copy, already
+    registered. Same arrays, as many copies.
+
+    Paddle's worker hands its queue `tensor.get_tensor()`, which does not keep the tensor alive,
+    so each batch is kept here until the queue has pickled it (`_SentBatches`)."""
+    batch = default_collate_fn(samples)
+    if paddle.io.get_worker_info() is None or not applies(SHARED_MEMORY_BATCHES):
+        return batch
+    sent = _SentBatches.in_this_worker()
+    sent.release()
+    names = []
+    batch = _in_shared_memory(batch, names)
+    sent.keep(batch, names)
+    return batch
+
+
+def _in_shared_memory(batch, names):
+    """`batch` with each non-empty array a CPU tensor in shared memory (its file's name appended to
+    `names`), the rest as it is."""
+    if isinstance(batch, np.ndarray) and batch.size:
+        tensor = paddle.to_tensor(batch, place=paddle.CPUPlace())
+        by_descriptor = paddle.base.core.globals()["FLAGS_dataloader_use_file_descriptor"]
+        names.append(tensor.get_tensor()._share_filename(by_descriptor)[0])
+        return tensor
+    if isinstance(batch, list):
+        return [_in_shared_memory(field, names) for field in batch]
+    if isinstance(batch, tuple):
+        return tuple(_in_shared_memory(field, names) for field in batch)
+    if isinstance(batch, dict):
+        return {key: _in_shared_memory(field, names) for key, field in batch.items()}
+    return batch
+
+
+class _SentBatches:
+    """A worker's batches kept alive until its result queue has pickled them: the pickling of a
+    DenseTensor is wrapped (in this worker process only) to note the shared-memory file it names."""
+
+    _instance = None  # this worker's; never made in the main process
+
+    def __init__(self):
+        from multiprocessing.reduction import ForkingPickler
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.pickled = set()  # file names the queue's thread has pickled, not yet released
+        self.kept = []  # (batch, its file names), oldest first
+        dense_tensor = paddle.base.core.DenseTensor
+        paddles_reduce = ForkingPickler._extra_reducers[dense_tensor]
+
+        def reduce_and_note(tensor):  # in the queue's thread
+            reduced = paddles_reduce(tensor)
+            if len(reduced[1]) > 1:  # (cls, ipc_name, ...); an empty tensor has no file
+                with self.lock:
+                    self.pickled.add(reduced[1][1])
+            return reduced
+
+        ForkingPickler.register(dense_tensor, reduce_and_note)
+
+    @classmethod
+    def in_this_worker(cls):
+        if cls._instance is None or cls._instance.pid != os.getpid():
+            cls._instance = cls()
+        return cls._instance
+
+    def keep(self, batch, names):
+        self.kept.append((batch, set(names)))
+
+    def release(self):
+        """Drop every kept batch whose files have all been pickled (their last user is then the
+        main process's copy)."""
+        with self.lock:
+            self.kept = [(batch, names) for batch, names in self.kept if not names <= self.pickled]
+            self.pickled &= set().union(*(names for _, names in self.kept))
 
 
 def leave_stop_signals_to_the_main_process(worker_id):
