@@ -380,6 +380,15 @@ def test_a_worker_batch_is_in_shared_memory_before_its_queue_pickles_it(as_in_a_
         tensor.get_tensor()._shared_decref()
 
 
+def test_on_another_paddle_release_a_worker_collates_as_paddle_does(as_in_a_worker, monkeypatch):
+    from paddle_vit import paddle_versions
+    from paddle_vit.data.loader import _SentBatches, collate_in_shared_memory
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")
+    dataset = synthetic_train(size=8)
+    batch = collate_in_shared_memory([dataset[index] for index in range(4)])
+    assert all(isinstance(field, np.ndarray) for field in batch) and _SentBatches._instance is None
+
+
 def test_batches_from_workers_are_the_batches_read_in_the_main_process():
     """Each worker's batch is kept until its queue has pickled it: without that (the queue holds
     a reference that does not keep the tensor alive) 84 of 320 batches arrived wrong, many as zeros."""
