@@ -6,8 +6,12 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
+import subprocess
+import sys
 import tarfile
 import threading
+import time
 
 import numpy as np
 import paddle
@@ -402,6 +406,47 @@ def test_batches_from_workers_are_the_batches_read_in_the_main_process():
         for (images, labels), (expected_images, expected_labels) in zip(batches, expected):
             np.testing.assert_array_equal(images, expected_images)
             np.testing.assert_array_equal(labels, expected_labels)
+
+
+WORKERS_OF_A_LOOP = """
+import multiprocessing, sys, time
+sys.path.insert(0, sys.argv[1])
+from test_data import build_dataloader, synthetic_train
+for batch in build_dataloader(synthetic_train(size=32), 4, shuffle=False, drop_last=False, num_workers=2):
+    print(" ".join(str(child.pid) for child in multiprocessing.active_children()), flush=True)
+    time.sleep(600)
+"""
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers end with their parent on Linux (prctl)")
+def test_the_workers_of_a_killed_process_end_with_it(tmp_path):
+    """Paddle's workers waited for indices for ever once their main process was killed (SIGKILL),
+    holding the run folder's lock: a resume found the folder in use by the dead run."""
+    script = tmp_path / "loop.py"
+    script.write_text(WORKERS_OF_A_LOOP)
+    loop = subprocess.Popen([sys.executable, str(script), os.path.dirname(os.path.abspath(__file__))],
+                            stdout=subprocess.PIPE, text=True)
+    workers = [int(pid) for pid in loop.stdout.readline().split()]
+    loop.kill()
+    loop.wait()
+    deadline = time.monotonic() + 30
+    try:
+        assert len(workers) == 2
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(running(pid) for pid in workers)
+    finally:
+        for pid in workers:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def build_imagefolder(root):

@@ -41,8 +41,10 @@ of an image are neighbours in one batch (as DeiT on one GPU). A checkpoint carri
 in images, so a resume on another number of processes continues at the same entry of the same
 `repeated` list. `repeats` = 1 is the order above exactly.
 """
+import ctypes
 import logging
 import math
+import multiprocessing
 import numbers
 import os
 import signal
@@ -158,7 +160,7 @@ class ResumableDataLoader:
         self._loader = paddle.io.DataLoader(dataset, batch_sampler=batch_sampler, num_workers=self.num_workers,
                                             return_list=True, persistent_workers=False,
                                             collate_fn=collate_in_shared_memory,
-                                            worker_init_fn=leave_stop_signals_to_the_main_process)
+                                            worker_init_fn=prepare_worker)
 
     @property
     def batch_size(self):
@@ -340,14 +342,44 @@ class _SentBatches:
             self.pickled &= set().union(*(names for _, names in self.kept))
 
 
+def prepare_worker(worker_id):
+    """Every loader's `worker_init_fn`, in each DataLoader worker as it starts."""
+    leave_stop_signals_to_the_main_process(worker_id)
+    end_with_the_main_process()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_the_main_process():
+    """In a DataLoader worker: have the kernel send it SIGTERM when the main process ends, however
+    it ends. Why: Paddle 3.3's worker looks for its parent only between reads of its index queue,
+    and reads it with `get(5)`, whose 5 is `block`, not a timeout; a worker whose main process was
+    killed (SIGKILL, the out-of-memory killer) therefore waited for indices for ever, outside the
+    process group (`leave_stop_signals_to_the_main_process`), holding the lock on the run folder
+    it inherited, so that `train.resume=auto` refused the folder as in use by the dead run
+    (2026-12-05; Paddle's own loader leaves its workers the same way). The signal comes when the
+    thread that started the workers ends: a loop's thread, as the workers end with the loop. Linux
+    only (prctl); elsewhere the workers are left as Paddle leaves them."""
+    try:
+        set_signal_at_parent_death = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no prctl in this C library
+        return
+    if set_signal_at_parent_death(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # the main process ended before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def leave_stop_signals_to_the_main_process(worker_id):
     """In a DataLoader worker: leave the process group. A terminal's Ctrl-C and a scheduler's
     ``kill -- -PGID`` reach every process of the group; a worker they reach either dies of
     Paddle's own SIGTERM handler, so that the main process ends with "DataLoader workers exit
     unexpectedly" instead of the clean stop it makes, or runs the trainer's handler it inherited
     through fork and logs "received SIGINT" once more. The main process shuts its workers down
-    itself, and a worker ends when its parent does (Paddle's watchdog). The signals Paddle sends
-    a worker directly still act as before."""
+    itself, and a worker ends when its parent does (`end_with_the_main_process`). The signals
+    Paddle sends a worker directly still act as before."""
     try:
         os.setpgid(0, 0)
     except OSError:  # not allowed here (a session leader): the group signals still reach it
