@@ -429,7 +429,8 @@ def running(pid):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers end with their parent on Linux (prctl)")
 def test_the_workers_of_a_killed_process_end_with_it(tmp_path):
     """Paddle's workers waited for indices for ever once their main process was killed (SIGKILL),
-    holding the run folder's lock: a resume found the folder in use by the dead run."""
+    holding the run folder's lock: a resume found the folder in use by the dead run. Ended by a
+    plain SIGTERM, they left their batches' shared-memory files (about ten a kill)."""
     script = tmp_path / "loop.py"
     script.write_text(WORKERS_OF_A_LOOP)
     loop = subprocess.Popen([sys.executable, str(script), os.path.dirname(os.path.abspath(__file__))],
@@ -443,6 +444,9 @@ def test_the_workers_of_a_killed_process_end_with_it(tmp_path):
         while any(running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(running(pid) for pid in workers)
+        if os.path.isdir("/dev/shm"):  # ended through their cleanup: no batch of theirs left in shared memory
+            assert [name for name in os.listdir("/dev/shm")
+                    if name.startswith("paddle_") and int(name.split("_")[1]) in workers] == []
     finally:
         for pid in workers:
             if running(pid):

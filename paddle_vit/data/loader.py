@@ -365,11 +365,18 @@ def end_with_the_main_process():
         set_signal_at_parent_death = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # no prctl in this C library
         return
+    signal.signal(signal.SIGTERM, leave_through_the_cleanup)
     if set_signal_at_parent_death(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         return
     parent = multiprocessing.parent_process()
     if parent is not None and os.getppid() != parent.pid:  # the main process ended before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def leave_through_the_cleanup(signum, frame):
+    """A worker's SIGTERM: end through the worker loop's `finally`, where Paddle removes the
+    shared-memory files of the worker's batches (a killed worker left them in /dev/shm)."""
+    raise SystemExit(128 + signum)
 
 
 def leave_stop_signals_to_the_main_process(worker_id):
