@@ -370,7 +370,7 @@ def end_with_the_main_process():
         return
     parent = multiprocessing.parent_process()
     if parent is not None and os.getppid() != parent.pid:  # the main process ended before the line above
-        os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM)  # nothing of this worker's to clean up yet
 
 
 def leave_through_the_cleanup(signum, frame):
