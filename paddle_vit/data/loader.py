@@ -271,6 +271,10 @@ def collate_in_shared_memory(samples):
     queue's thread) and never after. A worker's main thread is the forking thread's copy, already
     registered. Same arrays, as many copies.
 
+    Made here, a batch's shared-memory file is also among those the worker removes as its loop
+    ends; made in the queue's thread, it could come after that cleanup and stay in /dev/shm (a
+    loop stopped early, 5 runs of 6 of 40 such loops).
+
     Paddle's worker hands its queue `tensor.get_tensor()`, which does not keep the tensor alive,
     so each batch is kept here until the queue has pickled it (`_SentBatches`)."""
     batch = default_collate_fn(samples)
