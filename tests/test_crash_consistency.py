@@ -39,6 +39,14 @@ def runner(tmp_path_factory):
     runner.close()
 
 
+@pytest.fixture(scope="module")
+def export_runner(runner, tmp_path_factory):
+    """The tool runner with the export's code converted to static graphs once, before its forks."""
+    runner.warm(os.path.join(REPO, "tests", "export_conversions.py"), "convert",
+                [tmp_path_factory.mktemp("conversions"), json.dumps(SMALL)])
+    return runner
+
+
 def run(runner, tool_argv):
     """Run (tool, argv) unwatched; returns its exit code, asserting success."""
     code, output = runner.run(*tool_argv, watched=os.path.join(runner.folder, "nothing"))
@@ -138,7 +146,7 @@ def export_outputs(folder, batch, backend):
 
 @pytest.mark.parametrize("share", [(0, 2), (1, 2)], ids=["even kill points", "odd kill points"])
 def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_predict_works(
-        runner, two_weights, tmp_path, record_property, share):
+        export_runner, two_weights, tmp_path, record_property, share):
     """Every format at once (a Paddle-only export makes the same calls for its files, fewer of
     them; each kill point costs a whole export, so it is not run again on its own). The points in
     two halves, one test each, so that two test processes share the three minutes they take."""
@@ -147,7 +155,7 @@ def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_pr
     backends = ("paddle", "onnxruntime")
     out, reference = str(tmp_path / "export"), str(tmp_path / "reference")
     for weights, folder in ((old_weights, reference + "-old"), (new_weights, reference + "-new")):
-        run(runner, export_argv(weights, folder, *formats))
+        run(export_runner, export_argv(weights, folder, *formats))
     whole = {"old": visible(reference + "-old"), "new": visible(reference + "-new")}
     outputs = {generation: {backend: export_outputs(f"{reference}-{generation}", batch, backend)
                             for backend in backends} for generation in whole}
@@ -159,30 +167,30 @@ def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_pr
         shutil.copytree(reference + "-old", out)
 
     argv, seen = export_argv(new_weights, out, *formats), set()
-    for point in each_kill(runner, argv, out, prepare, record_property, share):
+    for point in each_kill(export_runner, argv, out, prepare, record_property, share):
         generation = _generation(visible(out), whole, point)
         for backend in backends:  # predict works on what the kill left
             np.testing.assert_allclose(export_outputs(out, batch, backend), outputs[generation][backend],
                                        rtol=1e-5, atol=1e-6, err_msg=f"{point}: {backend}")
-        next_run_works(runner, argv, out, whole["new"], point, seen)
+        next_run_works(export_runner, argv, out, whole["new"], point, seen)
 
 
 def test_an_export_into_a_new_folder_killed_anywhere_leaves_nothing_or_the_whole_export(
-        runner, two_weights, tmp_path, record_property):
+        export_runner, two_weights, tmp_path, record_property):
     (_, new_weights), _, _ = two_weights
     out, reference = str(tmp_path / "export"), str(tmp_path / "reference")
     argv, seen = export_argv(new_weights, out), set()
-    run(runner, export_argv(new_weights, reference))
+    run(export_runner, export_argv(new_weights, reference))
     whole = visible(reference)
 
     def prepare():
         for name in [os.path.basename(out), *leftovers(out)]:
             shutil.rmtree(os.path.join(tmp_path, name), ignore_errors=True)
 
-    for point in each_kill(runner, argv, out, prepare, record_property):
+    for point in each_kill(export_runner, argv, out, prepare, record_property):
         left = visible(out)
         assert left in (None, {}) or _same_export(left, whole), f"{point}: {sorted(left)}"
-        next_run_works(runner, argv, out, whole, point, seen)
+        next_run_works(export_runner, argv, out, whole, point, seen)
 
 
 def _generation(left, whole, point):
