@@ -148,6 +148,7 @@ def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path):
     (["--steps", "-3"], "--steps"),
     (["--modes", "medium"], "--modes"),
 ])
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, arguments, expected):
     result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "deit_budget_experiment.py"),
                              "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), *arguments],
@@ -158,6 +159,7 @@ def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, arguments, expect
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 def test_out_that_is_a_file_is_refused_before_any_run(tmp_path):
     (tmp_path / "out").write_text("not a folder")
     result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "deit_budget_experiment.py"),

@@ -247,6 +247,7 @@ def test_config_keys_build_a_dynamic_model():
 
 # ---- export -----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 @pytest.mark.parametrize("weights", ["timm_vit_cls", pytest.param("timm_hybrid_stage", marks=pytest.mark.slow)])
 def test_a_traced_dynamic_graph_computes_the_eager_numbers_at_any_size(weights):
     """Traced once for [None, 3, None, None] with the traceable variants (the padding written

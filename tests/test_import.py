@@ -72,6 +72,7 @@ VENDORS = {"AuthenticAMD:sse2,avx,avx2,fma": ["MKL_DEBUG_CPU_TYPE"],
            "GenuineIntel:sse2,avx2,fma,avx512f": []}
 
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 def test_import_and_a_walkthrough_model_run_leave_the_process_as_it_was():
     (report,) = probe("--walkthrough")
     assert report["logits"] == [2, 3] and report["attention"] == "Attention"
@@ -80,6 +81,7 @@ def test_import_and_a_walkthrough_model_run_leave_the_process_as_it_was():
     assert report["import_applied"] == report["applied"] == {}  # no process-wide setting was made
 
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 @pytest.mark.parametrize("cpu", VENDORS)
 def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_change_no_result(cpu):
     (report,) = probe("--cpu", cpu)
@@ -97,6 +99,7 @@ def test_create_model_on_a_cpu_computes_fast_and_makes_only_the_settings_that_ch
     assert opted_out["applied"] == {} and opted_out["changed"] == {"environ": [], "flags": []}
 
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 @pytest.mark.parametrize("cpu", ["AuthenticAMD:sse2,avx,avx2,fma", "GenuineIntel:sse2,avx2,fma,avx512f"])
 def test_configure_is_the_one_call_that_makes_them_and_each_can_be_switched_off(cpu):
     report, configured = probe("--cpu", cpu, "--configure")

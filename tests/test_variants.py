@@ -202,6 +202,7 @@ def test_the_expanded_bias_conv2d_computes_the_stock_layer_and_steps_aside_where
     assert bool(calls) == expanded
 
 
+@pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 def test_create_model_on_a_cpu_computes_with_the_fast_paths_and_the_walkthroughs_numbers():
     paddle.seed(11)
     model = paddle_vit.create_model("vit_walkthrough", image_size=28, patch_size=7, num_classes=3)
