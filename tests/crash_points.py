@@ -139,13 +139,16 @@ library = ctypes.CDLL(sys.argv[1])
 library.crash_points_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long]
 from paddle_vit import cli
 from paddle_vit.cli import convert_weights, export, train  # the tools' imports, done once
+def call(job):  # a function of a test's module: call:PATH:NAME
+    import runpy
+    _, path, function = job["tool"].split(":")
+    return runpy.run_path(path)[function](job["argv"])
 for line in sys.stdin:
     job = json.loads(line)
     if job.get("in_server"):  # a warm-up (ToolRunner.warm): run here, unwatched, so that every later fork has it
-        import runpy, traceback
-        _, path, function = job["tool"].split(":")
+        import traceback
         try:
-            runpy.run_path(path)[function](job["argv"])
+            call(job)
             code = 0
         except BaseException:
             with open(job["output"], "w") as stream:
@@ -161,10 +164,8 @@ for line in sys.stdin:
         os.chdir(job["cwd"])
         library.crash_points_configure(job["watch"].encode(), (job["log"] or "").encode(), job["kill"])
         try:
-            if job["tool"].startswith("call:"):  # a function of a test's module: call:PATH:NAME
-                import runpy
-                _, path, function = job["tool"].split(":")
-                code = runpy.run_path(path)[function](job["argv"])
+            if job["tool"].startswith("call:"):
+                code = call(job)
             else:
                 code = cli.entry(job["tool"], job["argv"], in_process=True)
         except SystemExit as exit:
@@ -200,26 +201,25 @@ class ToolRunner:
         train, export, convert; or ``call:PATH:FUNCTION``, a function of a Python file called with
         `argv`) with `argv`, watching `watched`, killed at its `kill`-th watched call (0: never)."""
         output = os.path.join(self.folder, "run.out")
-        job = dict(tool=tool, argv=[str(argument) for argument in argv], watch=os.path.abspath(watched), kill=kill,
-                   log=log, output=output, cwd=self.folder)
+        code = self._request(dict(tool=tool, argv=[str(argument) for argument in argv], watch=os.path.abspath(watched),
+                                  kill=kill, log=log, output=output, cwd=self.folder))
+        with open(output, errors="replace") as stream:
+            return code, stream.read()
+
+    def _request(self, job):
+        """Send `job` to the runner and return the exit code it replies."""
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
         reply = self.process.stdout.readline()
         assert reply, "the tool runner died"
-        with open(output, errors="replace") as stream:
-            return json.loads(reply)["code"], stream.read()
+        return json.loads(reply)["code"]
 
     def warm(self, path, function, argv):
         """Call `function` of the Python file `path` with `argv` in the runner's own process, before
         the runs it forks: whatever it loads or caches, every later run starts with. Asserts success."""
         output = os.path.join(self.folder, "warm.out")
-        job = dict(tool=f"call:{path}:{function}", argv=[str(argument) for argument in argv], in_server=True,
-                   output=output)
-        self.process.stdin.write(json.dumps(job) + "\n")
-        self.process.stdin.flush()
-        reply = self.process.stdout.readline()
-        assert reply, "the tool runner died"
-        if json.loads(reply)["code"] != 0:
+        if self._request(dict(tool=f"call:{path}:{function}", argv=[str(argument) for argument in argv],
+                              in_server=True, output=output)) != 0:
             with open(output, errors="replace") as stream:
                 raise AssertionError(f"warming the tool runner failed: {stream.read()[-3000:]}")
 
