@@ -7,8 +7,9 @@ symlink, symlinkat, write, pwrite64, writev, sendfile, copy_file_range, ftruncat
 fdatasync. Python, Paddle, ONNX, protobuf and safetensors all reach the kernel through them. It
 counts the calls whose path (or whose descriptor's file) lies under the watched folder or in a
 hidden sibling named after it (a staging folder beside it), and logs each one (`calls`: the
-unbroken run), or sends its process SIGKILL as the N-th one starts (`kill`): what the file system
-holds then is what the calls before it made.
+unbroken run), sends its process SIGKILL as the N-th one starts (`kill`), or SIGSTOP as each of
+several starts (`stopped_states`, which copies what the file system holds at each stop and lets
+the run go on): what the file system holds then is what the calls before it made.
 
 Every rename, unlink, rmdir, mkdir, link and fsync is a kill point; of the writes to one file the
 first and the last (the writes between leave the same kind of state: the file partly written).
@@ -22,6 +23,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,9 +48,13 @@ SHIM_SOURCE = r"""
 static char watched[PATH_MAX], hidden_sibling[PATH_MAX];
 static int log_fd = -1;
 static long kill_at = 0, calls = 0;
+static long stops[4096];
+static int stop_count = 0, next_stop = 0;
 
-/* watch `folder`, log each watched call to `log` (NULL: none), kill at the `kill`-th (0: never) */
-void crash_points_configure(const char* folder, const char* log, long kill) {
+/* watch `folder`, log each watched call to `log` (NULL: none), kill at the `kill`-th (0: never),
+   stop the process (SIGSTOP, every thread) as each of the calls numbered in `stop_at` starts
+   (increasing, comma-separated; NULL or "": none) */
+void crash_points_configure(const char* folder, const char* log, long kill, const char* stop_at) {
   snprintf(watched, sizeof watched, "%s", folder);
   const char* slash = strrchr(watched, '/');
   snprintf(hidden_sibling, sizeof hidden_sibling, "%.*s/.%s", (int)(slash - watched), watched, slash + 1);
@@ -56,13 +62,20 @@ void crash_points_configure(const char* folder, const char* log, long kill) {
   log_fd = log && *log ? (int)syscall(SYS_open, log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
   kill_at = kill;
   calls = 0;
+  stop_count = next_stop = 0;
+  for (const char* at = stop_at; at && *at && stop_count < (int)(sizeof stops / sizeof *stops); at++) {
+    char* end;
+    stops[stop_count++] = strtol(at, &end, 10);
+    if (*end != ',') break;
+    at = end;
+  }
 }
 
 __attribute__((constructor)) static void settings(void) {
   const char* folder = getenv("CRASH_WATCH");
   if (folder == NULL || !*folder) return;
   const char* kill = getenv("CRASH_KILL");
-  crash_points_configure(folder, getenv("CRASH_LOG"), kill && *kill ? atol(kill) : 0);
+  crash_points_configure(folder, getenv("CRASH_LOG"), kill && *kill ? atol(kill) : 0, NULL);
   unsetenv("CRASH_WATCH"); unsetenv("CRASH_LOG"); unsetenv("CRASH_KILL");  /* the children run free */
 }
 
@@ -105,6 +118,11 @@ static void point(const char* call, const char* path) {
     syscall(SYS_write, log_fd, line, n);
   }
   if (kill_at && count == kill_at) syscall(SYS_kill, getpid(), SIGKILL);
+  while (next_stop < stop_count && stops[next_stop] < count) next_stop++;
+  if (next_stop < stop_count && stops[next_stop] == count) {
+    next_stop++;
+    syscall(SYS_kill, getpid(), SIGSTOP);  /* the whole process, as a kill would end it; SIGCONT goes on */
+  }
 }
 
 #define REAL(name) static __typeof__(name)* real_##name; if (!real_##name) real_##name = dlsym(RTLD_NEXT, #name)
@@ -136,7 +154,8 @@ int fdatasync(int fd) { REAL(fdatasync); char buffer[PATH_MAX]; point("fsync", o
 SERVER = r"""
 import ctypes, json, os, sys
 library = ctypes.CDLL(sys.argv[1])
-library.crash_points_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long]
+library.crash_points_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long, ctypes.c_char_p]
+import signal
 from paddle_vit import cli
 from paddle_vit.cli import convert_weights, export, train  # the tools' imports, done once
 def call(job):  # a function of a test's module: call:PATH:NAME
@@ -162,7 +181,8 @@ for line in sys.stdin:
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.chdir(job["cwd"])
-        library.crash_points_configure(job["watch"].encode(), (job["log"] or "").encode(), job["kill"])
+        library.crash_points_configure(job["watch"].encode(), (job["log"] or "").encode(), job["kill"],
+                                       ",".join(map(str, job["stops"])).encode())
         try:
             if job["tool"].startswith("call:"):
                 code = call(job)
@@ -177,7 +197,14 @@ for line in sys.stdin:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code or 0)
-    _, status = os.waitpid(pid, 0)
+    while True:
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            break
+        print(json.dumps({"stopped": True}), flush=True)  # at a stop point: the test looks, then says go on
+        if not sys.stdin.readline():  # the test went away
+            os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGCONT)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     print(json.dumps({"code": code}), flush=True)
 """
@@ -196,23 +223,39 @@ class ToolRunner:
         self.process = subprocess.Popen([sys.executable, "-c", SERVER, library], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=environment, cwd=folder)
 
-    def run(self, tool, argv, watched, kill=0, log=None):
+    def run(self, tool, argv, watched, kill=0, log=None, stops=(), at_stop=None):
         """(exit code, or -signal; the run's output) of `tool` (a command of `paddle_vit.cli`:
         train, export, convert; or ``call:PATH:FUNCTION``, a function of a Python file called with
-        `argv`) with `argv`, watching `watched`, killed at its `kill`-th watched call (0: never)."""
+        `argv`) with `argv`, watching `watched`, killed at its `kill`-th watched call (0: never),
+        stopped as each watched call numbered in `stops` starts, `at_stop()` called while it is."""
         output = os.path.join(self.folder, "run.out")
         code = self._request(dict(tool=tool, argv=[str(argument) for argument in argv], watch=os.path.abspath(watched),
-                                  kill=kill, log=log, output=output, cwd=self.folder))
+                                  kill=kill, log=log, stops=sorted(stops), output=output, cwd=self.folder), at_stop)
         with open(output, errors="replace") as stream:
             return code, stream.read()
 
-    def _request(self, job):
-        """Send `job` to the runner and return the exit code it replies."""
-        self.process.stdin.write(json.dumps(job) + "\n")
+    def _request(self, job, at_stop=None):
+        """Send `job` to the runner and return the exit code it replies; `at_stop()` at each stop."""
+        self._send(json.dumps(job))
+        failure = None
+        while True:
+            reply = self.process.stdout.readline()
+            assert reply, "the tool runner died"
+            reply = json.loads(reply)
+            if not reply.get("stopped"):
+                if failure is not None:
+                    raise failure
+                return reply["code"]
+            if failure is None:  # after a failure the run goes on to its end unlooked at, then it is raised
+                try:
+                    at_stop()
+                except BaseException as error:
+                    failure = error
+            self._send("go on")
+
+    def _send(self, line):
+        self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
-        reply = self.process.stdout.readline()
-        assert reply, "the tool runner died"
-        return json.loads(reply)["code"]
 
     def warm(self, path, function, argv):
         """Call `function` of the Python file `path` with `argv` in the runner's own process, before
@@ -320,3 +363,95 @@ def kill(runner, tool, argv, watched, point):
     """Run the tool and kill it as the call of `point` starts (asserted: it was reached)."""
     code, output = runner.run(tool, argv, watched, kill=point.count)
     assert code == -signal.SIGKILL, f"not killed at {point} ({code}): {output[-3000:]}"
+
+
+def stopped_states(runner, tool, argv, watched, points, into):
+    """What a kill at each of `points` leaves, from one run: {point: a folder of `into` holding a
+    copy of `watched` and its hidden siblings as they were when the run reached the point}.
+
+    A SIGKILL as a call starts leaves on disk exactly what the calls before it made; a process
+    stopped there (SIGSTOP, every thread at once) holds the file system in that state until it is
+    continued, so a copy taken meanwhile is the kill's result, at one run's cost instead of one run
+    per point. (A copy's files hold no flock, as a killed process's no longer do.) Asserts that
+    the run stops at each point, the same call as in the listing run, and succeeds."""
+    log = os.path.join(runner.folder, "stops.log")
+    if os.path.exists(log):
+        os.remove(log)
+    states, pending = {}, list(points)
+
+    def copy_at_stop():
+        with open(log) as lines:
+            count, call, _ = lines.readlines()[-1].rstrip("\n").split(" ", 2)
+        point = pending.pop(0)
+        assert (int(count), call) == (point.count, point.call), f"stopped at #{count} {call}, not at {point}"
+        states[point] = os.path.join(into, str(point.count))
+        copy_state(watched, states[point])
+
+    code, output = runner.run(tool, argv, watched, log=log, stops=[point.count for point in points],
+                              at_stop=copy_at_stop)
+    assert code == 0 and not pending, f"the stopped run failed ({code}) or missed {pending}: {output[-3000:]}"
+    return states
+
+
+def _entries(watched):
+    """The paths of `watched` and of its hidden siblings (``.NAME...``) that exist."""
+    parent, name = os.path.split(os.path.abspath(watched))
+    return [os.path.join(parent, entry) for entry in sorted(os.listdir(parent) if os.path.isdir(parent) else ())
+            if entry == name or entry.startswith("." + name)]
+
+
+def _copy(source, target):
+    if os.path.isdir(source) and not os.path.islink(source):
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+def copy_state(watched, into):
+    """Copy `watched` and its hidden siblings into the new folder `into` (times, modes and
+    symlinks kept)."""
+    os.makedirs(into)
+    for path in _entries(watched):
+        _copy(path, os.path.join(into, os.path.basename(path)))
+
+
+def restore_state(state, watched):
+    """Make `watched` and its hidden siblings what `copy_state` copied into `state`."""
+    for path in _entries(watched):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    parent = os.path.dirname(os.path.abspath(watched))
+    os.makedirs(parent, exist_ok=True)
+    for entry in sorted(os.listdir(state)):
+        _copy(os.path.join(state, entry), os.path.join(parent, entry))
+
+
+def layout(watched):
+    """What is under `watched` and its hidden siblings, as two runs of the same writer would both
+    leave it at the same point: each entry's path and kind (a folder, a file, a symlink and its
+    target), a hidden entry's random part (a temporary name's letters, a process id) left out."""
+    found = []
+    for top in _entries(watched):
+        for where, folders, files in os.walk(top):
+            for entry in folders + files:
+                path = os.path.join(where, entry)
+                kind = ("-> " + os.readlink(path) if os.path.islink(path)
+                        else "folder" if os.path.isdir(path) else "file")
+                found.append((_without_random_parts(os.path.relpath(path, os.path.dirname(top))), kind))
+        found.append((_without_random_parts(os.path.basename(top)), "folder" if os.path.isdir(top) else "file"))
+    return sorted(found)
+
+
+def _without_random_parts(path):
+    """`path` with each hidden component's random part replaced: ``.model.safetensors.k2j4h1x9.tmp``
+    becomes ``.model.safetensors.*.tmp``, ``.export-staging-3kd9x`` ``.export-staging-*``, a
+    process id ``*``."""
+    parts = []
+    for part in path.split(os.sep):
+        if part.startswith("."):
+            part = re.sub(r"(?<=[.\-_])[A-Za-z0-9_]{5,}(?=\.tmp$|$)", "*", part)
+            part = re.sub(r"\d+", "*", part)
+        parts.append(part)
+    return os.sep.join(parts)

@@ -4,12 +4,16 @@ next command working (predict on an export, reading a published folder, resuming
 the export again). docs/deployment.md and docs/training.md list what survives a kill where, one
 row per test here.
 
-Each writer runs once to list its calls, then once per kill point; the number of kill points is
-printed (pytest -s) and the test fails if a writer makes none. Slow: a few seconds per point.
+Each writer runs once to list its calls, then once stopped at each kill point, where what a kill
+would leave is copied (crash_points.stopped_states); three of the points are also killed for
+real and the kill's result compared with the copy. The number of kill points is printed in the
+summary and the test fails if a writer makes none. Slow: the checks after each point (the next
+run, once per kind of state left) cost a tool run each.
 """
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -95,20 +99,33 @@ def leftovers(folder):
     return inside + beside
 
 
-def each_kill(runner, tool_argv, out, prepare, record_property, share=(0, 1)):
-    """Yield each kill point of the tool run `tool_argv` after a kill there, `prepare()` making the
-    starting state before the listing run and before each kill; the count is recorded (the
-    summary prints it). `share` (index, of how many): every how-many-th point from the index-th,
-    so that tests each taking a share of the points together kill at every one."""
+def each_kill(runner, tool_argv, out, prepare, record_property):
+    """Yield each kill point of the tool run `tool_argv` with what a kill there leaves in place,
+    `prepare()` making the starting state before each run; the count is recorded (the summary
+    prints it).
+
+    The states come from one run stopped at each point (crash_points.stopped_states); at three
+    points (the first, the middle one, the last) the run is also killed for real, and what the
+    kill leaves is asserted to be what the stopped run's copy holds."""
     prepare()
     points = crash_points.kill_points(crash_points.calls(runner, *tool_argv, out), out)
     record_property("kill_points", len(points))
     assert points, "the writer made no file-system call under its folder"
-    index, count = share
-    for point in points[index::count]:
-        prepare()
-        crash_points.kill(runner, *tool_argv, out, point)
-        yield point
+    prepare()
+    folder = tempfile.mkdtemp(prefix="states-", dir=runner.folder)
+    try:
+        states = crash_points.stopped_states(runner, *tool_argv, out, points, folder)
+        for point in sorted({points[0], points[len(points) // 2], points[-1]}, key=lambda point: point.count):
+            prepare()
+            crash_points.kill(runner, *tool_argv, out, point)
+            killed = crash_points.layout(out)
+            crash_points.restore_state(states[point], out)
+            assert crash_points.layout(out) == killed, f"{point}: the kill left another state than the stop"
+        for point in points:
+            crash_points.restore_state(states[point], out)
+            yield point
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ---- export --------------------------------------------------------------------------------
@@ -144,12 +161,10 @@ def export_outputs(folder, batch, backend):
     return load_export(folder, backend=backend).outputs(batch)
 
 
-@pytest.mark.parametrize("share", [(0, 2), (1, 2)], ids=["even kill points", "odd kill points"])
 def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_predict_works(
-        export_runner, two_weights, tmp_path, record_property, share):
+        export_runner, two_weights, tmp_path, record_property):
     """Every format at once (a Paddle-only export makes the same calls for its files, fewer of
-    them; each kill point costs a whole export, so it is not run again on its own). The points in
-    two halves, one test each, so that two test processes share the three minutes they take."""
+    them, so it is not run again on its own)."""
     (old_weights, new_weights), batch, gate = two_weights
     formats = ("--format", "paddle", "--format", "onnx", "--quantize", "int8", "--gate-images", gate)
     backends = ("paddle", "onnxruntime")
@@ -167,7 +182,7 @@ def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_pr
         shutil.copytree(reference + "-old", out)
 
     argv, seen = export_argv(new_weights, out, *formats), set()
-    for point in each_kill(export_runner, argv, out, prepare, record_property, share):
+    for point in each_kill(export_runner, argv, out, prepare, record_property):
         generation = _generation(visible(out), whole, point)
         for backend in backends:  # predict works on what the kill left
             np.testing.assert_allclose(export_outputs(out, batch, backend), outputs[generation][backend],
