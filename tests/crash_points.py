@@ -342,6 +342,15 @@ def kill_points(points, watched):
     return sorted(chosen, key=lambda point: point.count)
 
 
+def points_to_kill_for_real(points, watched):
+    """Of the kill points of a run writing `watched`, the ones the crash tests also kill at for
+    real, to compare with the stopped run's copies: the first, the first after the staging
+    phase (the swap of a staged writer, where the output changes), the last."""
+    watched = os.path.abspath(watched)
+    after_staging = next((point for point in points if _staging_entry(point, watched) is None), points[-1])
+    return sorted({points[0], after_staging, points[-1]}, key=lambda point: point.count)
+
+
 def _staging_entry(point, watched):
     """(staging folder, its entry) when the call of `point` is on a hidden staging folder of
     `watched` (a sibling ``.NAME...``, or a hidden folder inside it: made by mkdir, or holding the

@@ -5,8 +5,8 @@ the export again). docs/deployment.md and docs/training.md list what survives a 
 row per test here.
 
 Each writer runs once to list its calls, then once stopped at each kill point, where what a kill
-would leave is copied (crash_points.stopped_states); three of the points are also killed for
-real and the kill's result compared with the copy. The number of kill points is printed in the
+would leave is copied (crash_points.stopped_states); three of the points (the first, the swap,
+the last) are also killed for real and the kill's result compared with the copy. The number of kill points is printed in the
 summary and the test fails if a writer makes none. Slow: the checks after each point (the next
 run, once per kind of state left) cost a tool run each.
 """
@@ -104,9 +104,10 @@ def each_kill(runner, tool_argv, out, prepare, record_property):
     `prepare()` making the starting state before each run; the count is recorded (the summary
     prints it).
 
-    The states come from one run stopped at each point (crash_points.stopped_states); at three
-    points (the first, the middle one, the last) the run is also killed for real, and what the
-    kill leaves is asserted to be what the stopped run's copy holds."""
+    The states come from one run stopped at each point (crash_points.stopped_states); at up to
+    three points (the first, the swap, the last: crash_points.points_to_kill_for_real) the run is
+    also killed for real, and what the kill leaves is asserted to be what the stopped run's copy
+    holds."""
     prepare()
     points = crash_points.kill_points(crash_points.calls(runner, *tool_argv, out), out)
     record_property("kill_points", len(points))
@@ -115,7 +116,7 @@ def each_kill(runner, tool_argv, out, prepare, record_property):
     folder = tempfile.mkdtemp(prefix="states-", dir=runner.folder)
     try:
         states = crash_points.stopped_states(runner, *tool_argv, out, points, folder)
-        for point in sorted({points[0], points[len(points) // 2], points[-1]}, key=lambda point: point.count):
+        for point in crash_points.points_to_kill_for_real(points, out):
             prepare()
             crash_points.kill(runner, *tool_argv, out, point)
             killed = crash_points.layout(out)

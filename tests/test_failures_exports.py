@@ -1,14 +1,12 @@
 """Exports and published folders onto any folder, inflicted for real on small mounted file
 systems: a mount point (which cannot be renamed), a read-only mount, a disk that fills up, and a
-folder left by a run killed while its files were moved in; an export killed by strace at its
-swap; a disk filling while paddle2onnx, ONNX Runtime or safetensors writes, simulated for any
-user. One clear line and exit code 2, nothing half written, the previous output whole;
+folder left by a run killed while its files were moved in; a disk filling while paddle2onnx,
+ONNX Runtime or safetensors writes, simulated for any user. (Kills at every call, the swap
+among them: tests/test_crash_consistency.py.) One clear line and exit code 2, nothing half written, the previous output whole;
 docs/troubleshooting.md's fault table lists these cases. (To be merged into tests/test_failures.py.)"""
 import contextlib
 import json
 import os
-import re
-import shutil
 
 import pytest
 
@@ -307,175 +305,6 @@ def test_a_published_folder_onto_a_disk_too_small_says_how_much_room_it_needs(tm
         assert_one_line_error(*publish(out, capsys), f"cannot write the timm folder to {out}",
                               f"No space left on device: {disk} has", "MiB needed")
         assert os.listdir(disk) == []
-
-
-# ---- an export over an export, killed at its swap by strace ------------------------------------
-
-STRACE = shutil.which("strace")
-OLD_AND_NEW = ("old", "new")
-
-
-@pytest.fixture(scope="module")
-def two_exports(tmp_path_factory):
-    """Two weight files of the small ViT (seeds 0 and 1), their exports, and a batch with the
-    outputs each export gives for it: what tells the two exports apart."""
-    import numpy as np
-    import paddle
-
-    from paddle_vit.deploy.inference import load_export
-    folder = tmp_path_factory.mktemp("two_exports")
-    weights, outputs, batch = {}, {}, np.random.default_rng(0).standard_normal((2, 3, 14, 14)).astype(np.float32)
-    for seed, generation in enumerate(OLD_AND_NEW):
-        paddle.seed(seed)
-        weights[generation] = folder / f"{generation}.safetensors"
-        save_weights(create_model("vit_walkthrough", **SMALL), str(weights[generation]))
-        reference = folder / generation
-        assert EXPORT.main(["--weights", str(weights[generation]), *MODEL_FLAGS, "--out", str(reference)]) == 0
-        outputs[generation] = load_export(reference, backend="paddle").outputs(batch)
-    return weights, outputs, batch, folder
-
-
-def same_export(folder, reference):
-    """The same files, the same preprocess.json and the same tensors in model.safetensors (whose
-    header Paddle writes in no fixed order; the traced program names its parameters after the
-    layers the process made before: predict's outputs tell those apart)."""
-    import numpy as np
-    from safetensors.numpy import load_file
-    found, expected = contents(folder), contents(reference)
-    if sorted(found) != sorted(expected) or found["preprocess.json"] != expected["preprocess.json"]:
-        return False
-    tensors = [load_file(os.path.join(place, "model.safetensors")) for place in (folder, reference)]
-    return sorted(tensors[0]) == sorted(tensors[1]) and all(np.array_equal(tensors[0][name], tensors[1][name])
-                                                            for name in tensors[0])
-
-
-TRACED_EXPORT = r"""
-import os, sys, time
-from paddle_vit.cli import entry
-from paddle_vit.cli import export  # the tool's imports, made before the trace begins
-strace, trace, inject, *argv = sys.argv[1:]
-pid = os.fork()
-if pid == 0:  # the export, once strace (its parent now) is attached
-    while "TracerPid:\t0" in open("/proc/self/status").read():
-        time.sleep(0.01)
-    try:
-        code = entry("export", argv, in_process=True)
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
-print(pid, flush=True)
-os.execv(strace, [strace, "-f", "-q", "-y", "-o", trace, "-e", "trace=rename,renameat,renameat2,unlinkat",
-                  *(["-e", inject] if inject else []), "-p", str(pid)])
-"""
-
-
-def strace_export(weights, out, trace, inject=""):
-    """tools/export.py's command under strace (`inject`: strace's -e inject=...), which writes
-    `trace`; returns the export's process id. A process that has imported the tool forks the
-    export and becomes strace, which attaches to it: Paddle's start-up runs untraced (seconds
-    under ptrace), and strace is the export's parent, which any user may trace."""
-    import subprocess
-    import sys
-    argv = ["--weights", str(weights), *MODEL_FLAGS, "--out", str(out)]
-    result = subprocess.run([sys.executable, "-c", TRACED_EXPORT, STRACE, str(trace), inject, *argv],
-                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
-    assert result.stdout.split(), result.stderr[-2000:]
-    return result.stdout.split()[0]
-
-
-def export_calls(trace, pid):
-    """([(system call, its line)] of the export's process `pid` in order (not its threads' or
-    children's; a call another thread's interrupted counted once), how it ended: "exited with 0",
-    "killed by SIGKILL")."""
-    calls, end = [], None
-    for line in open(trace).read().splitlines():
-        who, _, call = line.partition(" ")
-        call = call.lstrip()  # strace pads the process id to 5 characters
-        name = call.split("(", 1)[0]
-        if who != pid:
-            continue
-        if call.startswith("+++ "):
-            end = call.strip("+ ")
-        elif name.isidentifier():
-            calls.append((name, call))
-    return calls, end
-
-
-SWAPPED_IN = re.compile(r'/\.export\.export-[^/"]+/export", (AT_FDCWD, )?"[^"]*/export"')
-KILL_AT = {  # where: (over an earlier export, which call: f(the call, the calls before it))
-    "the exchange": (True, lambda call, before: "RENAME_EXCHANGE" in call),
-    "the removal of the previous export": (True, lambda call, before: call.startswith("unlinkat(")
-                                           and "/.export.export-" in call
-                                           and any("RENAME_EXCHANGE" in line for _, line in before)),
-    "the rename of a new export into place": (False, lambda call, before: call.startswith("rename")
-                                              and SWAPPED_IN.search(call) is not None),
-}
-
-
-@pytest.fixture(scope="module")
-def listed_calls():
-    """{over an earlier export: the export's calls}, each listed once (a traced run takes ~10 s:
-    the export makes tens of thousands of memory calls, each a stop under ptrace)."""
-    return {}
-
-
-def target_call(calls, accepts):
-    """(system call, its ordinal among the calls of that name: strace's count, the line) of the
-    first of `calls` that `accepts(line, the calls before it)`."""
-    for index, (name, line) in enumerate(calls):
-        if accepts(line, calls[:index]):
-            return name, sum(other == name for other, _ in calls[:index + 1]), line
-    raise AssertionError(f"no such call in {[line for _, line in calls]}")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(STRACE is None, reason="needs strace")
-@pytest.mark.parametrize("where", list(KILL_AT))
-def test_an_export_killed_at_its_swap_leaves_one_whole_export_that_predict_reads(two_exports, listed_calls, tmp_path,
-                                                                              capsys, where):
-    """SIGKILL injected by strace as the call `where` starts (a listing run finds it): the folder
-    is the previous export whole (for a new folder: no export) or the new one whole, predict on
-    it gives that export's outputs, and the next export replaces it and removes what the kill
-    left beside it."""
-    import numpy as np
-
-    from paddle_vit.deploy.inference import load_export
-    weights, outputs, batch, references = two_exports
-    over_an_export, accepts = KILL_AT[where]
-    out = tmp_path / "export"
-
-    def prepare():
-        shutil.rmtree(out, ignore_errors=True)
-        for name in os.listdir(tmp_path):
-            if name.startswith(".export."):
-                shutil.rmtree(tmp_path / name)
-        if over_an_export:
-            shutil.copytree(references / "old", out)
-
-    if over_an_export not in listed_calls:
-        prepare()
-        pid = strace_export(weights["new"], out, tmp_path / "calls.trace")
-        calls, end = export_calls(tmp_path / "calls.trace", pid)
-        assert end == "exited with 0", end
-        listed_calls[over_an_export] = calls
-    name, ordinal, line = target_call(listed_calls[over_an_export], accepts)
-    prepare()
-    pid = strace_export(weights["new"], out, tmp_path / "kill.trace", f"inject={name}:signal=SIGKILL:when={ordinal}")
-    killed, end = export_calls(tmp_path / "kill.trace", pid)
-    assert end == "killed by SIGKILL" and accepts(killed[-1][1], killed[:-1]), f"not killed at {line}: {killed[-1:]}"
-    left = [generation for generation in OLD_AND_NEW if out.is_dir() and same_export(out, references / generation)]
-    if left:
-        np.testing.assert_allclose(load_export(out, backend="paddle").outputs(batch), outputs[left[0]], rtol=1e-5,
-                                   atol=1e-6)
-    else:
-        assert not over_an_export and not out.exists(), f"neither export whole: {sorted(os.listdir(out))}"
-    assert [name for name in os.listdir(tmp_path) if name.startswith(".export.")], "the kill left nothing beside"
-    assert export(weights["new"], out, capsys)[0] == 0
-    assert same_export(out, references / "new")
-    np.testing.assert_allclose(load_export(out, backend="paddle").outputs(batch), outputs["new"], rtol=1e-5, atol=1e-6)
-    assert [name for name in os.listdir(tmp_path) if name.startswith(".")] == []
 
 
 # ---- a disk that fills while a library writes, simulated for any user -------------------------

@@ -2,8 +2,7 @@
 folders: the new output swapped in whole by one exchange, the fallback that moves files in where
 the exchange is refused, the system call used where the C library lacks it, and what a killed
 run leaves beside the folder recognised and removed by the next one, never a folder of the
-user's nor one another run is still writing. (Kills at every call: tests/test_crash_consistency.py;
-under strace: tests/test_failures_exports.py.)"""
+user's nor one another run is still writing. (Kills at every call: tests/test_crash_consistency.py.)"""
 import ctypes
 import errno
 import os
