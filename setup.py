@@ -43,7 +43,7 @@ setup(
         # tools (--quantize int8) import ml_dtypes, which onnxruntime does not require itself
         "onnx": ["paddle2onnx>=2.0", "onnxruntime", "ml_dtypes"],
         # the notebooks are executed by the tests, and the ONNX export is checked against onnxruntime
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime",
+        "test": ["pytest", "pytest-xdist>=3.2", "nbclient", "nbformat", "ipykernel", "paddle2onnx>=2.0", "onnxruntime",
                  "ml_dtypes"],
     },
 )
