@@ -112,6 +112,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle_vit.variants import compiled
 
+if len(sys.argv) > 2:  # the compiler stood in for (BUILD_BY_COPY, the library it copies)
+    compiled.BUILD_CHILD = sys.argv[2]
 loaded = threading.Event()
 
 def another_thread():  # a notebook's cell, a log: what it writes must reach the output untouched
@@ -131,8 +133,24 @@ np.testing.assert_allclose(library.paddle_vit_softmax(scores, 2).numpy(), F.soft
                            rtol=1e-5, atol=1e-7)
 np.testing.assert_allclose(library.paddle_vit_gelu(x, 2).numpy(), F.gelu(x).numpy(), rtol=1e-5, atol=1e-6)
 """
-# the build stood in for by a copy of a library built already (kernel_cache_writer.py): what is
-# tested is the cache's choice to build, not the compiler
+# The build's child process with the compiler stood in for: it is started, its output sent to
+# build.log and its library found as the cache runs Paddle's builder, but it prints a compile line
+# per source (with the flags the cache passed) and copies a library built already. What is tested
+# is the cache's choice to build and where the build's output goes; the compiler's own run is the
+# machine's build, whose log test_the_machines_build_compiled_each_source_with_the_projects_flags
+# reads, and it runs again whenever a source changes (the sources are part of the build's key).
+BUILD_BY_COPY = """
+import json, os, shutil, sys, time
+arguments = json.loads(sys.argv[1])
+for source in arguments["sources"]:
+    print("c++ -c", source, " ".join(arguments["extra_cxx_cflags"]), flush=True)
+    time.sleep(0.3)  # a build takes seconds: the other thread writes meanwhile
+target = os.path.join(arguments["build_directory"], arguments["name"], arguments["name"] + ".so")
+os.makedirs(os.path.dirname(target), exist_ok=True)
+shutil.copyfile(%r, target)
+print("c++ -shared -o", target, " ".join(arguments["extra_ldflags"]), flush=True)
+"""
+# the whole build stood in for by a copy of a library built already (kernel_cache_writer.py)
 LOAD_BUILDING_BY_COPY = """
 import runpy, sys
 sys.exit(runpy.run_path(sys.argv[1])["main"](sys.argv[2:]))
@@ -149,7 +167,35 @@ def builds_logged(folder):
         return sum(line.startswith(compiled.BUILD_HEADER) for line in log)
 
 
-@pytest.mark.slow  # one whole build of the kernels: 25-80 s
+def last_build_log(folder):
+    """The lines of `folder`'s build.log from its last build's header on."""
+    with open(os.path.join(folder, compiled.LOG), errors="replace") as log:
+        lines = log.read().splitlines()
+    starts = [index for index, line in enumerate(lines) if line.startswith(compiled.BUILD_HEADER)]
+    assert starts, "build.log names no build"
+    return lines[starts[-1]:]
+
+
+def compiles_each_source_and_links(lines):
+    """Each of the kernels' sources on a compile line with the project's flags, and a link."""
+    for source in compiled.SOURCES:
+        assert any(os.path.basename(source) in line and "-fno-trapping-math" in line and "-O3" in line
+                   for line in lines), source
+    assert any(line.split()[:1] in (["g++"], ["c++"]) and "-shared" in line for line in lines)  # the link
+
+
+@pytest.mark.skipif(not compiled.build_possible() or os.environ.get(compiled.SWITCH_VARIABLE, "").strip() == "0",
+                    reason="no C++ compiler: nothing is built")
+def test_the_machines_build_compiled_each_source_with_the_projects_flags():
+    """The kernels this machine uses (built at their first use, in the user's cache, by the
+    compiler through Paddle's builder): the build's log shows each source compiled with the
+    project's flags and the library linked."""
+    library = compiled.kernel_library()
+    assert library is not None and hasattr(library, "paddle_vit_encoder_layer")
+    compiles_each_source_and_links(last_build_log(os.path.join(compiled.cache_folder(), KEY)))
+
+
+@pytest.mark.slow  # six processes that start Paddle: 15-30 s
 @pytest.mark.skipif(not compiled.build_possible(), reason="no C++ compiler: nothing is built")
 def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(tmp_path):
     """Three copies of the package (two clones, an install) share one cache: the two started
@@ -157,7 +203,8 @@ def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(t
     theirs) and both load them, computing what Paddle's kernels compute;
     the third loads them as built, three times, and no process leaves a file in the cache. A
     library then cut short (to its first 1%, which ends a process that maps it with SIGBUS) is
-    built again by the next process, which loads it."""
+    built again by the next process, which loads it. The compiler stood in for (BUILD_BY_COPY)."""
+    built = compiled.kernel_library().__file__  # the machine's own build, copied as the compiler's output
     copies = []
     for name in ("clone_a", "clone_b", "install"):
         shutil.copytree(os.path.join(REPO, "paddle_vit"), tmp_path / name / "paddle_vit",
@@ -165,6 +212,7 @@ def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(t
         copies.append(str(tmp_path / name))
     env = {key: value for key, value in os.environ.items() if key not in (compiled.SWITCH_VARIABLE, "PYTHONPATH")}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    build_by_copy = BUILD_BY_COPY % built
 
     def start(copy, script=LOAD, *arguments):
         return subprocess.Popen([sys.executable, "-W", "ignore:No ccache found:UserWarning", "-c", script, *arguments],
@@ -175,7 +223,7 @@ def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(t
         output, errors = process.communicate(timeout=900)
         assert process.returncode == 0, (process.returncode, errors[-2000:])
         return output.splitlines(), errors
-    outputs = [succeeds(process) for process in [start(copy, LOAD, copy) for copy in copies[:2]]]
+    outputs = [succeeds(process) for process in [start(copy, LOAD, copy, build_by_copy) for copy in copies[:2]]]
     (folder,) = glob.glob(str(tmp_path / "cache" / "paddle_vit" / "kernels" / "*"))
     key = os.path.basename(folder)
     assert builds_logged(folder) == 1
@@ -189,13 +237,11 @@ def test_two_checkouts_starting_together_build_once_and_a_third_builds_nothing(t
     with open(os.path.join(folder, compiled.LOG)) as log:
         text = log.read()
     assert "another thread" not in text
-    for source in compiled.SOURCES:
-        assert any(os.path.basename(source) in line and "-fno-trapping-math" in line for line in text.splitlines())
-    assert any(line.split()[:1] in (["g++"], ["c++"]) and "-shared" in line for line in text.splitlines())  # the link
-    built = files_in(folder)
+    compiles_each_source_and_links(text.splitlines())  # the cache passed the project's flags
+    cached = files_in(folder)
     for _ in range(3):
-        succeeds(start(copies[2], LOAD, copies[2]))
-    assert builds_logged(folder) == 1 and files_in(folder) == built  # nothing built, nothing added
+        succeeds(start(copies[2], LOAD, copies[2], build_by_copy))
+    assert builds_logged(folder) == 1 and files_in(folder) == cached  # nothing built, nothing added
     assert os.path.isdir(os.path.join(folder, compiled.SOURCE_COPY)) and compiled.library_intact(folder, key)
 
     library = compiled.library_path(folder, key)
