@@ -181,7 +181,7 @@ def test_the_quick_experiment_runs_and_a_killed_run_redone_gives_the_unbroken_re
     assert unbroken["train_images"] == [359] and set(unbroken["students"]) == set(MODES)
     assert (tmp_path / "out" / "deit_budget_experiment.png").stat().st_size > 10_000
     # a kill during the hard student's run: its folder without its outcome; the rest finished
-    hard = next(job for job in experiment_jobs(fractions=(0.25,), seeds=(0,), steps=40) if job["mode"] == "hard")
+    hard = next(job for job in experiment_jobs(**deit_budget.QUICK) if job["mode"] == "hard")
     os.remove(os.path.join(run_folder(str(tmp_path / "work"), hard), deit_budget.OUTCOME))
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
