@@ -549,6 +549,7 @@ def test_a_tool_restarts_itself_with_the_chosen_malloc_and_the_same_arguments():
         "library such as libtcmalloc_minimal.so.4"]
 
 
+@pytest.mark.slow  # tool runs in child processes: 3-5 s
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not runtime.find_tcmalloc(),
                     reason="tcmalloc is not installed (apt install libtcmalloc-minimal4): the tools then use "
                            "oneTBB's malloc from the tbb wheel, tested above")

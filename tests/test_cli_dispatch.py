@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from paddle_vit import cli
 from repo_paths import REPO, TOOLS
 
@@ -58,6 +60,7 @@ def test_importing_the_cli_and_a_script_imports_no_paddle():
     assert seen is None  # paddle was never imported
 
 
+@pytest.mark.slow  # a child Python that starts Paddle: 2-4 s
 def test_a_script_makes_the_settings_before_paddle_is_imported():
     code, seen, stdout, stderr = probe(os.path.join(TOOLS, "train.py"), "--help")
     assert code == 0, stderr[-2000:]
@@ -66,6 +69,7 @@ def test_a_script_makes_the_settings_before_paddle_is_imported():
     assert "No ccache found" not in stderr  # the warning filter was in place when Paddle loaded
 
 
+@pytest.mark.slow  # a child Python that starts Paddle: 2-4 s
 def test_the_console_makes_the_settings_before_paddle_is_imported():
     code, seen, stdout, stderr = probe("eval", "--help")
     assert code == 0, stderr[-2000:]

@@ -83,6 +83,7 @@ def test_one_predict_opens_each_file_of_a_weights_folder_once(tmp_path, photo):
     assert opens_of_predict(str(tmp_path / "run"), ["--weights", checkpoint, photo]) == {"last.pdckpt": 1}
 
 
+@pytest.mark.slow  # a predict under strace: 3-5 s
 @pytest.mark.skipif(shutil.which("strace") is None, reason="counting every open (Rust's too) needs strace")
 def test_one_predict_opens_the_safetensors_twice_at_most_counted_by_the_system(tmp_path, photo):
     trace = tmp_path / "trace"
