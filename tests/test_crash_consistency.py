@@ -6,9 +6,9 @@ row per test here.
 
 Each writer runs once to list its calls, then once stopped at each kill point, where what a kill
 would leave is copied (crash_points.stopped_states); three of the points (the first, the swap,
-the last) are also killed for real and the kill's result compared with the copy. The number of kill points is printed in the
-summary and the test fails if a writer makes none. Slow: the checks after each point (the next
-run, once per kind of state left) cost a tool run each.
+the last) are also killed for real and the kill's result compared with the copy. The number of
+kill points is printed in the summary and the test fails if a writer makes none. Slow: the checks
+after each point (the next run, once per kind of state left) cost a tool run each.
 """
 import json
 import os
