@@ -113,6 +113,7 @@ def test_an_export_onto_a_read_only_mount_says_so_in_one_line(weights, read_only
     assert os.listdir(read_only_folder) == []
 
 
+@pytest.mark.slow  # two exports: 2-4 s
 @pytest.mark.root
 def test_an_export_onto_a_full_disk_says_so_and_leaves_the_previous_export_whole(weights, tiny_disk, capsys):
     assert_a_full_disk_keeps_the_previous_whole(lambda out, *options: export(weights, out, capsys, *options),

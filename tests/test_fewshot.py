@@ -204,6 +204,7 @@ def fewshot_of_checkpoint(config, path):
     return fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 5), seeds=(0, 1), num_classes=10), len(test_y)
 
 
+@pytest.mark.slow  # a training run and an eval: 2-4 s
 def test_training_logs_the_fewshot_accuracy_of_its_checkpoints_and_eval_reproduces_it(tmp_path, capsys):
     from visualdl import LogReader
     from paddle_vit.engine.trainer import Trainer

@@ -150,6 +150,7 @@ def test_use_language_refuses_an_unknown_language(restore_fonts):
         viz.use_language("zh")
 
 
+@pytest.mark.slow  # a child Python that imports the library and matplotlib: 2-3 s
 def test_importing_the_library_leaves_matplotlib_fonts_alone():
     import subprocess
     import sys

@@ -26,6 +26,7 @@ def small_model():
     return model
 
 
+@pytest.mark.slow  # two predictor exports: 2-4 s
 @needs_bf16
 def test_the_bf16_predictor_really_computes_in_bf16_and_stays_close_to_fp32():
     model = small_model()
@@ -127,6 +128,7 @@ def test_benchmark_bf16_on_cpu_needs_the_predictor(capsys):
     assert code == 2 and "--dtype bf16 on CPU runs on the predictor" in lines[-1], lines
 
 
+@pytest.mark.slow  # the benchmark's timed products: 2-4 s
 def test_gemm_mode_measures_the_fp32_and_bf16_limits(capsys):
     from paddle_vit.bench.limits import gemm_limits
 

@@ -147,10 +147,10 @@ def test_parameter_count_architecture_and_eval_transform_match_timms_record(name
     np.testing.assert_allclose(ours["mean"], cfg["mean"]) and np.testing.assert_allclose(ours["std"], cfg["std"])
 
 
-@pytest.mark.parametrize("case", ["eva02_tiny_patch14_224",  # the fast loop's; each case an export: 3-8 s
-                                  pytest.param("vit_small_patch16_rope_mixed_ape_224", marks=pytest.mark.slow),
-                                  pytest.param("vit_small_patch16_dinov3_qkvb", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("engine", ["predictor", pytest.param("onnxruntime", marks=pytest.mark.slow)])
+@pytest.mark.slow  # each case an export: 3-8 s
+@pytest.mark.parametrize("case", ["eva02_tiny_patch14_224", "vit_small_patch16_rope_mixed_ape_224",
+                                  "vit_small_patch16_dinov3_qkvb"])
+@pytest.mark.parametrize("engine", ["predictor", "onnxruntime"])
 def test_the_deployment_engines_compute_the_rope_model_as_the_eager_one(case, engine):
     """Traced for paddle.inference and exported to ONNX, the rotary tables are constants of the
     graph (mixed RoPE: computed from its frequencies in it) and the outputs the eager model's."""
