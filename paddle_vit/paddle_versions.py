@@ -31,6 +31,7 @@ SEEDED_DROPOUT = "seeded dropout op"
 SHARED_REPLICAS = "replicas sharing memory"
 DATALOADER_ITERATOR = "DataLoader iterator's shutdown"
 SHARED_MEMORY_BATCHES = "DataLoader batches moved into shared memory"
+CONVERSIONS_PER_FUNCTION = "dy2static conversions kept per function"
 
 DEPENDENCIES = {
     WORKAROUND_FROZEN_LAYER_NORM_WEIGHT: PaddleDependency(
@@ -85,6 +86,12 @@ DEPENDENCIES = {
         ("3.3",), "data.loader.collate_in_shared_memory (a worker's batch moved into shared memory by its "
         "result queue's thread, as Paddle does)",
         "private methods and the worker's internals: they may change in any release"),
+    CONVERSIONS_PER_FUNCTION: PaddleDependency(
+        "paddle.jit.dy2static.program_translator.FunctionCache.convert_with_cache(cache, function), called under "
+        "Paddle's conversion lock, and that the function it returns for a method takes `self` as an argument",
+        ("3.3",), "deploy.tracing.save_traced (every export's trace; on another release each layer's methods are "
+        "converted again, as Paddle does: the same graph, slower)",
+        "a private method: its arguments and what it returns may change in any release"),
 }
 
 _SAID = set()  # (entry, release) already said in the log

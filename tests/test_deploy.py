@@ -152,6 +152,50 @@ def test_export_writes_pir_model_preprocessing_and_safetensors(trained, classifi
     np.testing.assert_allclose(model(paddle.to_tensor(batch)).numpy(), classifier.outputs(batch), atol=1e-6)
 
 
+@pytest.mark.slow  # four traces: 5-8 s
+def test_a_trace_converts_each_function_once_and_gives_paddles_own_graph(tmp_path, monkeypatch):
+    """Paddle 3.3 converts a method again for each layer and each trace (its cache is keyed by a
+    bound method that dies with the call); save_traced keeps one conversion per function: a second
+    model's trace converts nothing and computes that model, the graph is Paddle's own (but for the
+    names that number the layers a process made before) and the parameters are byte for byte; Paddle's cache is its own again after."""
+    import re
+    from paddle.jit.dy2static.program_translator import FunctionCache
+    from paddle_vit import create_model, paddle_versions
+    from paddle_vit.deploy import tracing
+    conversions, convert, own = [], FunctionCache._convert, FunctionCache.convert_with_cache
+    monkeypatch.setattr(FunctionCache, "_convert", lambda cache, function: conversions.append(function)
+                        or convert(cache, function))
+    small = {key: value for key, value in SMALL_MODEL.items() if key != "name"}
+
+    def trace(name, seed=0):  # how many functions the trace of a new model (weights from `seed`) converted
+        paddle.seed(seed)
+        del conversions[:]
+        models[name] = create_model("vit_walkthrough", **small).eval()
+        tracing.save_traced(models[name], str(tmp_path / name))
+        return len(conversions)
+    models = {}
+
+    release = paddle_versions.running_release
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")  # a release the entry is not for
+    assert trace("paddles") > 0 and trace("paddles_again") > 0  # Paddle's own converts again
+    monkeypatch.setattr(paddle_versions, "running_release", release)
+    trace("kept")
+    assert trace("kept_again", seed=1) == 0
+    assert FunctionCache.convert_with_cache is own
+    # the conversions kept serve the second model itself, not the first one's layers
+    image = paddle.to_tensor(np.random.default_rng(0).standard_normal((2, 3, 14, 14)).astype(np.float32))
+    np.testing.assert_allclose(paddle.jit.load(str(tmp_path / "kept_again"))(image).numpy(),
+                               models["kept_again"](image).numpy(), rtol=1e-5, atol=1e-6)
+
+    def graph(name):  # the program, unnumbered the names that count the layers a process made before
+        with open(tmp_path / f"{name}.json") as stream:  # /TraceableViT_3/ -> /TraceableViT/, linear_8.b_0 -> linear.b
+            text = re.sub(r"(/[A-Za-z]\w*?)_\d+(?=/)", r"\1", stream.read())
+        return re.sub(r"\b([a-z][a-z0-9]*(?:_[a-z][a-z0-9]*)*)_\d+\.([a-z])_\d+\b", r"\1.\2", text)
+    assert graph("kept") == graph("kept_again") == graph("paddles")
+    with open(tmp_path / "kept.pdiparams", "rb") as ours, open(tmp_path / "paddles.pdiparams", "rb") as theirs:
+        assert ours.read() == theirs.read()
+
+
 @pytest.mark.slow
 def test_export_tool_replaces_an_older_export_as_a_whole(trained, exported, capsys):
     out = trained["root"] / "export_tool"

@@ -2,7 +2,9 @@
 softmax on its logits if asked), its input (any batch size; any H, W for a model built with
 dynamic_img_size) and the traced-graph variants it computes with (`paddle_vit.variants`).
 Shared by the Paddle inference export (export.py) and the ONNX export (onnx_export.py)."""
+import contextlib
 import os
+import threading
 
 import paddle
 import paddle.nn as nn
@@ -10,6 +12,7 @@ import paddle.nn.functional as F
 from paddle.static import InputSpec
 
 from ..errors import ExportError
+from ..paddle_versions import CONVERSIONS_PER_FUNCTION, applies
 from ..variants import traceable
 
 INPUT_NAME = "image"
@@ -60,8 +63,49 @@ def save_traced(model, prefix, softmax=False, dtype="float32", variants=traceabl
     network = inference_network(model, softmax)
     spec = InputSpec(input_shape(config, unknown=None, dynamic_size=dynamic_size), dtype,
                      name=INPUT_NAME)  # None: any batch size (and size)
-    with variants(model):
+    with variants(model), conversions_kept_per_function():
         paddle.jit.save(paddle.jit.to_static(network, input_spec=[spec], full_graph=True), prefix)
     if was_training:
         model.train()
     return saved_model_file(prefix), prefix + ".pdiparams"
+
+
+# Paddle 3.3 keeps the function it makes from a method's converted source in a cache keyed, weakly,
+# by the bound method it was asked for; that key dies with the call, so a trace converts every
+# layer's methods again for each layer and each call (writes the code out as a module, imports
+# it, maps its lines back): 853 conversions and about 45% of the time of a ViT-B/16 export of
+# both formats. During our traces the cache is keyed by the function itself: a method's converted
+# function takes `self` as an argument (Paddle binds it at each call), so one serves every layer
+# of a class. The graphs are byte for byte the same (tests/test_deploy.py).
+_CONVERTED = {}  # function -> Paddle's converted function, for every trace of this process
+_SWAP = threading.Lock()
+_TRACES = [0, None]  # traces running in this process, Paddle's own convert_with_cache while any does
+
+
+@contextlib.contextmanager
+def conversions_kept_per_function():
+    """While in it, Paddle's dygraph-to-static conversion converts each function once per
+    process (above); Paddle's own cache again after. Nested and concurrent traces share it."""
+    if not applies(CONVERSIONS_PER_FUNCTION):
+        yield
+        return
+    from paddle.jit.dy2static.program_translator import FunctionCache
+    with _SWAP:
+        if _TRACES[0] == 0:
+            _TRACES[1] = FunctionCache.convert_with_cache
+            convert_once = _TRACES[1]
+
+            def convert_with_cache(cache, function):  # called under Paddle's conversion lock
+                key = getattr(function, "__func__", function)
+                if key not in _CONVERTED:
+                    _CONVERTED[key] = convert_once(cache, function)
+                return _CONVERTED[key]
+            FunctionCache.convert_with_cache = convert_with_cache
+        _TRACES[0] += 1
+    try:
+        yield
+    finally:
+        with _SWAP:
+            _TRACES[0] -= 1
+            if _TRACES[0] == 0:
+                FunctionCache.convert_with_cache = _TRACES[1]
