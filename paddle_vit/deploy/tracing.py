@@ -73,10 +73,11 @@ def save_traced(model, prefix, softmax=False, dtype="float32", variants=traceabl
 # Paddle 3.3 keeps the function it makes from a method's converted source in a cache keyed, weakly,
 # by the bound method it was asked for; that key dies with the call, so a trace converts every
 # layer's methods again for each layer and each call (writes the code out as a module, imports
-# it, maps its lines back): 853 conversions and about 45% of the time of a ViT-B/16 export of
-# both formats. During our traces the cache is keyed by the function itself: a method's converted
-# function takes `self` as an argument (Paddle binds it at each call), so one serves every layer
-# of a class. The graphs are byte for byte the same (tests/test_deploy.py).
+# it, maps its lines back): 853 conversions in a ViT-B/16 export of both formats, which took
+# 32-38 s with them and 19-20 s without (docs/deployment.md, "How long"). During our traces the
+# cache is keyed by the function itself: a method's converted function takes `self` as an
+# argument (Paddle binds it at each call), so one serves every layer of a class. The graphs are
+# the same (tests/test_deploy.py).
 _CONVERTED = {}  # function -> Paddle's converted function, for every trace of this process
 _SWAP = threading.Lock()
 _TRACES = [0, None]  # traces running in this process, Paddle's own convert_with_cache while any does
