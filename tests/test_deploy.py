@@ -157,7 +157,8 @@ def test_a_trace_converts_each_function_once_and_gives_paddles_own_graph(tmp_pat
     """Paddle 3.3 converts a method again for each layer and each trace (its cache is keyed by a
     bound method that dies with the call); save_traced keeps one conversion per function: a second
     model's trace converts nothing and computes that model, the graph is Paddle's own (but for the
-    names that number the layers a process made before) and the parameters are byte for byte; Paddle's cache is its own again after."""
+    names that number the layers a process made before) and the parameters are byte for byte;
+    Paddle's cache is its own again after."""
     import re
     from paddle.jit.dy2static.program_translator import FunctionCache
     from paddle_vit import create_model, paddle_versions
