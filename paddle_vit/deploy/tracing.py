@@ -78,9 +78,24 @@ def save_traced(model, prefix, softmax=False, dtype="float32", variants=traceabl
 # cache is keyed by the function itself: a method's converted function takes `self` as an
 # argument (Paddle binds it at each call), so one serves every layer of a class. The graphs are
 # the same (tests/test_deploy.py).
-_CONVERTED = {}  # function -> Paddle's converted function, for every trace of this process
-_SWAP = threading.Lock()
-_TRACES = [0, None]  # traces running in this process, Paddle's own convert_with_cache while any does
+class _KeptConversions:
+    """Paddle's converted functions by function, for every trace of this process, and the traces
+    running now (Paddle's own convert_with_cache kept aside while any does)."""
+
+    def __init__(self):
+        self.converted = {}  # function -> Paddle's converted function
+        self.lock = threading.Lock()
+        self.traces = 0
+        self.paddles_own = None
+
+    def convert_with_cache(self, cache, function):  # called by Paddle under its conversion lock
+        key = getattr(function, "__func__", function)
+        if key not in self.converted:
+            self.converted[key] = self.paddles_own(cache, function)
+        return self.converted[key]
+
+
+_KEPT = _KeptConversions()
 
 
 @contextlib.contextmanager
@@ -91,22 +106,15 @@ def conversions_kept_per_function():
         yield
         return
     from paddle.jit.dy2static.program_translator import FunctionCache
-    with _SWAP:
-        if _TRACES[0] == 0:
-            _TRACES[1] = FunctionCache.convert_with_cache
-            convert_once = _TRACES[1]
-
-            def convert_with_cache(cache, function):  # called under Paddle's conversion lock
-                key = getattr(function, "__func__", function)
-                if key not in _CONVERTED:
-                    _CONVERTED[key] = convert_once(cache, function)
-                return _CONVERTED[key]
-            FunctionCache.convert_with_cache = convert_with_cache
-        _TRACES[0] += 1
+    with _KEPT.lock:
+        if _KEPT.traces == 0:
+            _KEPT.paddles_own = FunctionCache.convert_with_cache
+            FunctionCache.convert_with_cache = lambda cache, function: _KEPT.convert_with_cache(cache, function)
+        _KEPT.traces += 1
     try:
         yield
     finally:
-        with _SWAP:
-            _TRACES[0] -= 1
-            if _TRACES[0] == 0:
-                FunctionCache.convert_with_cache = _TRACES[1]
+        with _KEPT.lock:
+            _KEPT.traces -= 1
+            if _KEPT.traces == 0:
+                FunctionCache.convert_with_cache = _KEPT.paddles_own
