@@ -152,10 +152,9 @@ int fdatasync(int fd) { REAL(fdatasync); char buffer[PATH_MAX]; point("fsync", o
 
 
 SERVER = r"""
-import ctypes, json, os, sys
+import ctypes, json, os, signal, sys
 library = ctypes.CDLL(sys.argv[1])
 library.crash_points_configure.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long, ctypes.c_char_p]
-import signal
 from paddle_vit import cli
 from paddle_vit.cli import convert_weights, export, train  # the tools' imports, done once
 def call(job):  # a function of a test's module: call:PATH:NAME
@@ -424,13 +423,18 @@ def copy_state(watched, into):
         _copy(path, os.path.join(into, os.path.basename(path)))
 
 
-def restore_state(state, watched):
-    """Make `watched` and its hidden siblings what `copy_state` copied into `state`."""
+def remove_state(watched):
+    """Remove `watched` and its hidden siblings: nothing of a writer's output or its leftovers."""
     for path in _entries(watched):
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
         else:
             os.remove(path)
+
+
+def restore_state(state, watched):
+    """Make `watched` and its hidden siblings what `copy_state` copied into `state`."""
+    remove_state(watched)
     parent = os.path.dirname(os.path.abspath(watched))
     os.makedirs(parent, exist_ok=True)
     for entry in sorted(os.listdir(state)):

@@ -177,9 +177,7 @@ def test_an_export_over_an_export_killed_anywhere_leaves_one_whole_export_and_pr
                             for backend in backends} for generation in whole}
 
     def prepare():
-        shutil.rmtree(out, ignore_errors=True)
-        for name in leftovers(out):
-            shutil.rmtree(os.path.join(tmp_path, name), ignore_errors=True)
+        crash_points.remove_state(out)
         shutil.copytree(reference + "-old", out)
 
     argv, seen = export_argv(new_weights, out, *formats), set()
@@ -200,8 +198,7 @@ def test_an_export_into_a_new_folder_killed_anywhere_leaves_nothing_or_the_whole
     whole = visible(reference)
 
     def prepare():
-        for name in [os.path.basename(out), *leftovers(out)]:
-            shutil.rmtree(os.path.join(tmp_path, name), ignore_errors=True)
+        crash_points.remove_state(out)
 
     for point in each_kill(export_runner, argv, out, prepare, record_property):
         left = visible(out)
@@ -249,9 +246,7 @@ def test_a_published_folder_over_another_killed_anywhere_is_one_whole_folder_tha
     seen = set()
 
     def prepare():
-        shutil.rmtree(out, ignore_errors=True)
-        for name in leftovers(out):
-            shutil.rmtree(os.path.join(tmp_path, name), ignore_errors=True)
+        crash_points.remove_state(out)
         shutil.copytree(reference + "-old", out)
 
     from paddle_vit import create_model
