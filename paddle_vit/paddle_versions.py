@@ -88,9 +88,11 @@ DEPENDENCIES = {
         "private methods and the worker's internals: they may change in any release"),
     CONVERSIONS_PER_FUNCTION: PaddleDependency(
         "paddle.jit.dy2static.program_translator.FunctionCache.convert_with_cache(cache, function), called under "
-        "Paddle's conversion lock, and that the function it returns for a method takes `self` as an argument",
-        ("3.3",), "deploy.tracing.save_traced (every export's trace; on another release each layer's methods are "
-        "converted again, as Paddle does: the same graph, slower)",
+        "Paddle's conversion lock, and that the function it returns for a method takes `self` as an argument; "
+        "a StaticFunction's get_concrete_program, where its calls find or trace their program",
+        ("3.3",), "deploy.tracing.save_traced (every export's trace) and to_static_graph (eval.engine=to_static, "
+        "train.to_static, the benchmark's to_static); on another release each layer's methods are converted again, "
+        "as Paddle does: the same graph, slower",
         "a private method: its arguments and what it returns may change in any release"),
 }
 

@@ -197,6 +197,55 @@ def test_a_trace_converts_each_function_once_and_gives_paddles_own_graph(tmp_pat
         assert ours.read() == theirs.read()
 
 
+@pytest.mark.slow  # six traces: 3-5 s
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_a_to_static_graph_converts_each_function_once_and_computes_its_own_model(monkeypatch, mode):
+    """eval.engine=to_static, train.to_static and the benchmark's to_static run `to_static_graph`:
+    a second model's first call (its trace) converts nothing where Paddle's own cache converts
+    again, and each graph computes its own model as eagerly (in training, its own gradients too);
+    Paddle's cache is its own again after each call."""
+    from paddle.jit.dy2static.program_translator import FunctionCache
+    from paddle_vit import create_model, paddle_versions
+    from paddle_vit.deploy.tracing import to_static_graph
+    from paddle_vit.variants import use_traceable_variants
+    conversions, convert, own = [], FunctionCache._convert, FunctionCache.convert_with_cache
+    monkeypatch.setattr(FunctionCache, "_convert", lambda cache, function: conversions.append(function)
+                        or convert(cache, function))
+    small = {key: value for key, value in SMALL_MODEL.items() if key != "name"}
+    image = paddle.to_tensor(np.random.default_rng(0).standard_normal((2, 3, 14, 14)).astype(np.float32))
+
+    def first_call(seed):  # (conversions of a new model's graph's first call, its output and a gradient, eager's)
+        paddle.seed(seed)
+        model = create_model("vit_walkthrough", **small)
+        model.train() if mode == "train" else model.eval()
+        use_traceable_variants(model)
+
+        def run(network):
+            logits = network(image)
+            if mode == "train":
+                (logits * logits).mean().backward()
+                gradient = model.head.weight.grad.numpy().copy()
+                model.clear_gradients()
+                return logits.numpy(), gradient
+            return logits.numpy(), None
+        eager = run(model)
+        graph = to_static_graph(model)
+        del conversions[:]
+        traced = run(graph)
+        assert FunctionCache.convert_with_cache is own
+        for ours, eagers in zip(traced, eager):
+            if ours is not None:
+                np.testing.assert_allclose(ours, eagers, rtol=1e-5, atol=1e-6)
+        return len(conversions)
+
+    release = paddle_versions.running_release
+    monkeypatch.setattr(paddle_versions, "running_release", lambda: "3.9")  # a release the entry is not for
+    assert first_call(0) > 0 and first_call(1) > 0  # Paddle's own converts again
+    monkeypatch.setattr(paddle_versions, "running_release", release)
+    first_call(2)
+    assert first_call(3) == 0
+
+
 @pytest.mark.slow
 def test_export_tool_replaces_an_older_export_as_a_whole(trained, exported, capsys):
     out = trained["root"] / "export_tool"

@@ -7,6 +7,7 @@ import paddle
 from ..config import OptimizerConfig
 from ..data import DataConfig, build_dataloader, build_datasets
 from ..deploy.inference import InferenceOptions, engine_for_model
+from ..deploy.tracing import to_static_graph
 from ..device import select_device
 from ..engine import step as train_step
 from ..engine.optim import build_optimizer
@@ -90,7 +91,7 @@ class PaddleSubject:
         """`model` as engine dynamic or to_static runs it, with the variants the tools use."""
         use_cpu_fast_paths(model)
         if self.settings.engine == "to_static":
-            return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
+            return to_static_graph(use_traceable_variants(model))
         return model
 
     def _setup_predictor(self, model, dtype, precision="fp32"):

@@ -1,7 +1,9 @@
 """Tracing a ViT for deployment: the network `paddle.jit.save` writes (the model in eval mode, a
 softmax on its logits if asked), its input (any batch size; any H, W for a model built with
 dynamic_img_size) and the traced-graph variants it computes with (`paddle_vit.variants`).
-Shared by the Paddle inference export (export.py) and the ONNX export (onnx_export.py)."""
+Shared by the Paddle inference export (export.py) and the ONNX export (onnx_export.py). And the
+graph that eval.engine=to_static, train.to_static and the benchmark's to_static engine run
+(`to_static_graph`): every trace of this process converts each function once."""
 import contextlib
 import os
 import threading
@@ -118,3 +120,21 @@ def conversions_kept_per_function():
             _KEPT.traces -= 1
             if _KEPT.traces == 0:
                 FunctionCache.convert_with_cache = _KEPT.paddles_own
+
+
+def to_static_graph(layer):
+    """`paddle.jit.to_static(layer, full_graph=True)`, whose traces (the first call, and a call
+    with new input shapes) convert each function once per process, as an export's trace does:
+    a ViT-B/16's first call in evaluation 5 s instead of 13 (docs/training.md). Its calls run the
+    graph as Paddle's would."""
+    graph = paddle.jit.to_static(layer, full_graph=True)
+    if not applies(CONVERSIONS_PER_FUNCTION):
+        return graph
+    static_forward = graph.forward  # a StaticFunction; each call looks up (or traces) its program here
+    get_program = static_forward.get_concrete_program
+
+    def get_program_keeping_conversions(*args, **kwargs):
+        with conversions_kept_per_function():
+            return get_program(*args, **kwargs)
+    static_forward.get_concrete_program = get_program_keeping_conversions
+    return graph

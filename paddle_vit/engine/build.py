@@ -15,6 +15,7 @@ from typing import Any, List, Optional
 import paddle
 
 from ..data import MixupCutmix, build_dataloader, build_datasets
+from ..deploy.tracing import to_static_graph
 from ..device import init_distributed, is_main_process, select_device
 from .. import runtime
 from ..errors import ConfigError
@@ -150,7 +151,7 @@ def build_run(config, placement):
         model = paddle.DataParallel(vit) if placement.distributed else vit
     if train.to_static:
         use_traceable_variants(vit)
-        model = paddle.jit.to_static(model, full_graph=True)
+        model = to_static_graph(model)
     batch_threads = build_batch_threads(train.batch_threads, vit, model, placement, train.batch_size, train.to_static)
     mix = None
     if data.mixup_alpha > 0 or data.cutmix_alpha > 0:

@@ -13,6 +13,7 @@ import paddle.distributed as dist
 from ..data import build_dataloader, build_datasets
 from ..deploy.engine_choice import default_engine
 from ..deploy.inference import EngineModel, engine_for_model
+from ..deploy.tracing import to_static_graph
 from ..device import init_distributed, select_device
 from ..errors import ConfigError
 from ..factory import check_fits_data, eval_preprocess, model_for_evaluation
@@ -116,7 +117,7 @@ def model_for_engine(model, engine, precision="fp32"):
                           + (f": Paddle's eager CPU kernels have no {precision} convolution"
                              if engine in ("dynamic", "to_static") else ""))
     if engine == "to_static":
-        return paddle.jit.to_static(use_traceable_variants(model), full_graph=True)
+        return to_static_graph(use_traceable_variants(model))
     if engine in ("predictor", "onnxruntime"):
         return EngineModel(engine_for_model(model, engine, precision))
     return model
