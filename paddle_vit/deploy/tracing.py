@@ -124,9 +124,8 @@ def conversions_kept_per_function():
 
 def to_static_graph(layer):
     """`paddle.jit.to_static(layer, full_graph=True)`, whose traces (the first call, and a call
-    with new input shapes) convert each function once per process, as an export's trace does:
-    a ViT-B/16's first call in evaluation 5 s instead of 13 (docs/training.md). Its calls run the
-    graph as Paddle's would."""
+    with new input shapes) convert each function once per process, as an export's trace does
+    (docs/training.md has the time it saves). Its calls run the graph as Paddle's would."""
     graph = paddle.jit.to_static(layer, full_graph=True)
     if not applies(CONVERSIONS_PER_FUNCTION):
         return graph
