@@ -91,12 +91,21 @@ def kind_of_special_file(path):
     return "not a file"
 
 
+def nonempty_path(path, what):
+    """`path` as a string; an empty one is a ConfigError naming `what`: the path functions take ""
+    for the current folder, which no option means."""
+    path = os.fspath(path)
+    if not path.strip():
+        raise ConfigError(f"{what} is an empty path; expected a file or folder name")
+    return path
+
+
 def writable_folder(path, what):
     """`path` as a folder this process can write in, created when missing; checked before any
     work is done, so that a mistake costs no computation. `what` names the option in the error
     (a ConfigError: a file where the folder is meant, a folder that cannot be created or written)."""
 
-    path = os.path.expanduser(os.fspath(path))
+    path = os.path.expanduser(nonempty_path(path, what))
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"{what} {path} is {'a file' if os.path.isfile(path) else kind_of_special_file(path)}; "
                           f"expected a folder")
@@ -128,7 +137,7 @@ def writable_file(path, what, extensions):
     """`path` as a file that can be written, its folder created when missing, its extension one
     of `extensions` (".png", ...): checked before any work is done. ConfigError otherwise."""
 
-    path = os.path.expanduser(os.fspath(path))
+    path = os.path.expanduser(nonempty_path(path, what))
     extension = os.path.splitext(path)[1].lower()
     if extension not in extensions:
         raise ConfigError(f"{what} {path} must end in {' or '.join(extensions)}, not {extension or 'no extension'}")

@@ -113,6 +113,8 @@ def staged_folder(out_dir, kind, marker, *, error_type, description, needed_byte
     <strerror> (writing FILE)"; a full disk is "... No space left on device: MOUNT has N MiB
     free, about M MiB needed"; an `error_type` raised in the block names `out_dir` where it said the
     staging folder."""
+    if not os.fspath(out_dir).strip():  # abspath would make it the current folder, then replaced whole
+        raise error_type(f"cannot write {description} to an empty path; expected a folder name")
     out_dir = os.path.abspath(os.path.expanduser(os.fspath(out_dir)))
 
     def failure(reason):

@@ -84,3 +84,44 @@ def test_the_console_says_its_own_mistakes_in_one_line(capsys):
     assert cli.main(["evl"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown command 'evl' (did you mean: eval?)") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command, argv, option", [
+    ("export", ["--weights", "w.pdparams", "--model", "vit_walkthrough", "--out", ""], "--out"),
+    ("convert_weights", ["--weights", "w.pdparams", "--model", "vit_walkthrough", "--to", "timm", "--overwrite",
+                         "--out", ""], "--out"),
+    ("visualize", ["--weights", "w.pdparams", "--image", "a.png", "--out", " "], "--out"),
+    ("data_size_experiment", ["--out", ""], "--out"),
+    ("deit_budget_experiment", ["--quick", "--out", ""], "--out"),
+    ("eval", ["-c", "recipe.yaml", "--weights", "w.pdparams", "--confusion-matrix", ""], "--confusion-matrix"),
+    ("predict", ["--weights", "w.pdparams", ""], "IMAGE_OR_FOLDER"),
+    ("train", ["-c", "recipe.yaml", "-o", ""], "--override"),
+])
+def test_an_empty_value_is_refused_before_the_current_folder_is_touched(tmp_path, monkeypatch, capsys, command,
+                                                                          argv, option):
+    """An empty path is the current folder to the path functions: an export's `--out ''` replaced
+    everything in it. Every command refuses an empty value in one line, before any work."""
+    import importlib
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    module = importlib.import_module(f"paddle_vit.cli.{command}")
+    assert module.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and option in err[0] and "empty" in err[0], err
+    assert os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_the_path_functions_refuse_an_empty_path(tmp_path, monkeypatch):
+    """The library's own guard, for a caller that is not a command: nothing is made or replaced."""
+    from paddle_vit import fileio, staged_writes
+    from paddle_vit.errors import ConfigError, ExportError
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    for check in (lambda: fileio.writable_folder("", "--out"), lambda: fileio.writable_file(" ", "--out", (".png",))):
+        with pytest.raises(ConfigError, match="--out is an empty path"):
+            check()
+    with pytest.raises(ExportError, match="empty path"):
+        with staged_writes.staged_folder("", "export", "preprocess.json", error_type=ExportError,
+                                         description="the export"):
+            pass
+    assert os.listdir(tmp_path) == ["notes.txt"]

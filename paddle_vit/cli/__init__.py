@@ -42,6 +42,20 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         raise ConfigError(f"{message}; see --help")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's parse, and an empty value refused: `--out ''` would be taken for the current
+        folder by the path functions (an export's --out then replaced everything in it)."""
+        parsed = super().parse_args(args, namespace)
+        for action in self._actions:
+            value = getattr(parsed, action.dest, None)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if value != action.default and any(isinstance(item, str) and not item.strip() for item in values):
+                expected = action.metavar or action.dest.upper()
+                if not action.option_strings:
+                    raise ConfigError(f"an empty {expected} was given; expected a name")
+                raise ConfigError(f"{action.option_strings[-1]} is given an empty value; expected {expected}")
+        return parsed
+
 
 def add_common_arguments(parser):
     parser.add_argument("--debug", action="store_true",
