@@ -69,8 +69,8 @@ def test_the_tool_writes_both_metrics_with_the_seeds_spread(tmp_path, monkeypatc
     monkeypatch.setattr(experiments, "train_one", fake_train_one)
     tool = load_tool("data_size_experiment")
     out = tmp_path / "figures"
-    assert tool.main(["--out", str(out), "--fractions", "0.1", "1", "--seeds", "0", "2", "--shots", "5", "1",
-                      "--workers", "1"]) == 0
+    assert tool.main(["--out", str(out), "--fractions", "1", "0.1", "1", "--seeds", "2", "0", "2", "--shots", "5", "1",
+                      "--workers", "1"]) == 0  # a value given twice is one run (it once trained it twice, then failed)
     printed = capsys.readouterr().out
     assert "linear 5-shot accuracy of the frozen representation" in printed
 

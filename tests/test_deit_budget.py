@@ -147,6 +147,7 @@ def test_an_unknown_mode_is_refused_naming_the_modes(tmp_path):
     (["--fractions", "0.01"], "fewer than one batch"),
     (["--steps", "-3"], "--steps"),
     (["--modes", "medium"], "--modes"),
+    (["--quick", "--steps", "5"], "--quick sets --steps itself"),
 ])
 @pytest.mark.slow  # 3-6 s (a subprocess, a tool run or a traced graph): out of the fast loop
 def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, arguments, expected):

@@ -398,12 +398,25 @@ def test_export_int8_gate_on_given_images_compares_without_labels(trained, image
 
 
 def test_export_int8_options_without_quantize_or_a_calibration_below_one_are_refused(trained, capsys):
-    for extra in (["--calibration", "8"], ["--quantize", "int8", "--calibration", "0"], ["--gate-images", "x"]):
+    for extra in (["--calibration", "8"], ["--quantize", "int8", "--calibration", "0"], ["--gate-images", "x"],
+                  ["--opset", "13"]):
         code, _, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", trained["root"] / "no_int8",
                                             *extra], capsys)
         assert code == 2 and len(errors) == 1, errors
         assert errors[0].startswith((f"error: {extra[-2]} ", f"error: argument {extra[-2]}: ")), errors
     assert not (trained["root"] / "no_int8").exists()
+
+
+def test_an_int8_gate_of_unreadable_images_is_refused_not_left_out(trained, tmp_path, capsys):
+    """--gate-images asks for a gate: when none of its images can be read, the export stops in one
+    line (it once wrote the int8 model with "no accuracy gate")."""
+    pytest.importorskip("paddle2onnx", reason="the int8 export needs the optional extra: pip install -e '.[onnx]'")
+    (tmp_path / "broken.png").write_text("not an image")
+    out = trained["root"] / "int8_unreadable"
+    code, _, errors = run_tool(EXPORT, ["--weights", trained["checkpoint"], "--out", out, "--quantize", "int8",
+                                        "--gate-images", tmp_path / "broken.png"], capsys)
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: --gate-images: none of the images"), errors
+    assert not out.exists()
 
 
 def test_onnx_export_without_paddle2onnx_says_what_to_install(trained, capsys, monkeypatch):

@@ -38,6 +38,7 @@ def experiment(argv):
     parser.add_argument("--workers", type=integer(1), help="runs side by side (default: one per core, at most 4)")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    args.fractions, args.seeds = sorted(set(args.fractions)), sorted(set(args.seeds))  # a run each, once
     check_fractions_keep_a_batch(args.fractions, BATCH_SIZE)  # said now, not after the other runs
     # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
     with output_folder(args.out, "--out"):

@@ -25,7 +25,7 @@ import paddle
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer, number
 from ..engine.logging_utils import setup_logging
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..experiments.data_size import check_fractions_keep_a_batch
 from ..experiments.deit_budget import (BATCH_SIZE, FRACTIONS, HEADS, MODES, QUICK, SEEDS, STEPS, deit_budget_figure,
                                        head_accuracy, run_deit_budget_experiment, table_rows)
@@ -40,9 +40,11 @@ def experiment(argv):
     parser.add_argument("--out", required=True, help="folder for the figure and the numbers")
     parser.add_argument("--work", default=os.path.join("output", NAME),
                         help="folder of the runs, kept to go on from (default output/deit_budget_experiment)")
-    parser.add_argument("--fractions", type=number(above=0, maximum=1), nargs="+", default=list(FRACTIONS))
-    parser.add_argument("--seeds", type=integer(0, 2 ** 32 - 1), nargs="+", default=list(SEEDS))
-    parser.add_argument("--steps", type=integer(1), default=STEPS,
+    parser.add_argument("--fractions", type=number(above=0, maximum=1), nargs="+",
+                        help=f"of the training split (default {' '.join(map(str, FRACTIONS))})")
+    parser.add_argument("--seeds", type=integer(0, 2 ** 32 - 1), nargs="+",
+                        help=f"(default {' '.join(map(str, SEEDS))})")
+    parser.add_argument("--steps", type=integer(1),
                         help=f"optimizer steps of batch {BATCH_SIZE} of every run (default {STEPS})")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES), metavar="MODE",
                         help="students: " + ", ".join(repr(mode) for mode in MODES) + " (default: all)")
@@ -51,8 +53,13 @@ def experiment(argv):
                         help=f"{QUICK['steps']} steps, fraction {QUICK['fractions'][0]}, seed 0: checks that it runs")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    given = [f"--{name}" for name in ("fractions", "seeds", "steps") if getattr(args, name) is not None]
+    if args.quick and given:  # --quick would set them over the user's values
+        raise ConfigError(f"--quick sets {', '.join(given)} itself; give --quick or {' and '.join(given)}, not both")
     if args.quick:
         args.fractions, args.seeds, args.steps = list(QUICK["fractions"]), list(QUICK["seeds"]), QUICK["steps"]
+    args.fractions, args.seeds = args.fractions or list(FRACTIONS), args.seeds or list(SEEDS)
+    args.steps = args.steps or STEPS
     args.fractions, args.seeds = sorted(set(args.fractions)), sorted(set(args.seeds))
     args.modes = [mode for mode in MODES if mode in args.modes]
     check_fractions_keep_a_batch(args.fractions, BATCH_SIZE)  # said now, not after the other runs

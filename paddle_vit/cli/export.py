@@ -20,6 +20,7 @@ import paddle
 from . import ArgumentParser, add_common_arguments, run
 from .numbers import integer
 from ..deploy.export import Int8Export, export_classifier, import_paddle2onnx
+from ..deploy.onnx_export import DEFAULT_OPSET
 from ..deploy.predict import load_classifier
 from ..deploy.quantize import image_batches, recipe_images
 from ..engine.logging_utils import setup_logging
@@ -50,8 +51,8 @@ def build_parser():
     parser.add_argument("--format", action="append", choices=("paddle", "onnx"), metavar="{paddle,onnx}",
                         help="what to write (repeatable; default paddle): the Paddle inference model and/or "
                              "model.onnx through paddle2onnx")
-    parser.add_argument("--opset", type=integer(1), default=17, help="ONNX opset version (default 17, the first with "
-                                                            "LayerNormalization)")
+    parser.add_argument("--opset", type=integer(1), help="ONNX opset version (default 17, the first with "
+                                                         "LayerNormalization)")
     parser.add_argument("--quantize", choices=("int8",), help="also write model.int8.onnx (implies --format onnx): "
                                                              "onnxruntime's int8, dynamic unless --calibration "
                                                              "is given, with its accuracy gate against fp32 on "
@@ -79,6 +80,8 @@ def export(argv):
         raise ConfigError(f"--calibration takes a positive number of images, got {args.calibration}")
     if args.quantize and "onnx" not in formats:
         formats = [*(args.format or []), "onnx"]
+    if args.opset is not None and "onnx" not in formats:
+        raise ConfigError(f"--opset {args.opset} goes with --format onnx (or --quantize int8)")
     if "onnx" in formats:
         import_paddle2onnx()  # say what to install before any work is done
     paddle.set_device("cpu")
@@ -86,7 +89,7 @@ def export(argv):
                                  labels=args.labels)
     int8 = int8_export(classifier, args.calibration, args.gate_images) if args.quantize else None
     written = export_classifier(classifier, args.out, softmax=args.softmax, formats=formats,
-                                opset_version=args.opset, int8=int8)
+                                opset_version=args.opset or DEFAULT_OPSET, int8=int8)
     for role, path in written.items():
         print(f"{role}: {path}")
     if int8 is not None:
@@ -110,6 +113,9 @@ def int8_export(classifier, calibration, gate_images=None):
     gate_batches, gate_labels = (), None
     if gate_images:
         gate_batches = image_batches(gate_images, classifier.preprocess)
+        if not gate_batches:  # asked for a gate: none is not a gate left out
+            raise DataError(f"--gate-images: none of the images in {' '.join(gate_images)} could be read; "
+                            f"expected image files the model can read")
     else:
         try:
             gate_batches, labels, classes = recipe_images(config.data, classifier.preprocess, size, "val")

@@ -194,6 +194,9 @@ def _write_export(classifier, folder, softmax, formats, opset_version, int8):
         logger.info("ONNX graph: opset %d, %d nodes (%s), %d initializers", report["opset"], report["nodes"],
                     ", ".join(f"{op} {count}" for op, count in report["node_counts"].items()),
                     report["initializers"])
+        if report["opset"] != opset_version:  # paddle2onnx raises an opset too low for the graph's ops
+            logger.warning("opset %d was asked for; paddle2onnx wrote opset %d, the lowest it can write this "
+                           "graph in", opset_version, report["opset"])
     if int8 is not None:
         metadata["int8"] = _write_int8(os.path.join(folder, ONNX_FILE), os.path.join(folder, INT8_FILE), int8)
     save_weights(classifier.model, os.path.join(folder, WEIGHTS_FILE), model_name=classifier.model_name)
