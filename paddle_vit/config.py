@@ -198,8 +198,8 @@ def _read_yaml(path):
         raise ConfigError(f"config file {path} is not valid YAML{position}: {problem}") from error
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"config file {path} cannot be read: {error}") from error
-    if data is None:
-        return {}
+    if data is None:  # an empty file (or only comments) is a mistake, not the default recipe
+        raise ConfigError(f"config file {path} is empty; expected a recipe: a mapping of sections (configs/ has some)")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return data

@@ -128,6 +128,14 @@ def test_top_level_must_be_a_mapping(tmp_path):
         load_config(write(tmp_path, "- 1\n- 2\n"))
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"])
+def test_an_empty_recipe_is_refused_not_taken_for_the_defaults(tmp_path, text):
+    """An empty -c file trained the default recipe (a slow run, not the one meant), and eval and
+    export then failed on a shape that did not fit the weights."""
+    with pytest.raises(ConfigError, match="recipe.yaml is empty; expected a recipe"):
+        load_config(write(tmp_path, text))
+
+
 def test_imagefolder_needs_a_root():
     with pytest.raises(ConfigError, match="data.root must name the ImageFolder root"):
         load_config(overrides=["data.dataset=imagefolder"])
