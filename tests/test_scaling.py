@@ -63,6 +63,25 @@ def test_the_tool_prints_b16_and_h14_on_1_8_and_64_gpus(capsys):
     assert capsys.readouterr().err.strip() == "error: --mfu is a fraction of the peak, in (0, 1]; got 1.5"
 
 
+def test_every_row_multiplies_out_to_the_global_batch_or_the_batch_is_refused(capsys):
+    """GPUs x micro-batch x accumulation is the global batch in every row: --gpus 3 once showed
+    128 x 10 (3,840 images) under "global batch 4096"; a default micro-batch steps down to a
+    divisor, a given one that does not divide is refused; a value given twice is one row."""
+    tool = load_tool("scaling_estimate").main
+    assert run(tool, ["vit_base_patch16_224", "vit_base_patch16_224", "--gpus", "1", "8", "8", "40",
+                      "--global-batch", "1000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["models"]["vit_base_patch16_224"]
+    assert [row["gpus"] for row in rows] == [1] * 2 + [8] * 4 + [40] * 4
+    for row in rows:
+        assert row["gpus"] * row["micro_batch"] * row["accumulate_steps"] == 1000
+    # one GPU: 1000 images, 128 does not divide them, 125 does; 1000 / 8 = 125 <= 128; 1000 / 40 = 25
+    assert {row["micro_batch"] for row in rows} == {125, 25}
+    for argv, message in ((["--gpus", "3"], "--global-batch 4096 is not a multiple of --gpus 3"),
+                          (["--gpus", "8", "--micro-batch", "48"], "--micro-batch 48 does not divide the 512")):
+        assert run(tool, argv) == 2
+        assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
 def test_the_estimate_imports_no_paddle():
     """Arithmetic on a config: importing it through its package (experiments/, whose data-size
     experiment trains with Paddle) brings in no Paddle."""

@@ -30,9 +30,14 @@ def estimate(argv):
     args = parser.parse_args(argv)
     if args.mfu > 1:
         raise ConfigError(f"--mfu is a fraction of the peak, in (0, 1]; got {args.mfu}")
+    args.models, args.gpus = list(dict.fromkeys(args.models)), list(dict.fromkeys(args.gpus))  # each once
     if args.global_batch < max(args.gpus):  # a GPU without an image takes no part in the update
         raise ConfigError(f"--global-batch {args.global_batch} is smaller than --gpus {max(args.gpus)}: every GPU "
                           f"needs at least one image per update")
+    for gpus in args.gpus:
+        if args.global_batch % gpus:
+            raise ConfigError(f"--global-batch {args.global_batch} is not a multiple of --gpus {gpus}: data "
+                              f"parallelism gives every GPU the same number of images")
 
     hardware = scaling.Hardware(peak_tflops=args.peak_tflops, mfu=args.mfu, memory_gib=args.memory_gib)
     tables, result = [], {"hardware": vars(hardware), "global_batch": args.global_batch, "models": {}}
@@ -43,7 +48,7 @@ def estimate(argv):
         for gpus in args.gpus:
             for sharding in ((None,) if gpus == 1 else (None, "os_g")):
                 for recompute in (False, True):
-                    rows.append(scaling.estimate(config, gpus, min(micro, args.global_batch // gpus or 1),
+                    rows.append(scaling.estimate(config, gpus, micro_batch(args, micro, gpus),
                                                  args.global_batch, hardware, recompute, sharding))
         result["models"][name] = rows
         tables.append(scaling.format_table(name, rows))
@@ -55,6 +60,19 @@ def estimate(argv):
               f"{args.global_batch}. Computed, not measured.\n")
         print("\n\n".join(tables))
     return 0
+
+
+def micro_batch(args, wanted, gpus):
+    """The images per GPU and step on `gpus` GPUs: `wanted`, at most the GPU's share of the global
+    batch, which must be a whole number of them; a default `wanted` steps down to a divisor."""
+    per_gpu = args.global_batch // gpus
+    micro = min(wanted, per_gpu)
+    if per_gpu % micro == 0:
+        return micro
+    if args.micro_batch:
+        raise ConfigError(f"--micro-batch {args.micro_batch} does not divide the {per_gpu} images per GPU "
+                          f"(--global-batch {args.global_batch} on {gpus}): the update accumulates whole micro-batches")
+    return max(size for size in range(1, micro + 1) if per_gpu % size == 0)
 
 
 COMMAND = estimate
