@@ -319,8 +319,12 @@ def test_a_training_run_checkpoint_goes_out_with_its_recipe_classes_and_best_top
                      "config": recipe.to_dict(), "class_names": publish_fixtures.CLASS_NAMES},
                     str(run / "checkpoints" / "last.pdckpt"))
     out = tmp_path / "published"
+    capsys.readouterr()
     assert convert_weights.main(["--weights", str(run / "checkpoints" / "last.pdckpt"), "--out", str(out),
                                  "--to", "timm"]) == 0
+    # the recipe's preprocessing is not quite timm's: one "warning:" line, not a log record in Paddle's format
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings and all(line.startswith("warning: preprocessing: ") for line in warnings), warnings
     config, _ = read_folder(out)
     assert config["label_names"] == publish_fixtures.CLASS_NAMES
     assert config["pretrained_cfg"]["interpolation"] == "bilinear" and config["pretrained_cfg"]["crop_mode"] == "squash"

@@ -29,6 +29,7 @@ the target cannot express is one error line saying why; an existing non-empty DI
 """
 import dataclasses
 import json
+import logging
 import os
 
 import yaml
@@ -37,6 +38,7 @@ from . import ArgumentParser, add_common_arguments, run
 from .. import create_model, fileio
 from ..config import load_config
 from ..deploy.predict import load_classifier
+from ..engine.logging_utils import setup_logging
 from ..errors import ConfigError
 from ..models import ViTConfig
 from ..weights import RESAMPLE_METHODS, save_pretrained, save_weights
@@ -117,6 +119,7 @@ def model_request(args):
 
 def convert(argv):
     args = build_parser().parse_args(argv)
+    setup_logging(logging.WARNING, to="stderr")  # a warning is one "warning:" line; stdout says what was written
     if args.to is not None:
         return publish(args)
     if args.overwrite:
