@@ -4,13 +4,18 @@ representation with the shots drawn from the run's own training subset (the pape
 """
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from paddle_vit import ConfigError
 
-from repo_paths import load_tool
+from repo_paths import REPO, load_tool
 
 
 def test_the_reported_fewshot_accuracy_is_that_of_the_saved_models_features(tmp_path):
@@ -135,3 +140,42 @@ def test_the_distilled_and_two_token_families_are_the_plain_vit_with_deits_token
     assert (distilled.model.embed_dim, distilled.model.depth) == (plain.model.embed_dim, plain.model.depth)
     assert distilled.train.distillation.teacher == "t.pdckpt" and distilled.train.distillation.type == "hard"
     assert control.train.distillation is None and plain.train.distillation is None
+
+
+def children_of(pid):
+    """The process ids whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stream:
+                fields = stream.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow  # an experiment started and stopped: 5-10 s
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_experiment_ends_its_runs_and_removes_its_work_folder(tmp_path, signum):
+    """A scheduler's SIGTERM, or Ctrl-C sent to the experiment's process alone: its runs side by
+    side end, its work folder goes, one line and exit code 130. SIGTERM once left Paddle's C++
+    stack on stdout and the work folder in /tmp; SIGINT left the runs going to the end."""
+    temporary, out = tmp_path / "tmp", tmp_path / "out"
+    temporary.mkdir()
+    process = subprocess.Popen([sys.executable, os.path.join(REPO, "tools", "data_size_experiment.py"),
+                                "--out", str(out), "--fractions", "0.5", "1", "--seeds", "0", "--steps", "5000",
+                                "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, TMPDIR=str(temporary)))
+    deadline = time.time() + 120
+    while len(children_of(process.pid)) < 2 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    children = children_of(process.pid)
+    assert len(children) == 2 and os.listdir(temporary), "the runs did not start"
+    time.sleep(1.0)  # the children are importing and training
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and stderr.splitlines() == ["error: interrupted"], stderr
+    assert os.listdir(temporary) == [] and not out.exists()
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]

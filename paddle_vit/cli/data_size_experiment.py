@@ -10,10 +10,12 @@ data_size_experiment.png (two panels), data_size_experiment.json (every run's nu
 spread over the seeds) and data_size_experiment.csv (one row per family, fraction and metric: mean,
 std, min, max and each seed's value) into --out, and prints both tables (mean +- std).
 """
+import contextlib
 import csv
 import json
 import logging
 import os
+import signal
 import tempfile
 
 import paddle
@@ -41,9 +43,23 @@ def experiment(argv):
     args.fractions, args.seeds = sorted(set(args.fractions)), sorted(set(args.seeds))  # a run each, once
     check_fractions_keep_a_batch(args.fractions, BATCH_SIZE)  # said now, not after the other runs
     # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail
-    with output_folder(args.out, "--out"):
+    with output_folder(args.out, "--out"), sigterm_as_interrupt():
         run_and_report(args)
     return 0
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (a scheduler's stop, `kill`) as Ctrl-C while the runs go: they end, the work
+    folder is removed, one line and exit code 130; not Paddle's handler, which printed its C++
+    stack and left the work folder in /tmp. The previous handler is back after."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_and_report(args):

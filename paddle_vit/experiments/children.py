@@ -13,8 +13,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 ANSWER = "EXPERIMENT_ANSWER "  # the prefix of a child's answer line on its stdout
+_RUNNING = set()  # the children run_child is waiting for now
+_RUNNING_LOCK = threading.Lock()
 
 
 def run_child(module, request, record):
@@ -27,17 +30,36 @@ def run_child(module, request, record):
     with tempfile.TemporaryFile("w+") as stderr:  # a file, not a pipe: a full pipe would block the child
         child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=stderr, text=True, env=environment)
-        child.stdin.write(json.dumps(request))
-        child.stdin.close()
-        for line in child.stdout:
-            if line.startswith(ANSWER):
-                record(json.loads(line[len(ANSWER):]))
-        child.wait()
+        with _RUNNING_LOCK:
+            _RUNNING.add(child)
+        try:
+            child.stdin.write(json.dumps(request))
+            child.stdin.close()
+            for line in child.stdout:
+                if line.startswith(ANSWER):
+                    record(json.loads(line[len(ANSWER):]))
+            child.wait()
+        except (BrokenPipeError, ValueError):  # ended by end_children meanwhile
+            child.wait()
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(child)
         stderr.seek(0)
         messages = stderr.read().strip()
     if child.returncode == 0:
         return None
     return messages.splitlines()[-1] if messages else f"exit code {child.returncode}"
+
+
+def end_children():
+    """Kill the children run_child is waiting for and wait until they are gone: an experiment
+    stopped (Ctrl-C, SIGTERM) calls it before it removes the folders they write in."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for child in running:
+        child.kill()
+    for child in running:
+        child.wait()
 
 
 PARENT = "PADDLE_VIT_EXPERIMENT_PARENT"  # the experiment's process id, in its children's environment

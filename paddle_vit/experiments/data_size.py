@@ -45,7 +45,7 @@ from ..data.loader import build_dataloader
 from ..errors import ConfigError, TrainingError
 from ..fewshot import extract_features, fewshot_accuracy
 from ..viz import current_figure_text, new_figure
-from .children import answer, read_request, run_child
+from .children import answer, end_children, read_request, run_child
 
 FAMILIES = {
     "ViT": dict(name="vit_tiny_patch16_224", patch_size=4, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2,
@@ -192,13 +192,17 @@ def run_data_size_experiment(work_dir, fractions=(0.1, 0.25, 0.5, 1.0), seeds=(0
                                       teacher=teacher_checkpoint(work_dir, *run)))
             continue
         shares = [share for share in (phase[index::workers] for index in range(workers)) if share]
-        threads = [threading.Thread(target=_run_in_worker,
+        threads = [threading.Thread(target=_run_in_worker, daemon=True,
                                     args=(share, work_dir, steps, batch_size, shots, record, errors))
                    for share in shares]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C, SIGTERM: the runs end with the experiment, before work_dir goes
+            end_children()
+            raise
         missing = [run for run in phase if run not in outcomes]
         if missing:
             raise TrainingError(f"{len(missing)} of the {len(runs)} runs did not finish: {errors[-1] if errors else '?'}")
