@@ -24,6 +24,7 @@ the two to within one test image on its recorded outputs).
     # {1: [acc seed 0, acc seed 1, acc seed 2], 5: [...]}
 """
 import contextlib
+import logging
 import numbers
 
 import numpy as np
@@ -163,6 +164,12 @@ def fewshot_accuracy(train_features, train_labels, test_features, test_labels, s
     elif isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < seen:
         raise ConfigError(f"num_classes must be an integer >= {seen} (the largest label + 1), got {num_classes!r}")
 
+    most = int(np.bincount(train_y, minlength=num_classes).max())
+    for k in shots:
+        if k > most:  # every class gives all it has: the whole pool's linear accuracy, under another name
+            logging.getLogger("paddle_vit").warning(
+                "few-shot: %d shots is more than any class has (the most: %d images): each class gives all "
+                "its images, as big_vision does", k, most)
     results = {k: [] for k in shots}
     for seed in seeds:
         per_class = fewshot_indices(train_y, num_classes, seed)

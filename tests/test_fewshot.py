@@ -90,13 +90,18 @@ def test_well_separated_classes_are_all_recognised_from_one_shot():
         1: [1.0, 1.0], 5: [1.0, 1.0]}
 
 
-def test_a_class_with_fewer_images_than_shots_uses_what_it_has():
+def test_a_class_with_fewer_images_than_shots_uses_what_it_has(caplog):
     train_x, train_y = clusters(3, 6, 5, spread=3.0, seed=4)
     keep = np.r_[0:6, 6:8, 12:18]  # class 1 keeps only 2 images
     train_x, train_y = train_x[keep], train_y[keep]
     test_x, test_y = clusters(3, 20, 5, spread=3.0, seed=5)
-    got = fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(6, 50), seeds=(0, 7))
+    with caplog.at_level("WARNING", logger="paddle_vit"):
+        got = fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(6, 50), seeds=(0, 7))
     assert got[6] == got[50]  # every class has <= 6 images: both take everything
+    # 50 shots are more than any class has: said once; 6 are what the largest classes have
+    assert [record.getMessage() for record in caplog.records] == [
+        "few-shot: 50 shots is more than any class has (the most: 6 images): each class gives all its images, "
+        "as big_vision does"]
     everything = eigen_form_accuracy(train_x.astype(np.float64), train_y, test_x.astype(np.float64), test_y, 3,
                                      1024.0)
     assert got[6] == pytest.approx([everything, everything], abs=1e-12)
