@@ -236,6 +236,7 @@ def two_emptied(path):
     (replaced_by_a_fifo, ["last.pdckpt is not a regular file (a FIFO)"]),
     (two_emptied, ["none of the 2 checkpoints in", "can be resumed; the first: checkpoint",
                    "epoch_0001.pdckpt cannot be read"]),
+    (os.remove, ["holds a run (1 epoch, the last 1) but no checkpoint to continue it from"]),  # it started afresh
 ])
 def test_resume_auto_on_checkpoints_it_cannot_resume_is_one_line_and_leaves_the_run_as_it_was(
         tmp_path, capsys, one_epoch_run, damage, fragments):
@@ -246,7 +247,7 @@ def test_resume_auto_on_checkpoints_it_cannot_resume_is_one_line_and_leaves_the_
     damage(folder / "checkpoints" / "last.pdckpt")
     before = files_in(folder)
     code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto"])
-    one_error_line(code, capsys.readouterr().err, str(folder / "checkpoints"), *fragments)
+    one_error_line(code, capsys.readouterr().err, str(folder), *fragments)
     assert files_in(folder) == before
 
 

@@ -117,7 +117,12 @@ def _checkpoint_to_resume(resume, folder):
         return None
     if resume != "auto":
         return resume
-    return find_latest_checkpoint(os.path.join(folder, "checkpoints"))
+    checkpoint = find_latest_checkpoint(os.path.join(folder, "checkpoints"))
+    if checkpoint is None and _run_progress(folder):  # an epoch is recorded only after its checkpoint
+        raise ConfigError(f"train.resume=auto: {folder} holds a run{_run_progress(folder)} but no checkpoint "
+                          f"to continue it from (checkpoints/*.pdckpt are gone); starting afresh would write "
+                          f"over it: give another train.output_dir, or train.resume=PATH of a checkpoint")
+    return checkpoint
 
 
 def _run_progress(folder):
