@@ -125,3 +125,13 @@ def test_the_path_functions_refuse_an_empty_path(tmp_path, monkeypatch):
                                          description="the export"):
             pass
     assert os.listdir(tmp_path) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("error, line", [(MemoryError(), "error: out of memory"),
+                                         (MemoryError("std::bad_alloc\nmore"), "error: out of memory: std::bad_alloc")])
+def test_running_out_of_memory_is_one_line_with_or_without_a_message(capsys, error, line):
+    """A bare MemoryError() (a list too large for the machine) once crashed the handler itself."""
+    def body(argv):
+        raise error
+    assert cli.run(body, []) == 2
+    assert capsys.readouterr().err.splitlines() == [line]

@@ -79,7 +79,8 @@ def run(body, argv=None, relaunch=False):
     except MemoryError as error:  # Paddle's allocator failure outside a training step
         if debug:
             raise
-        print(f"error: out of memory: {str(error).splitlines()[0]}", file=sys.stderr)
+        said = str(error).strip()  # a bare MemoryError() says nothing
+        print(f"error: out of memory{': ' + said.splitlines()[0] if said else ''}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if debug:

@@ -37,6 +37,9 @@ logger = logging.getLogger("paddle_vit")
 _LABEL = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: int() would also take "1_000" or "٣"
 _LABEL_LIST_LINE = re.compile(r"([0-9]+)[ \t]+(\S.*)")  # PaddleClas's "<id> <name>"
 _SHOWN_MISSING = 3  # missing files named in the error
+# labels without data.class_names: classes without a training image are fine (a subset of a larger
+# label set), but not a head over 10x the labels in use once it passes this many classes
+SPARSE_CLASSES_ALLOWED = 1000
 
 
 class FileListSource(ImageFileSource):
@@ -238,6 +241,11 @@ def build_filelist_sources(data_config):
         why = f"{count_from} classes (labels 0..{len(class_names) - 1})"
     else:
         num_classes = max(label for _, _, label in entries["train"]) + 1
+        used = len({label for _, _, label in entries["train"]})
+        if num_classes > max(SPARSE_CLASSES_ALLOWED, 10 * used):  # a typo, most likely: a head that size
+            raise DataError(f"the highest label in data.train_list {lists['train'][1]} is {num_classes - 1}, but only "
+                            f"{used} different labels appear: that would be a {num_classes}-class model; renumber "
+                            f"the labels from 0, or name every class in data.class_names")
         class_names = [str(label) for label in range(num_classes)]
         count_from = f"the highest label in data.train_list {lists['train'][1]} is {num_classes - 1}"
         why = (f"{count_from}, so there are {num_classes} classes; name every class in data.class_names "
