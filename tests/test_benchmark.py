@@ -168,6 +168,21 @@ def test_compare_timm_with_a_python_lacking_torch_names_the_missing_module(tmp_p
         bench.run_benchmark(settings, compare="timm", torch_python=str(python_without_packages))
 
 
+@pytest.mark.parametrize("make, fragment", [
+    (lambda path: path.mkdir(), "is a folder"),
+    (lambda path: path.write_text("print('not executable')\n"), "is not an executable file"),
+    (lambda path: (path.write_bytes(b"\x7fELF but not a program"), path.chmod(0o755)), "cannot be run: "),
+], ids=["folder", "not executable", "not a program"])
+def test_compare_timm_with_a_torch_python_that_is_no_program_is_one_config_error(tmp_path, make, fragment):
+    """A folder or a script without its execute bit once gave a PermissionError's traceback."""
+    python = tmp_path / "python"
+    make(python)
+    settings = bench.BenchmarkSettings(model="vit_tiny_patch16_224", batch_size=1, warmup=0, iters=1, rounds=1,
+                                       threads=1, model_overrides=dict(image_size=32, patch_size=8, depth=1))
+    with pytest.raises(ConfigError, match=f"--torch-python {python} {fragment}"):
+        bench.run_benchmark(settings, compare="timm", torch_python=str(python))
+
+
 def test_the_timm_worker_imports_no_paddle_through_its_package():
     """The reference fixture makers (tests/fixtures/make/) import it in a Python with timm and no
     Paddle: bench/ imports its Paddle side on first use, not with the package."""

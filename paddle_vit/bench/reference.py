@@ -24,6 +24,10 @@ class ReferenceProcess:
             raise ConfigError(f"--compare timm needs a Python with torch and timm installed; --torch-python "
                               f"{torch_python!r} does not exist (pass --torch-python /path/to/venv/bin/python "
                               f"or set PADDLE_VIT_TORCH_PYTHON)")
+        if not os.path.isfile(torch_python) or not os.access(torch_python, os.X_OK):
+            kind = "a folder" if os.path.isdir(torch_python) else "not an executable file"
+            raise ConfigError(f"--torch-python {torch_python} is {kind}; expected a Python with torch and timm "
+                              f"installed, such as /path/to/venv/bin/python")
         if not os.path.isfile(worker_script):
             raise ConfigError(f"--compare timm: the worker script {worker_script} is missing (reinstall paddle-vit)")
         self.python = torch_python
@@ -36,9 +40,13 @@ class ReferenceProcess:
         # started as the user started us: without the tcmalloc our relaunch added (runtime.py)
         environment = dict(runtime.environment_without_relaunch(), OMP_NUM_THREADS=str(settings.resolved_threads()),
                            MKL_NUM_THREADS=str(settings.resolved_threads()))
-        self.process = subprocess.Popen([torch_python, worker_script, "benchmark", json.dumps(request)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=environment)
+        try:
+            self.process = subprocess.Popen([torch_python, worker_script, "benchmark", json.dumps(request)],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True, env=environment)
+        except OSError as error:  # not a program this system can run (no interpreter line, another machine's)
+            raise ConfigError(f"--torch-python {torch_python} cannot be run: {error.strerror or error}; expected a "
+                              f"Python with torch and timm installed") from None
         ready = self._read()
         self.num_parameters = ready["num_parameters"]
         self.threads = ready["threads"]
