@@ -251,6 +251,17 @@ def test_resume_auto_on_checkpoints_it_cannot_resume_is_one_line_and_leaves_the_
     assert files_in(folder) == before
 
 
+def test_resuming_with_another_model_names_the_keys_that_differ(tmp_path, capsys, one_epoch_run):
+    folder = tmp_path / "run"
+    shutil.copytree(one_epoch_run, folder)
+    before = files_in(folder)
+    code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={folder}", "-o", "train.resume=auto",
+                            "-o", "model.embed_dim=32", "-o", "model.depth=3"])
+    one_error_line(code, capsys.readouterr().err, "was written for another model (16-wide, depth 2, 4 classes) than "
+                   "the config builds: model.depth 2 (the config: 3); model.embed_dim 16 (the config: 32)")
+    assert files_in(folder) == before
+
+
 def test_a_folder_where_a_checkpoint_is_meant_or_a_file_where_a_folder_is_meant_is_one_line(tmp_path, capsys,
                                                                                            one_epoch_run):
     code = run(TRAIN.main, ["-c", recipe(tmp_path), "-o", f"train.output_dir={tmp_path / 'new'}",

@@ -145,9 +145,12 @@ def check_same_model(state, path, vit):
     for name in ViTConfig.RUN_ONLY_FIELDS:  # e.g. recompute switched on to resume with less memory
         recorded.pop(name), building.pop(name)
     if recorded != building:
+        differing = [f"model.{name} {recorded.get(name)!r} (the config: {building.get(name)!r})"
+                     for name in sorted(set(recorded) | set(building)) if recorded.get(name) != building.get(name)]
         raise ConfigError(f"checkpoint {path} was written for another model "
                           f"({recorded['embed_dim']}-wide, depth {recorded['depth']}, "
-                          f"{recorded['num_classes']} classes) than the config builds")
+                          f"{recorded['num_classes']} classes) than the config builds: {'; '.join(differing[:4])}"
+                          + (f"; and {len(differing) - 4} more" if len(differing) > 4 else ""))
 
 
 def restore(state, path, parts):
