@@ -206,6 +206,32 @@ def test_imagefolder_skips_a_truncated_image_deterministically(folder, caplog):
     assert train.num_bad_images == 1
 
 
+def test_an_unreadable_validation_image_is_left_out_of_every_metric_not_replaced(tmp_path):
+    """A val slot served by the next readable file would count that image (perhaps of another
+    class) twice: eval once reported 5 samples of a class with 4 readable images."""
+    from paddle_vit.data.imagefolder import MASKED_LABEL
+    from paddle_vit.deploy.quantize import recipe_images
+    from paddle_vit.engine.evaluator import classification_metrics
+    from paddle_vit.preprocess import Preprocess
+    for split in ("train", "val"):
+        for name, shade in (("a", 40), ("b", 220)):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (8, 8), (shade, shade, shade)).save(tmp_path / split / name / f"{i}.png")
+    (tmp_path / "val" / "a" / "2_empty.png").write_bytes(b"")  # sorted last in class a: its slot is index 2
+    data = config(dataset="imagefolder", root=str(tmp_path), on_bad_image="skip")
+    train, val, _ = build_datasets(data, 8)
+    labels = [int(val[index][1]) for index in range(len(val))]
+    assert labels == [0, 0, MASKED_LABEL, 1, 1] and val.num_bad_images == 1
+    logits = np.eye(2)[[0, 1, 1, 1, 1]] * 5  # the masked slot (b's image) predicted b
+    metrics = classification_metrics(logits, labels, 2)
+    assert metrics["num_samples"] == 4 and metrics["per_class_accuracy"] == [0.5, 1.0]
+    assert metrics["confusion_matrix"] == [[1, 1], [0, 2]]
+    assert int(train[2][1]) == 1  # training keeps serving the next readable file (no bad file there)
+    batches, gate_labels, _ = recipe_images(data, Preprocess(image_size=8), 8, "val")
+    assert list(gate_labels) == [0, 0, 1, 1] and sum(len(batch) for batch in batches) == 4
+
+
 def test_imagefolder_skip_count_is_shared_with_worker_processes(folder):
     train, _, _ = build_datasets(config(dataset="imagefolder", root=str(folder), on_bad_image="skip"), 16)
     loader = build_dataloader(train, 4, shuffle=False, drop_last=False, num_workers=2)

@@ -320,6 +320,8 @@ def build_datasets(data_config, image_size, seed=0, eval_preprocess=None):
         logger.warning("data.root %s is not read: data.dataset %s needs no files (set data.dataset to imagefolder, "
                        "filelist, cifar10 or cifar100 to read them)", data_config.root, data_config.dataset)
     train_source, val_source, class_names = build_sources(data_config, image_size)
+    if hasattr(val_source, "unreadable_masked"):  # an unreadable val file: left out, not another counted twice
+        val_source.unreadable_masked = True
     if eval_preprocess is not None and hasattr(val_source, "decode"):  # files: decoded by the pipeline too
         val_source.decode, val_transform = eval_preprocess.read, Prepared()
     if data_config.train_fraction < 1.0:

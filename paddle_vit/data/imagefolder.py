@@ -8,7 +8,9 @@ warning); a split needs at least two classes; hidden files and folders (".*", su
 .ipynb_checkpoints) are left out; other files whose extension is not an image's are ignored
 and counted. A file that fails to decode is skipped (on_bad_image="skip": a warning names it
 once, `num_bad_images` counts it across worker processes, and the sample slot is served by
-the next readable file) or raises DataError naming it (on_bad_image="error"). A split in which
+the next readable file; in a validation split, `unreadable_masked`, that slot's label is
+`MASKED_LABEL` and every metric leaves it out, so that no image is counted twice) or raises
+DataError naming it (on_bad_image="error"). A split in which
 no file decodes at all is refused before training starts (`check_readable`).
 """
 import logging
@@ -18,6 +20,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import DataError
+
+MASKED_LABEL = -1  # the label of a validation slot whose file is unreadable: left out of every metric
 from ..fileio import kind_of_special_file
 from ..preprocess.pipeline import composite_on_white
 from .shared import SharedBytes
@@ -159,6 +163,7 @@ class ImageFileSource:
         # one flag per file in shared memory, so a bad file found by a DataLoader worker is
         # counted (and not decoded again) in every process
         self._bad = SharedBytes(len(self.paths))
+        self.unreadable_masked = False  # a validation split's: an unreadable file's slot is MASKED_LABEL
 
     def __len__(self):
         return len(self.paths)
@@ -184,6 +189,8 @@ class ImageFileSource:
             except Exception as error:  # a corrupt file can make any decoder raise anything
                 self._unreadable(candidate, error)
                 continue
+            if candidate != index and self.unreadable_masked:
+                return image, MASKED_LABEL  # another file's image: served, never scored
             return image, int(self.labels[candidate])
         raise DataError(f"no readable image left in {self.where}")
 

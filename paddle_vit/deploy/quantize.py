@@ -294,6 +294,9 @@ def recipe_images(data_config, preprocess, image_size, split, limit=None, batch_
     batches, labels = [], []
     for start in range(0, len(order), batch_size):
         samples = [dataset[int(index)] for index in order[start:start + batch_size]]
+        samples = [(image, label) for image, label in samples if label >= 0]  # an unreadable val file: left out
+        if not samples:
+            continue
         batches.append(np.stack([np.asarray(image, dtype=np.float32) for image, _ in samples]))
         labels.extend(int(label) for _, label in samples)
     return batches, np.asarray(labels, dtype=np.int64), len(class_names)

@@ -61,9 +61,13 @@ def unpad(array, num_samples, world_size, per_rank):
 
 
 def classification_metrics(logits, labels, num_classes):
-    """Top-1, top-5, mean cross-entropy, per-class accuracy and confusion matrix from numpy arrays."""
+    """Top-1, top-5, mean cross-entropy, per-class accuracy and confusion matrix from numpy arrays;
+    a negative label (an unreadable validation file's slot, data.imagefolder.MASKED_LABEL) is
+    left out."""
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
+    scored = labels >= 0
+    logits, labels = logits[scored], labels[scored]
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     loss = float(-log_probs[np.arange(len(labels)), labels].mean())

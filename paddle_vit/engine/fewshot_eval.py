@@ -46,12 +46,14 @@ def gathered_features(model, loader, autocast=None):
     (features float32 [N, F], labels int64 [N]) of the whole data set on every rank."""
     features, labels = extract_features(model, loader, autocast)
     world = paddle.distributed.get_world_size()
-    if world <= 1:
-        return features, labels
-    features = gather_across_ranks(paddle.to_tensor(features)).numpy()
-    labels = gather_across_ranks(paddle.to_tensor(labels)).numpy()
-    per_rank = len(features) // world
-    return unpad(features, loader.num_samples, world, per_rank), unpad(labels, loader.num_samples, world, per_rank)
+    if world > 1:
+        features = gather_across_ranks(paddle.to_tensor(features)).numpy()
+        labels = gather_across_ranks(paddle.to_tensor(labels)).numpy()
+        per_rank = len(features) // world
+        features = unpad(features, loader.num_samples, world, per_rank)
+        labels = unpad(labels, loader.num_samples, world, per_rank)
+    scored = labels >= 0  # an unreadable validation file's slot (data.imagefolder.MASKED_LABEL): left out
+    return features[scored], labels[scored]
 
 
 def fewshot_metrics(model, train_loader, test_loader, num_classes, shots, l2_reg, seeds, autocast=None):
