@@ -206,6 +206,18 @@ def test_imagefolder_skips_a_truncated_image_deterministically(folder, caplog):
     assert train.num_bad_images == 1
 
 
+def test_tiff_images_are_images(tmp_path):
+    """.tif and .tiff (scanners, microscopes, satellites) were only counted as ignored files."""
+    for split in ("train", "val"):
+        for name, shade in (("a", 40), ("b", 220)):
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8), (shade, 0, 0)).save(tmp_path / split / name / "x.tif")
+            Image.new("L", (8, 8), shade).save(tmp_path / split / name / "y.TIFF")
+    train, val, class_names = build_datasets(config(dataset="imagefolder", root=str(tmp_path)), 8)
+    assert class_names == ["a", "b"] and len(train) == len(val) == 4 and train.source.num_ignored_files == 0
+    assert np.asarray(decode_image(train.source.paths[0])).shape == (8, 8, 3)
+
+
 def test_an_unreadable_validation_image_is_left_out_of_every_metric_not_replaced(tmp_path):
     """A val slot served by the next readable file would count that image (perhaps of another
     class) twice: eval once reported 5 samples of a class with 4 readable images."""

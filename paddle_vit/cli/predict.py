@@ -47,7 +47,7 @@ def build_parser():
     parser = ArgumentParser(description=__doc__.splitlines()[0], epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("inputs", nargs="+", metavar="IMAGE_OR_FOLDER",
-                        help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp files")
+                        help="image files, or folders searched recursively for .jpg .jpeg .png .bmp .webp .tif .tiff files")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--weights", metavar="PATH",
                         help=".pdckpt, .pdparams, .safetensors, .npz weights, or a Hugging Face or timm Hub folder")

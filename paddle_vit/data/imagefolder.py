@@ -26,7 +26,7 @@ from ..fileio import kind_of_special_file
 from ..preprocess.pipeline import composite_on_white
 from .shared import SharedBytes
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 SPLITS = ("train", "val")
 logger = logging.getLogger("paddle_vit")
 
