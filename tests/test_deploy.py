@@ -112,6 +112,25 @@ def json_predictions(lines):
 
 # ---- export ------------------------------------------------------------------------------------
 
+def test_an_export_whose_description_is_of_another_model_is_one_error_not_wrong_names(exported, tmp_path):
+    """A model file copied in from another export once gave its scores under this one's class
+    names; preprocess.json's own two counts disagreeing once named them backwards."""
+    import shutil
+    from paddle_vit.errors import ConfigError
+    folder = tmp_path / "export"
+    shutil.copytree(os.path.dirname(exported["logits"]["metadata"]), folder)
+    metadata = json.loads((folder / "preprocess.json").read_text())
+    classes = metadata["num_classes"]
+    (folder / "preprocess.json").write_text(json.dumps(dict(metadata, num_classes=classes + 3,
+                                                            class_names=[f"c{i}" for i in range(classes + 3)])))
+    with pytest.raises(ConfigError, match=f"computes {classes} class scores, but its preprocess.json says "
+                                          f"num_classes {classes + 3}"):
+        load_export(folder).outputs(random_batch(1))
+    (folder / "preprocess.json").write_text(json.dumps(dict(metadata, num_classes=classes + 3)))
+    with pytest.raises(ConfigError, match=f"names {classes} classes but its num_classes is {classes + 3}"):
+        load_export(folder)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_paddle_inference_matches_the_dynamic_model(classifier, exported, batch_size):

@@ -239,7 +239,8 @@ def load_export(directory, options=None, backend="auto"):
     where = os.path.join(directory, METADATA_FILE)
     preprocess = Preprocess.from_dict(metadata.get("preprocess") or {}, where)
     num_classes = int(metadata.get("num_classes") or 0)
-    class_names = check_class_names(metadata.get("class_names"), num_classes, where)
+    class_names = check_class_names(metadata.get("class_names"), num_classes, where,
+                                    counted_by=f"its num_classes is {num_classes}")
     engine = _export_engine(directory, metadata.get("files") or {}, options, backend)
     return Classifier(engine, preprocess, class_names, metadata.get("model_name", "?"), num_classes,
                       outputs_embedding=bool(metadata.get("outputs_embedding", num_classes == 0)),

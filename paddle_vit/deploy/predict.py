@@ -188,9 +188,12 @@ def read_labels(path):
     return [line.strip() for line in lines]
 
 
-def check_class_names(class_names, num_classes, where):
+def check_class_names(class_names, num_classes, where, counted_by=None):
+    """`class_names` when there is one per class; `counted_by` says where `num_classes` comes
+    from (default: the model's outputs)."""
     if class_names is not None and len(class_names) != num_classes:
-        raise ConfigError(f"{where} names {len(class_names)} classes but the model has {num_classes} outputs")
+        raise ConfigError(f"{where} names {len(class_names)} classes but "
+                          f"{counted_by or f'the model has {num_classes} outputs'}")
     return class_names
 
 
@@ -249,7 +252,13 @@ class Classifier:
     def outputs(self, batch):
         """The engine's raw float32 [B, K] output for a float32 [B, 3, S, S] numpy batch: logits
         (probabilities for an export with a softmax), or for a model with no head its embedding."""
-        return np.asarray(self.engine(np.ascontiguousarray(batch, dtype=np.float32)), dtype=np.float32)
+        outputs = np.asarray(self.engine(np.ascontiguousarray(batch, dtype=np.float32)), dtype=np.float32)
+        if not self.outputs_embedding and self.num_classes and outputs.shape[-1] != self.num_classes:
+            said = "its preprocess.json says" if self.metadata is not None else "its config says"
+            raise ConfigError(f"the model {self.model_name} computes {outputs.shape[-1]} class scores, but {said} "
+                              f"num_classes {self.num_classes}: the model and its description are of different "
+                              f"models (a model file copied from another export?)")
+        return outputs
 
     def __call__(self, batch):
         """float32 [B, K] class probabilities."""
