@@ -206,6 +206,15 @@ def test_imagefolder_skips_a_truncated_image_deterministically(folder, caplog):
     assert train.num_bad_images == 1
 
 
+def test_two_class_folders_that_are_one_folder_through_a_link_are_refused(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / split / "a").mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / split / "a" / "x.png")
+        (tmp_path / split / "c").symlink_to("a")  # class c: class a's images again
+    with pytest.raises(DataError, match=r"class folders .*train/a and .*train/c are one folder"):
+        build_datasets(config(dataset="imagefolder", root=str(tmp_path)), 8)
+
+
 def test_tiff_images_are_images(tmp_path):
     """.tif and .tiff (scanners, microscopes, satellites) were only counted as ignored files."""
     for split in ("train", "val"):

@@ -102,12 +102,18 @@ def scan_split(split_dir):
     if not os.path.isdir(split_dir):
         raise DataError(f"ImageFolder split folder {split_dir} does not exist")
     class_names, paths, labels, ignored = [], [], [], 0
+    folders = {}  # the real path of each class folder -> its name: two names for one folder are two classes alike
     for entry in sorted(os.scandir(split_dir), key=lambda e: e.name):
         if _is_hidden(entry.name):
             continue
         if not entry.is_dir():
             ignored += 1  # a loose file next to the class folders
             continue
+        real = os.path.realpath(entry.path)
+        if real in folders:
+            raise DataError(f"class folders {os.path.join(split_dir, folders[real])} and {entry.path} are one folder "
+                            f"({real}, through a symbolic link): two classes would hold the same images")
+        folders[real] = entry.name
         images, class_ignored = find_image_files(entry.path, split_dir)
         ignored += class_ignored
         if not images:
