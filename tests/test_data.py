@@ -215,6 +215,17 @@ def test_two_class_folders_that_are_one_folder_through_a_link_are_refused(tmp_pa
         build_datasets(config(dataset="imagefolder", root=str(tmp_path)), 8)
 
 
+def test_a_class_name_in_two_unicode_forms_is_named_as_such(tmp_path):
+    """macOS writes folder names decomposed (NFD): 'café' in val/ may not be train/'s 'café'."""
+    import unicodedata
+    for split, form in (("train", "NFC"), ("val", "NFD")):
+        for name in ("b", unicodedata.normalize(form, "café")):
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / split / name / "x.png")
+    with pytest.raises(DataError, match="the same name written in two Unicode forms"):
+        build_datasets(config(dataset="imagefolder", root=str(tmp_path)), 8)
+
+
 def test_tiff_images_are_images(tmp_path):
     """.tif and .tiff (scanners, microscopes, satellites) were only counted as ignored files."""
     for split in ("train", "val"):

@@ -15,6 +15,7 @@ no file decodes at all is refused before training starts (`check_readable`).
 """
 import logging
 import os
+import unicodedata
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -136,7 +137,12 @@ def _check_same_classes(root, train_classes, val_classes):
         parts.append(f"missing from val/: {', '.join(missing)}")
     if extra:
         parts.append(f"in val/ but not in train/: {', '.join(extra)}")
-    raise DataError(f"ImageFolder {root}: val classes differ from train classes ({'; '.join(parts)})")
+    hint = ""
+    composed = {unicodedata.normalize("NFC", name) for name in missing}
+    if composed & {unicodedata.normalize("NFC", name) for name in extra}:
+        hint = (": some are the same name written in two Unicode forms (NFC and NFD, as macOS writes folder "
+                "names); rename one split's folders to the other's")
+    raise DataError(f"ImageFolder {root}: val classes differ from train classes ({'; '.join(parts)}){hint}")
 
 
 def decode_image(path):
