@@ -56,11 +56,10 @@ def experiment(argv):
     given = [f"--{name}" for name in ("fractions", "seeds", "steps") if getattr(args, name) is not None]
     if args.quick and given:  # --quick would set them over the user's values
         raise ConfigError(f"--quick sets {', '.join(given)} itself; give --quick or {' and '.join(given)}, not both")
-    if args.quick:
-        args.fractions, args.seeds, args.steps = list(QUICK["fractions"]), list(QUICK["seeds"]), QUICK["steps"]
-    args.fractions, args.seeds = args.fractions or list(FRACTIONS), args.seeds or list(SEEDS)
-    args.steps = args.steps or STEPS
-    args.fractions, args.seeds = sorted(set(args.fractions)), sorted(set(args.seeds))
+    defaults = QUICK if args.quick else {"fractions": FRACTIONS, "seeds": SEEDS, "steps": STEPS}
+    args.fractions = sorted(set(args.fractions or defaults["fractions"]))
+    args.seeds = sorted(set(args.seeds or defaults["seeds"]))
+    args.steps = args.steps or defaults["steps"]
     args.modes = [mode for mode in MODES if mode in args.modes]
     check_fractions_keep_a_batch(args.fractions, BATCH_SIZE)  # said now, not after the other runs
     # a file, a read-only folder: said now, not after the runs; a folder made here goes if they fail

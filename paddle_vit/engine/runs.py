@@ -118,8 +118,9 @@ def _checkpoint_to_resume(resume, folder):
     if resume != "auto":
         return resume
     checkpoint = find_latest_checkpoint(os.path.join(folder, "checkpoints"))
-    if checkpoint is None and _run_progress(folder):  # an epoch is recorded only after its checkpoint
-        raise ConfigError(f"train.resume=auto: {folder} holds a run{_run_progress(folder)} but no checkpoint "
+    progress = _run_progress(folder) if checkpoint is None else ""
+    if progress:  # an epoch is recorded only after its checkpoint
+        raise ConfigError(f"train.resume=auto: {folder} holds a run{progress} but no checkpoint "
                           f"to continue it from (checkpoints/*.pdckpt are gone); starting afresh would write "
                           f"over it: give another train.output_dir, or train.resume=PATH of a checkpoint")
     return checkpoint
